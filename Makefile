@@ -1,0 +1,61 @@
+# ptscope developer entry points.  `make demo` and `make test` work from a clean clone:
+# they install what is missing (Debian packages when run as root, then a venv).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+APT_PACKAGES := linux-perf qemu-user uftrace gcc g++ make
+# A command that must exist for each package above (same order).
+APT_COMMANDS := perf qemu-x86_64 uftrace gcc g++ make
+PYTEST_ARGS ?=
+
+.PHONY: help deps system-deps venv demo test lint format unit bench clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+system-deps: ## install missing Debian packages (perf, qemu-user, uftrace, compilers) when root
+	@missing=""; cmds=($(APT_COMMANDS)); pkgs=($(APT_PACKAGES)); \
+	for i in "$${!cmds[@]}"; do command -v "$${cmds[$$i]}" >/dev/null || missing="$$missing $${pkgs[$$i]}"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing:$$missing"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing >/dev/null || \
+	      { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing >/dev/null; }; \
+	  else echo "missing system packages:$$missing (install them with: sudo apt-get install$$missing)"; fi; \
+	fi
+
+$(STAMP): pyproject.toml setup.py $(wildcard src/ptscope/_native/*.c src/ptscope/_native/*.h)
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[test]'
+	@touch $@
+
+venv: $(STAMP) ## create .venv with ptscope (editable) and the test tools
+
+deps: system-deps venv
+
+demo: deps ## record and decode the bundled demo program into demo.fxt.gz
+	$(BIN)/ptscope demo
+
+lint: venv ## ruff check, ruff format --check, mypy --strict src/
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+	$(BIN)/mypy --strict src/
+
+format: venv ## apply ruff format and autofixes
+	$(BIN)/ruff format src tests bench
+	$(BIN)/ruff check --fix src tests bench
+
+unit: deps ## the test suite without lint
+	$(BIN)/pytest -q $(PYTEST_ARGS)
+
+test: deps lint ## lint + the whole test suite
+	$(BIN)/pytest -q $(PYTEST_ARGS)
+
+bench: deps ## run the benchmarks in bench/
+	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+clean: ## remove the venv and build outputs
+	rm -rf $(VENV) build src/*.egg-info tests/.build .pytest_cache .mypy_cache .ruff_cache
+	find src -name '*.so' -delete

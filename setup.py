@@ -1,0 +1,5 @@
+"""Build hook: declares only the perf dlfilter shared object (metadata is in pyproject.toml)."""
+
+from setuptools import setup
+
+setup()

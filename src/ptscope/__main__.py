@@ -1,0 +1,5 @@
+"""``python -m ptscope``."""
+
+from ptscope.cli import main
+
+raise SystemExit(main())

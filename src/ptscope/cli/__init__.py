@@ -1,0 +1,89 @@
+"""Command-line entry point: builds the parser from the subcommand modules, maps errors to
+one line and an exit code. Only this package and :mod:`ptscope.pipeline` know every stage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+
+from ptscope import __version__
+from ptscope.cli.base import Command
+from ptscope.errors import PtscopeError
+
+__all__ = ["main"]
+
+log = logging.getLogger("ptscope")
+
+
+def _commands() -> list[Command]:
+    # Imported here so that `ptscope --help` stays fast and a broken optional module
+    # cannot stop the others from working.
+    from ptscope.cli import decode, demo, dump
+
+    return [decode.DecodeCommand(), dump.DumpCommand(), demo.DemoCommand()]
+
+
+def _build_parser(commands: Sequence[Command]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ptscope",
+        description="Every function call a native program made, on a zoomable timeline.",
+    )
+    parser.add_argument("--version", action="version", version=f"ptscope {__version__}")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "-v", "--verbose", action="count", default=0, help="more detail (repeat for debug)"
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for command in commands:
+        p = sub.add_parser(
+            command.name, help=command.help, description=command.help, parents=[common]
+        )
+        command.add_arguments(p)
+        p.set_defaults(_command=command)
+    return parser
+
+
+def _setup_logging(verbosity: int) -> None:
+    level = logging.WARNING if verbosity == 0 else logging.INFO if verbosity == 1 else logging.DEBUG
+    logging.basicConfig(level=level, format="ptscope: %(message)s", stream=sys.stderr)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the process exit code."""
+    commands = _commands()
+    parser = _build_parser(commands)
+    args = parser.parse_args(argv)
+    verbose: int = getattr(args, "verbose", 0)
+    _setup_logging(verbose)
+    command: Command = args._command
+    try:
+        return command.run(args)
+    except PtscopeError as e:
+        print(f"ptscope: error: {e.message}", file=sys.stderr)
+        if e.hint:
+            print(f"ptscope: {e.hint}", file=sys.stderr)
+        if verbose and e.details:
+            print(e.details.rstrip(), file=sys.stderr)
+        elif e.details:
+            print("ptscope: (run with -v for details)", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("ptscope: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # Output piped into `head` and the like: not an error.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except Exception as e:  # a bug: say so in one line, show the traceback with -v
+        print(f"ptscope: internal error: {type(e).__name__}: {e}", file=sys.stderr)
+        if verbose:
+            traceback.print_exc()
+        else:
+            print("ptscope: (run with -v for the traceback)", file=sys.stderr)
+        return 70
