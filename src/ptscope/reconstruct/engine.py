@@ -1,0 +1,805 @@
+"""The trace-segment engine: decoded events in, a lossless per-thread call history out.
+
+Per thread, events are folded into an in-memory history of frames; nothing is written until
+:meth:`TraceSegmentEngine.finish`, so later events can correct earlier ones (callers that are
+only discovered by returning into them, segments that turn out to continue an older stack).
+
+Model (see ``docs/architecture.md`` for the rules with examples):
+
+* A **frame** is one function activation. It knows its parent frame, its start and end *slot*
+  (an index into the thread's time log, turned into nanoseconds in the final pass), the
+  function's entry address and a few flags.
+* A **context** is one stack of open frames. The thread's contexts form a stack too:
+  - a *nested* context runs on top of the frame it interrupted (a kernel entry through a
+    syscall or interrupt): its frames are children of that frame;
+  - a *detached* context starts where the trace lost track of the stack (a decode error, a
+    trace that resumes somewhere unrelated, a return to a function that is nowhere on the
+    stack). Until something returns into an older context it is an independent *segment*.
+* **Landing**: when control arrives (return, ``tr strt``, sysret/iret, a jump into the middle
+  of a function, a call from a function) in a function that is on an older context, that
+  context becomes current again: the segments above it are **stitched** underneath the frame
+  landed in, frames left behind are closed where their segment ended.
+* **Roots**: a return out of the bottom frame of a context into a function that was never seen
+  adds that function below *every* frame the context ever had (O(1) per frame, by re-parenting
+  the context's top-level frames), starting at the context's start.
+* **Time**: each frame boundary takes a slot ``time*2 + consumes_time``. Runs of equal
+  timestamps are spread over the interval to the next timestamp, calls taking equal shares and
+  returns none; every call gets at least 1 ns, and time never goes backwards.
+
+Hot-path note: frames are small lists indexed by the ``_F_*`` constants, not objects: the
+engine must sustain about a million events per second in CPython.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+
+from ptscope.model import (
+    SYNTHETIC_SYSCALL,
+    SYNTHETIC_UNTRACED,
+    BranchEvent,
+    BranchKind,
+    CommEvent,
+    DecodeError,
+    Event,
+    Location,
+    PowerEvent,
+    StackSample,
+    TraceState,
+)
+from ptscope.timeline import (
+    CounterSample,
+    Instant,
+    NestingError,
+    SliceFlags,
+    ThreadTimeline,
+    Timeline,
+    check_nesting,
+)
+
+__all__ = ["EngineStats", "TraceSegmentEngine"]
+
+# Frame layout: [name, parent, start_slot, end_slot, address, flags]
+_F_NAME: Final = 0
+_F_PARENT: Final = 1
+_F_START: Final = 2
+_F_END: Final = 3
+_F_ADDR: Final = 4
+_F_FLAGS: Final = 5
+
+Frame = list[Any]
+
+_INFERRED: Final = int(SliceFlags.INFERRED_START)
+_OPEN_AT_END: Final = int(SliceFlags.OPEN_AT_END)
+_SYNTHETIC: Final = int(SliceFlags.SYNTHETIC)
+# Private flag: an [untraced] frame that began with a call whose target was not traced; if
+# the trace resumes in an unrelated function, that function is the callee.
+_AFTER_CALL: Final = 1 << 8
+
+# Slot log entries are ``time * 4 + flags``: a call slot takes a share of the time until
+# the next timestamp and lasts at least 1 ns; a segment-start slot only lasts at least 1 ns
+# (frames found later start there and must not be empty).
+_CALL_SLOT: Final = 1
+_START_SLOT: Final = 2
+
+_CALL: Final = int(BranchKind.CALL)
+_RETURN: Final = int(BranchKind.RETURN)
+_JUMP: Final = int(BranchKind.JUMP)
+_CJUMP: Final = int(BranchKind.CONDITIONAL_JUMP)
+_SYSCALL: Final = int(BranchKind.SYSCALL)
+_SYSRET: Final = int(BranchKind.SYSRET)
+_HWINT: Final = int(BranchKind.HARDWARE_INTERRUPT)
+_IRET: Final = int(BranchKind.IRET)
+_SWINT: Final = int(BranchKind.SOFTWARE_INTERRUPT)
+_ASYNC: Final = int(BranchKind.ASYNC)
+_TX_ABORT: Final = int(BranchKind.TX_ABORT)
+_ST_NONE: Final = int(TraceState.NONE)
+_ST_START: Final = int(TraceState.START)
+_ST_END: Final = int(TraceState.END)
+
+
+class _Context:
+    """One stack of open frames (see the module docstring)."""
+
+    __slots__ = ("detached", "frames", "parent", "start_slot", "suspend_slot", "toplevel")
+
+    def __init__(self, parent: Frame | None, detached: bool, start_slot: int) -> None:
+        self.frames: list[Frame] = []
+        self.toplevel: list[Frame] = []
+        self.parent = parent
+        self.detached = detached
+        self.start_slot = start_slot
+        self.suspend_slot = -1
+
+
+class _Thread:
+    """Everything the engine keeps about one thread."""
+
+    __slots__ = (
+        "all_frames",
+        "counters",
+        "counts",
+        "ctxs",
+        "cum_cycles",
+        "cum_insns",
+        "instants",
+        "last_time",
+        "log",
+        "name",
+        "pid",
+        "tid",
+        "txq",
+    )
+
+    def __init__(self, pid: int, tid: int, time: int) -> None:
+        self.pid = pid
+        self.tid = tid
+        self.name = ""
+        self.all_frames: list[Frame] = []
+        self.log: list[int] = [time * 4]
+        self.last_time = time
+        # The first context starts at the thread's first event: frames found later by
+        # returning into them were running since then.
+        self.ctxs: list[_Context] = [_Context(None, True, 0)]
+        self.instants: list[tuple[int, str]] = []
+        self.counters: list[tuple[int, str, int]] = []
+        self.counts: list[tuple[int, int, int]] = []
+        self.cum_insns = 0
+        self.cum_cycles = 0
+        self.txq: list[BranchEvent] = []
+
+
+@dataclass
+class EngineStats:
+    """What the engine saw; ``unexpected`` counts events that contradicted the stack."""
+
+    events: int = 0
+    branches: int = 0
+    decode_errors: int = 0
+    segments_started: int = 0
+    stitched: int = 0
+    roots_inferred: int = 0
+    unexpected: int = 0
+    ignored: int = 0
+    unexpected_examples: list[str] = field(default_factory=list)
+
+
+class TraceSegmentEngine:
+    """Folds events into per-thread call histories; :meth:`finish` returns the Timeline.
+
+    ``keep_slots`` keeps each slice's start/end slot (for transcript tests).
+    """
+
+    def __init__(self, *, keep_slots: bool = False, max_examples: int = 5) -> None:
+        self._threads: dict[tuple[int, int], _Thread] = {}
+        self._last_key: tuple[int, int] | None = None
+        self._last_thread: _Thread | None = None
+        self.stats = EngineStats()
+        self._keep_slots = keep_slots
+        self._max_examples = max_examples
+        self.slot_columns: dict[tuple[int, int], tuple[npt.NDArray[np.int64], ...]] = {}
+        self._orphan_errors: list[DecodeError] = []
+        self._finished = False
+
+    # ------------------------------------------------------------------ input
+
+    def feed(self, event: Event) -> None:
+        """Consume one event of any type."""
+        if type(event) is BranchEvent:
+            self._branch(event)
+        elif isinstance(event, DecodeError):
+            self.decode_error(event)
+        elif isinstance(event, PowerEvent):
+            self._power(event)
+        elif isinstance(event, CommEvent):
+            self._comm(event)
+        elif isinstance(event, StackSample):
+            self.stats.ignored += 1
+        else:
+            raise TypeError(f"not an event: {event!r}")
+
+    def feed_all(self, events: Iterable[Event]) -> None:
+        """Consume a stream of events (the fast path: one type check per event)."""
+        branch = self._branch
+        feed = self.feed
+        for event in events:
+            if type(event) is BranchEvent:
+                branch(event)
+            else:
+                feed(event)
+
+    def thread_slot_count(self, pid: int, tid: int) -> int:
+        """Slots created so far for a thread (transcript tests map slots to input events)."""
+        th = self._threads.get((pid, tid))
+        return len(th.log) if th is not None else 0
+
+    def end_segment(self) -> None:
+        """Break every thread's segment here without a marker (parallel-decode windows).
+
+        What follows is stitched to what came before exactly as after a decode error.
+        """
+        for th in self._threads.values():
+            self._break(th, th.last_time)
+
+    def decode_error(self, err: DecodeError) -> None:
+        """A decode error: an instant marker, and the thread's segment ends here."""
+        self.stats.events += 1
+        self.stats.decode_errors += 1
+        th: _Thread | None
+        if err.tid is not None and err.tid >= 0:
+            if err.pid is not None and err.pid >= 0:
+                pid = err.pid
+            else:
+                pid = next((p for p, t in self._threads if t == err.tid), err.tid)
+            th = self._thread(pid, err.tid, err.time if err.time is not None else 0)
+        else:
+            # perf could not say which thread: the one decoded last is the best guess.
+            th = self._last_thread
+        if th is None:
+            self._orphan_errors.append(err)
+            return
+        time = err.time if err.time is not None else th.last_time
+        if time < th.last_time:
+            time = th.last_time
+        th.last_time = time
+        slot = len(th.log)
+        th.log.append(time * 4 + _START_SLOT)
+        th.instants.append((slot, f"[decode error: {err.message}]"))
+        self._break(th, time, slot)
+
+    # ------------------------------------------------------------- threads
+
+    def _thread(self, pid: int, tid: int, time: int) -> _Thread:
+        key = (pid, tid)
+        if key == self._last_key:
+            assert self._last_thread is not None
+            return self._last_thread
+        th = self._threads.get(key)
+        if th is None:
+            th = self._threads[key] = _Thread(pid, tid, time)
+        self._last_key = key
+        self._last_thread = th
+        return th
+
+    def _comm(self, ev: CommEvent) -> None:
+        self.stats.events += 1
+        th = self._thread(ev.pid, ev.tid, ev.time if ev.time is not None else 0)
+        th.name = ev.comm
+
+    def _power(self, ev: PowerEvent) -> None:
+        self.stats.events += 1
+        th = self._thread(ev.pid, ev.tid, ev.time)
+        t = ev.time if ev.time > th.last_time else th.last_time
+        th.last_time = t
+        th.counters.append((len(th.log), "CPU frequency (MHz)", ev.freq_mhz))
+        th.log.append(t * 4)
+
+    # ---------------------------------------------------------- the branch
+
+    def _branch(self, ev: BranchEvent) -> None:
+        stats = self.stats
+        stats.events += 1
+        key = (ev.pid, ev.tid)
+        if key == self._last_key:
+            th = self._last_thread
+            assert th is not None
+        else:
+            th = self._thread(ev.pid, ev.tid, ev.time)
+        t = ev.time
+        if t < th.last_time:
+            t = th.last_time
+        th.last_time = t
+        if ev.insn_count or ev.cycle_count:
+            th.cum_insns += ev.insn_count
+            th.cum_cycles += ev.cycle_count
+            th.counts.append((len(th.log), th.cum_insns, th.cum_cycles))
+        if ev.in_tx:
+            # Speculative until the transaction commits: a later abort discards it.
+            th.txq.append(ev)
+            return
+        if th.txq:
+            if ev.kind == _TX_ABORT:
+                th.txq.clear()
+            else:
+                queued, th.txq = th.txq, []
+                for q in queued:
+                    self._apply(th, q, q.time if q.time <= t else t)
+        self._apply(th, ev, t)
+
+    def _apply(self, th: _Thread, ev: BranchEvent, t: int) -> None:
+        kind = ev.kind
+        state = ev.state
+        src = ev.src
+        dst = ev.dst
+        if state == _ST_NONE:
+            if kind == _CALL:
+                if dst.function == src.function and dst.offset != 0:
+                    return  # `call next; pop`: reads the PC, not a call
+                ctx = th.ctxs[-1]
+                frames = ctx.frames
+                if not frames or frames[-1][_F_NAME] != src.function:
+                    ctx = self._sync_source(th, src, t)
+                    frames = ctx.frames
+                slot = len(th.log)
+                th.log.append(t * 4 + _CALL_SLOT)
+                frame = [dst.function, frames[-1], slot, -1, _entry(dst), 0]
+                frames.append(frame)
+                th.all_frames.append(frame)
+            elif kind == _RETURN:
+                ctx = th.ctxs[-1]
+                frames = ctx.frames
+                fn = dst.function
+                if len(frames) >= 2 and frames[-2][_F_NAME] == fn:
+                    slot = len(th.log)
+                    th.log.append(t * 4)
+                    frames.pop()[_F_END] = slot
+                else:
+                    self._return_slow(th, ev, t)
+            elif kind in (_JUMP, _CJUMP):
+                if dst.function != src.function:
+                    self._jump(th, ev, t)
+                elif not th.ctxs[-1].frames:
+                    # Nothing seen yet in this segment but that we run in this function.
+                    self._sync_source(th, src, t)
+            elif kind in (_SYSCALL, _HWINT, _SWINT):
+                self._enter_nested(th, ev, t)
+            elif kind in (_SYSRET, _IRET):
+                self._long_return(th, dst, t)
+            elif kind in (_ASYNC, _TX_ABORT):
+                if dst.function != src.function:
+                    self._jump(th, ev, t)
+            else:
+                self.stats.ignored += 1
+        elif state == _ST_END:
+            self._trace_end(th, ev, t)
+        elif state == _ST_START:
+            self._trace_start(th, ev, t)
+        else:
+            self.stats.ignored += 1
+
+    # ------------------------------------------------------------ handlers
+
+    def _unexpected(self, th: _Thread, what: str) -> None:
+        self.stats.unexpected += 1
+        if len(self.stats.unexpected_examples) < self._max_examples:
+            self.stats.unexpected_examples.append(f"tid {th.tid} t={th.last_time}: {what}")
+
+    def _sync_source(self, th: _Thread, src: Location, t: int) -> _Context:
+        """Make ``src``'s function the current frame before a call/jump/trace end from it.
+
+        Returns the (possibly new) current context, whose top frame is ``src.function``.
+        """
+        ctx = th.ctxs[-1]
+        frames = ctx.frames
+        fn = src.function
+        if frames and frames[-1][_F_NAME] == fn:
+            return ctx
+        if frames:
+            for i in range(len(frames) - 2, -1, -1):
+                if frames[i][_F_NAME] == fn:
+                    # Frames above returned without us seeing it (lost data).
+                    self._unexpected(th, f"branch from {fn} while in {frames[-1][_F_NAME]}")
+                    slot = len(th.log)
+                    th.log.append(t * 4)
+                    self._close_above(ctx, i, slot, _OPEN_AT_END)
+                    return ctx
+        if self._land(th, fn, t):
+            return th.ctxs[-1]
+        if frames:
+            self._unexpected(th, f"branch from {fn}, which is not on the stack")
+            ctx = self._push_detached(th, t)
+        # The function we are in was entered before we could see it.
+        self._new_first_frame(th, ctx, src, ctx.start_slot, _INFERRED)
+        return ctx
+
+    def _return_slow(self, th: _Thread, ev: BranchEvent, t: int) -> None:
+        ctx = th.ctxs[-1]
+        frames = ctx.frames
+        fn = ev.dst.function
+        if not frames:
+            # The segment begins with a return: the function returning was running since
+            # the segment started.
+            ctx = self._sync_source(th, ev.src, t)
+            frames = ctx.frames
+            if len(frames) >= 2 and frames[-2][_F_NAME] == fn:
+                slot = len(th.log)
+                th.log.append(t * 4)
+                frames.pop()[_F_END] = slot
+                return
+        for i in range(len(frames) - 3, -1, -1):
+            if frames[i][_F_NAME] == fn:
+                # A return past several frames (exception unwinding, longjmp via ret).
+                slot = len(th.log)
+                th.log.append(t * 4)
+                self._close_above(ctx, i, slot, 0)
+                return
+        if self._land(th, fn, t):
+            return
+        if len(frames) == 1:
+            self._add_root(th, ctx, ev.dst, t)
+            return
+        # A return into a function that is nowhere on a non-empty stack: data was lost.
+        self._unexpected(th, f"return to {fn}, which is not on the stack")
+        ctx = self._push_detached(th, t)
+        self._new_first_frame(th, ctx, ev.dst, ctx.start_slot, _INFERRED)
+
+    def _jump(self, th: _Thread, ev: BranchEvent, t: int) -> None:
+        """A jump between functions: tail call, unwind (longjmp) or leaf replacement."""
+        dst = ev.dst
+        fn = dst.function
+        ctx = th.ctxs[-1]
+        if dst.offset != 0:
+            frames = ctx.frames
+            for i in range(len(frames) - 2, -1, -1):
+                if frames[i][_F_NAME] == fn:
+                    # Into the middle of a caller: longjmp, landing pad, OCaml raise.
+                    slot = len(th.log)
+                    th.log.append(t * 4)
+                    self._close_above(ctx, i, slot, 0)
+                    return
+            if self._land(th, fn, t):
+                return
+        ctx = self._sync_source(th, ev.src, t)
+        frames = ctx.frames
+        if frames[-1][_F_NAME] == fn:
+            return
+        # A tail call (jump to the start of another function, PLT stubs), or a jump into
+        # the middle of an unrelated function: the leaf is replaced.
+        slot = len(th.log)
+        th.log.append(t * 4 + _CALL_SLOT)
+        old = frames.pop()
+        old[_F_END] = slot
+        frame = [fn, old[_F_PARENT], slot, -1, _entry(dst), 0]
+        frames.append(frame)
+        th.all_frames.append(frame)
+        if len(frames) == 1:
+            ctx.toplevel.append(frame)
+
+    def _enter_nested(self, th: _Thread, ev: BranchEvent, t: int) -> None:
+        """Syscall / interrupt entry with kernel tracing: a new stack on top of this frame."""
+        ctx = self._sync_source(th, ev.src, t)
+        slot = len(th.log)
+        th.log.append(t * 4 + _CALL_SLOT)
+        nested = _Context(ctx.frames[-1], False, slot)
+        th.ctxs.append(nested)
+        frame = [ev.dst.function, nested.parent, slot, -1, _entry(ev.dst), 0]
+        nested.frames.append(frame)
+        nested.toplevel.append(frame)
+        th.all_frames.append(frame)
+
+    def _long_return(self, th: _Thread, dst: Location, t: int) -> None:
+        """sysret / iret: back to where the kernel was entered (any context)."""
+        fn = dst.function
+        ctx = th.ctxs[-1]
+        frames = ctx.frames
+        for i in range(len(frames) - 2, -1, -1):
+            if frames[i][_F_NAME] == fn:
+                slot = len(th.log)
+                th.log.append(t * 4)
+                self._close_above(ctx, i, slot, 0)
+                return
+        if self._land(th, fn, t):
+            return
+        if not frames:
+            self._new_first_frame(th, ctx, dst, ctx.start_slot, _INFERRED)
+            return
+        # The kernel was entered before the trace began: the user function it returns to
+        # was running underneath all of it.
+        self._add_root(th, ctx, dst, t)
+
+    def _trace_end(self, th: _Thread, ev: BranchEvent, t: int) -> None:
+        kind = ev.kind
+        ctx = self._sync_source(th, ev.src, t)
+        if kind == _RETURN and len(ctx.frames) >= 2:
+            # The return executed; its target (the caller) is where tracing stopped.
+            slot = len(th.log)
+            th.log.append(t * 4)
+            ctx.frames.pop()[_F_END] = slot
+        elif (kind in (_SYSRET, _IRET)) and len(th.ctxs) > 1 and not ctx.detached:
+            # Back to the interrupted stack, which is not traced.
+            slot = len(th.log)
+            th.log.append(t * 4)
+            for f in ctx.frames:
+                f[_F_END] = slot
+            th.ctxs.pop()
+            ctx = th.ctxs[-1]
+            if not ctx.frames:
+                return
+        name = SYNTHETIC_SYSCALL if kind == _SYSCALL else SYNTHETIC_UNTRACED
+        flags = _SYNTHETIC | (_AFTER_CALL if kind == _CALL else 0)
+        slot = len(th.log)
+        th.log.append(t * 4 + _CALL_SLOT)
+        frame = [name, ctx.frames[-1], slot, -1, 0, flags]
+        ctx.frames.append(frame)
+        th.all_frames.append(frame)
+
+    def _trace_start(self, th: _Thread, ev: BranchEvent, t: int) -> None:
+        dst = ev.dst
+        fn = dst.function
+        ctx = th.ctxs[-1]
+        frames = ctx.frames
+        if not frames:
+            if not self._land(th, fn, t):
+                self._new_first_frame(th, ctx, dst, ctx.start_slot, _INFERRED)
+            return
+        top = frames[-1]
+        if top[_F_NAME] == fn:
+            return  # a repeated `tr strt` where we already are
+        for i in range(len(frames) - 2, -1, -1):
+            if frames[i][_F_NAME] == fn:
+                # Normally the frame just below [untraced]/[syscall]: tracing resumed where
+                # it stopped. Further up: frames returned while untraced.
+                slot = len(th.log)
+                th.log.append(t * 4)
+                self._close_above(ctx, i, slot, 0)
+                return
+        if top[_F_FLAGS] & _AFTER_CALL:
+            # `tr end  call` then resume in a new function: that is the callee.
+            top[_F_NAME] = fn
+            top[_F_ADDR] = _entry(dst)
+            top[_F_FLAGS] = 0
+            return
+        if self._land(th, fn, t):
+            return
+        # Resumed somewhere unrelated to the stack (a signal handler, lost data): a new
+        # segment, which stitching rejoins if control comes back to this stack.
+        ctx = self._push_detached(th, t)
+        self._new_first_frame(th, ctx, dst, ctx.start_slot, _INFERRED)
+
+    # ------------------------------------------------------ stack surgery
+
+    @staticmethod
+    def _close_above(ctx: _Context, index: int, slot: int, flags: int) -> None:
+        frames = ctx.frames
+        for f in frames[index + 1 :]:
+            f[_F_END] = slot
+            f[_F_FLAGS] |= flags
+        del frames[index + 1 :]
+
+    def _new_first_frame(
+        self, th: _Thread, ctx: _Context, loc: Location, start_slot: int, flags: int
+    ) -> Frame:
+        """The first frame of an empty context (its call was not seen)."""
+        frame = [loc.function, ctx.parent, start_slot, -1, _entry(loc), flags]
+        ctx.frames.append(frame)
+        ctx.toplevel.append(frame)
+        th.all_frames.append(frame)
+        return frame
+
+    def _push_detached(self, th: _Thread, t: int) -> _Context:
+        """End the current segment here; what follows is a new, detached one."""
+        slot = len(th.log)
+        th.log.append(t * 4 + _START_SLOT)
+        cur = th.ctxs[-1]
+        if not cur.frames and cur.detached:
+            cur.start_slot = slot
+            return cur
+        cur.suspend_slot = slot
+        ctx = _Context(None, True, slot)
+        th.ctxs.append(ctx)
+        self.stats.segments_started += 1
+        return ctx
+
+    def _break(self, th: _Thread, time: int, slot: int | None = None) -> None:
+        if slot is None:
+            slot = len(th.log)
+            th.log.append(time * 4 + _START_SLOT)
+        cur = th.ctxs[-1]
+        if not cur.frames and cur.detached:
+            cur.start_slot = slot
+            return
+        cur.suspend_slot = slot
+        th.ctxs.append(_Context(None, True, slot))
+        self.stats.segments_started += 1
+
+    def _add_root(self, th: _Thread, ctx: _Context, loc: Location, t: int) -> None:
+        """Return out of the context's bottom frame into a never-seen caller."""
+        slot = len(th.log)
+        th.log.append(t * 4)
+        root = [loc.function, ctx.parent, ctx.start_slot, -1, _entry(loc), _INFERRED]
+        th.all_frames.append(root)
+        for f in ctx.toplevel:
+            f[_F_PARENT] = root
+        ctx.toplevel = [root]
+        for f in ctx.frames:
+            f[_F_END] = slot
+        ctx.frames = [root]
+        self.stats.roots_inferred += 1
+
+    def _land(self, th: _Thread, fn: str, t: int) -> bool:
+        """Control arrived in ``fn``: if it is on an older context, return to it (stitching).
+
+        Everything above the frame landed in is closed; detached segments in between become
+        children of that frame (they ran while it was active).
+        """
+        ctxs = th.ctxs
+        for ci in range(len(ctxs) - 2, -1, -1):
+            target = ctxs[ci]
+            tframes = target.frames
+            for fi in range(len(tframes) - 1, -1, -1):
+                if tframes[fi][_F_NAME] == fn:
+                    break
+            else:
+                continue
+            landed = tframes[fi]
+            slot = len(th.log)
+            th.log.append(t * 4)
+            end = slot
+            for j in range(len(ctxs) - 1, ci, -1):
+                c = ctxs[j]
+                for f in c.frames:
+                    f[_F_END] = end
+                if c.detached:
+                    for f in c.toplevel:
+                        f[_F_PARENT] = landed
+                    self.stats.stitched += 1
+                    end = ctxs[j - 1].suspend_slot
+            for f in tframes[fi + 1 :]:
+                f[_F_END] = end
+                f[_F_FLAGS] |= _OPEN_AT_END
+            del tframes[fi + 1 :]
+            del ctxs[ci + 1 :]
+            target.suspend_slot = -1
+            return True
+        return False
+
+    # ------------------------------------------------------------- output
+
+    def finish(self) -> Timeline:
+        """Close what is still open and return the whole trace (call once)."""
+        if self._finished:
+            raise RuntimeError("finish() called twice")
+        self._finished = True
+        names: dict[str, int] = {}
+        timeline = Timeline()
+        for (_pid, _tid), th in sorted(self._threads.items()):
+            self._close_all(th)
+            timeline.threads.append(self._thread_timeline(th, names))
+        timeline.names = list(names)
+        return timeline
+
+    @staticmethod
+    def _close_all(th: _Thread) -> None:
+        slot = len(th.log)
+        th.log.append(th.last_time * 4)
+        end = slot
+        ctxs = th.ctxs
+        for j in range(len(ctxs) - 1, -1, -1):
+            c = ctxs[j]
+            for f in c.frames:
+                f[_F_END] = end
+                f[_F_FLAGS] |= _OPEN_AT_END
+            c.frames = []
+            if j > 0 and c.detached:
+                end = ctxs[j - 1].suspend_slot
+
+    def _thread_timeline(self, th: _Thread, names: dict[str, int]) -> ThreadTimeline:
+        times = _slot_times(th.log)
+        frames = th.all_frames
+        n = len(frames)
+        # Depth from parent links: parents can be created after their children (inferred
+        # roots), so resolve by walking up with memoisation.
+        depth_of: dict[int, int] = {}
+        depths = np.empty(n, dtype=np.int32)
+        for i, f in enumerate(frames):
+            chain = []
+            p = f
+            d = 0
+            while p is not None:
+                known = depth_of.get(id(p))
+                if known is not None:
+                    d = known + 1
+                    break
+                chain.append(p)
+                p = p[_F_PARENT]
+            else:
+                d = 0
+            for q in reversed(chain):
+                depth_of[id(q)] = d
+                d += 1
+            depths[i] = depth_of[id(f)]
+        start_slot = np.fromiter((f[_F_START] for f in frames), dtype=np.int64, count=n)
+        end_slot = np.fromiter((f[_F_END] for f in frames), dtype=np.int64, count=n)
+        name_ids = np.fromiter(
+            (names.setdefault(f[_F_NAME], len(names)) for f in frames), dtype=np.int32, count=n
+        )
+        addrs = np.fromiter((f[_F_ADDR] for f in frames), dtype=np.uint64, count=n)
+        flags = np.fromiter((f[_F_FLAGS] & 0xFF for f in frames), dtype=np.uint8, count=n)
+        start = times[start_slot] if n else np.zeros(0, dtype=np.int64)
+        end = times[end_slot] if n else np.zeros(0, dtype=np.int64)
+        insns = np.full(n, -1, dtype=np.int64)
+        cycles = np.full(n, -1, dtype=np.int64)
+        if th.counts and n:
+            upd = np.array(th.counts, dtype=np.int64)
+            at_start = np.searchsorted(upd[:, 0], start_slot, side="right") - 1
+            at_end = np.searchsorted(upd[:, 0], end_slot, side="right") - 1
+            ci = np.where(at_start >= 0, upd[np.maximum(at_start, 0), 1], 0)
+            ce = np.where(at_end >= 0, upd[np.maximum(at_end, 0), 1], 0)
+            insns = ce - ci
+            ci = np.where(at_start >= 0, upd[np.maximum(at_start, 0), 2], 0)
+            ce = np.where(at_end >= 0, upd[np.maximum(at_end, 0), 2], 0)
+            cycles = ce - ci
+        order = np.lexsort((depths, start))
+        timeline = ThreadTimeline(
+            pid=th.pid,
+            tid=th.tid,
+            name=th.name,
+            start=start[order],
+            end=end[order],
+            depth=depths[order],
+            name_id=name_ids[order],
+            address=addrs[order],
+            instructions=insns[order],
+            cycles=cycles[order],
+            flags=flags[order],
+            instants=[Instant(int(times[s]), name) for s, name in th.instants],
+            counters=[CounterSample(int(times[s]), name, v) for s, name, v in th.counters],
+        )
+        if self._keep_slots:
+            self.slot_columns[(th.pid, th.tid)] = (start_slot[order], end_slot[order])
+        return timeline
+
+    # ------------------------------------------------------------ checks
+
+    def orphan_errors(self) -> list[DecodeError]:
+        """Decode errors that could not be attributed to any thread."""
+        return list(self._orphan_errors)
+
+    def self_check(self, timeline: Timeline) -> None:
+        """Verify the invariants of a finished trace; raises ``AssertionError``.
+
+        Every frame is closed, times are non-decreasing in each thread's log, children lie
+        inside their parents, and names/ids are consistent.
+        """
+        for th in self._threads.values():
+            for f in th.all_frames:
+                if f[_F_END] < 0:
+                    raise AssertionError(f"tid {th.tid}: frame {f[_F_NAME]} never closed")
+                if f[_F_END] < f[_F_START]:
+                    raise AssertionError(f"tid {th.tid}: frame {f[_F_NAME]} ends before start")
+            log = np.asarray(th.log, dtype=np.int64) >> 2
+            if np.any(np.diff(log) < 0):
+                raise AssertionError(f"tid {th.tid}: time goes backwards")
+        for tt in timeline.threads:
+            try:
+                check_nesting(tt)
+            except NestingError as e:
+                raise AssertionError(f"tid {tt.tid}: {e}") from e
+            if len(tt) and int(tt.name_id.max()) >= len(timeline.names):
+                raise AssertionError("name id out of range")
+
+
+def _entry(loc: Location) -> int:
+    """The function's entry address, when the location says where it is."""
+    return loc.ip - loc.offset if loc.offset >= 0 else loc.ip
+
+
+def _slot_times(log: list[int]) -> npt.NDArray[np.int64]:
+    """Turn a thread's slot log into nanoseconds (see "Time" in the module docstring)."""
+    raw = np.asarray(log, dtype=np.int64)
+    t = raw >> 2
+    calls = raw & _CALL_SLOT
+    lasting = (raw & (_CALL_SLOT | _START_SLOT) != 0).astype(np.int64)
+    n = t.shape[0]
+    change = np.ones(n, dtype=bool)
+    change[1:] = t[1:] != t[:-1]
+    run_first = np.flatnonzero(change)
+    run_id = np.cumsum(change) - 1
+    run_t = t[run_first]
+    next_t = np.empty_like(run_t)
+    next_t[:-1] = run_t[1:]
+    next_t[-1] = run_t[-1]  # the last run has no known length
+    calls_before = np.cumsum(calls) - calls
+    calls_in_run = np.add.reduceat(calls, run_first)
+    before_in_run = calls_before - calls_before[run_first][run_id]
+    share = (next_t - run_t)[run_id] * before_in_run // np.maximum(calls_in_run[run_id], 1)
+    smeared = run_t[run_id] + share
+    # Every call (and segment start) lasts at least 1 ns, and time never goes backwards.
+    lasting_before = np.cumsum(lasting) - lasting
+    out: npt.NDArray[np.int64] = np.maximum.accumulate(smeared - lasting_before) + lasting_before
+    return out
