@@ -1,5 +1,68 @@
-"""Build hook: declares only the perf dlfilter shared object (metadata is in pyproject.toml)."""
+"""Build hook: declares only the perf dlfilter shared object (metadata is in pyproject.toml).
 
-from setuptools import setup
+The dlfilter is a plain C shared object that ``perf script --dlfilter`` loads, not a Python
+extension module: no ``PyInit_`` symbol, no ABI tag in its name, no libpython. It is built
+against the system's ``<perf/perf_dlfilter.h>`` (Debian/Ubuntu package ``linux-perf``),
+never a vendored copy. Set ``PTSCOPE_NO_DLFILTER=1`` to skip it (ptscope then decodes with
+the slower ``perf script`` text decoder).
+"""
 
-setup()
+import os
+import sysconfig
+from pathlib import Path
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+from setuptools.errors import CompileError
+
+HEADER = "perf/perf_dlfilter.h"
+
+
+class SharedObject(Extension):
+    """A plain shared object (loaded with dlopen by another program)."""
+
+
+class BuildExt(build_ext):
+    def get_ext_filename(self, fullname: str) -> str:
+        ext = self.ext_map.get(fullname)
+        if isinstance(ext, SharedObject):
+            return os.path.join(*fullname.split(".")) + ".so"
+        return super().get_ext_filename(fullname)
+
+    def get_export_symbols(self, ext: Extension) -> list[str]:
+        if isinstance(ext, SharedObject):
+            return []
+        return super().get_export_symbols(ext)
+
+    def build_extension(self, ext: Extension) -> None:
+        if isinstance(ext, SharedObject) and not _header_found(ext.include_dirs):
+            raise CompileError(
+                f"ptscope: <{HEADER}> not found, so the perf dlfilter cannot be built. "
+                "Install perf's headers (Debian/Ubuntu: sudo apt-get install linux-perf), "
+                "or set PTSCOPE_NO_DLFILTER=1 to install without it (slower text decoding)."
+            )
+        super().build_extension(ext)
+
+
+def _header_found(extra_dirs: list[str]) -> bool:
+    dirs = [*extra_dirs, "/usr/local/include", "/usr/include"]
+    for var in ("CPATH", "C_INCLUDE_PATH"):
+        dirs += [d for d in os.environ.get(var, "").split(os.pathsep) if d]
+    multiarch = sysconfig.get_config_var("MULTIARCH")
+    if multiarch:
+        dirs.append(f"/usr/include/{multiarch}")
+    return any((Path(d) / HEADER).is_file() for d in dirs)
+
+
+ext_modules = []
+if not os.environ.get("PTSCOPE_NO_DLFILTER"):
+    ext_modules.append(
+        SharedObject(
+            "ptscope._native.dlfilter",
+            sources=["src/ptscope/_native/dlfilter.c"],
+            depends=["src/ptscope/_native/record_format.h"],
+            extra_compile_args=["-O2", "-Wall", "-Werror", "-std=c11", "-fvisibility=hidden"],
+        )
+    )
+
+setup(ext_modules=ext_modules, cmdclass={"build_ext": BuildExt})

@@ -1,0 +1,703 @@
+/* perf --dlfilter plugin: drops jumps inside one function and streams the rest as records.
+ *
+ * Usage: perf script --itrace=bep --dlfilter dlfilter.so --dlarg OUT [--dlarg keep-all]
+ *   OUT = "-" or "stdout": write to perf's own stdout FILE, so that perf's decode error
+ *         lines (which perf prints to stdout too) land in the stream in exactly the right
+ *         place; "fd:N": an inherited file descriptor; anything else: a file path.
+ *   keep-all: write every branch (no same-function dropping), for comparisons.
+ *
+ * Records (record_format.h) are written per sample with fwrite_unlocked into the stdio
+ * buffer, never buffered on the side: that is what keeps perf's text lines in order.
+ * Every filter call returns 1, so perf prints nothing for the samples themselves.
+ *
+ * The logic lives in functions that take plain values (ptscope_* below, also exported) so
+ * that it can be unit-tested with fabricated samples and a fake perf_dlfilter_fns table.
+ */
+#define _GNU_SOURCE
+#if defined(__has_include)
+#if !__has_include(<perf/perf_dlfilter.h>)
+#error "<perf/perf_dlfilter.h> not found: install perf's headers (Debian/Ubuntu: apt-get install linux-perf)"
+#endif
+#endif
+#include <perf/perf_dlfilter.h>
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "record_format.h"
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the record stream is little-endian; this target is not"
+#endif
+
+#define PTSCOPE_EXPORT __attribute__((visibility("default")))
+
+/* perf copies its callback table here before calling start(). */
+PTSCOPE_EXPORT struct perf_dlfilter_fns perf_dlfilter_fns;
+
+/* ------------------------------------------------------------------ hashing */
+
+static inline uint64_t mix64(uint64_t x)
+{
+	/* splitmix64 finaliser: cheap and good enough for addresses and ids. */
+	x ^= x >> 30;
+	x *= 0xbf58476d1ce4e5b9ULL;
+	x ^= x >> 27;
+	x *= 0x94d049bb133111ebULL;
+	x ^= x >> 31;
+	return x;
+}
+
+static uint64_t hash_bytes(const char *s, size_t n)
+{
+	uint64_t h = 0xcbf29ce484222325ULL; /* FNV-1a */
+	for (size_t i = 0; i < n; i++) {
+		h ^= (unsigned char)s[i];
+		h *= 0x100000001b3ULL;
+	}
+	return mix64(h);
+}
+
+/* -------------------------------------------------------- string interning */
+
+struct str_slot {
+	uint64_t hash;
+	char *text; /* owned copy; NULL = empty slot */
+	uint32_t len;
+	uint32_t id;
+};
+
+struct str_table {
+	struct str_slot *slots;
+	size_t cap; /* power of two */
+	size_t count;
+};
+
+static int str_table_grow(struct str_table *t)
+{
+	size_t ncap = t->cap ? t->cap * 2 : 1024;
+	struct str_slot *ns = calloc(ncap, sizeof(*ns));
+	if (!ns)
+		return -1;
+	for (size_t i = 0; i < t->cap; i++) {
+		struct str_slot *s = &t->slots[i];
+		if (!s->text)
+			continue;
+		size_t j = s->hash & (ncap - 1);
+		while (ns[j].text)
+			j = (j + 1) & (ncap - 1);
+		ns[j] = *s;
+	}
+	free(t->slots);
+	t->slots = ns;
+	t->cap = ncap;
+	return 0;
+}
+
+/* Id of `s` (1, 2, ...); *is_new tells whether it was just added. 0 on out-of-memory. */
+static uint32_t str_intern(struct str_table *t, const char *s, size_t len, int *is_new)
+{
+	*is_new = 0;
+	if ((t->count + 1) * 2 > t->cap && str_table_grow(t) < 0)
+		return 0;
+	uint64_t h = hash_bytes(s, len);
+	size_t j = h & (t->cap - 1);
+	while (t->slots[j].text) {
+		struct str_slot *e = &t->slots[j];
+		if (e->hash == h && e->len == len && memcmp(e->text, s, len) == 0)
+			return e->id;
+		j = (j + 1) & (t->cap - 1);
+	}
+	char *copy = malloc(len + 1);
+	if (!copy)
+		return 0;
+	memcpy(copy, s, len);
+	copy[len] = 0;
+	t->count++;
+	t->slots[j] = (struct str_slot){ .hash = h, .text = copy, .len = (uint32_t)len,
+					 .id = (uint32_t)t->count };
+	*is_new = 1;
+	return (uint32_t)t->count;
+}
+
+static void str_table_free(struct str_table *t)
+{
+	for (size_t i = 0; i < t->cap; i++)
+		free(t->slots[i].text);
+	free(t->slots);
+	memset(t, 0, sizeof(*t));
+}
+
+/* ------------------------------------------------------------ location cache */
+
+/* One resolved address. The key is (address, pid, generation, side): the ip and addr of a
+ * sample are resolved by different perf functions (by the sample's cpumode vs. with a
+ * fallback), so each side is cached separately to stay identical to perf's text output. */
+struct loc_slot {
+	uint64_t addr;
+	uint64_t meta;       /* pid | generation << 32 | side << 63 */
+	uint32_t id;         /* 0 = empty slot */
+	uint32_t fn;         /* function-key id: equal <=> same function for the engine */
+	const char *sym_ptr; /* perf's pointers at resolve time, to notice a changed mapping */
+	const char *dso_ptr;
+};
+
+struct loc_table {
+	struct loc_slot *slots;
+	size_t cap;
+	size_t count;
+};
+
+static inline uint64_t loc_meta(int32_t pid, uint32_t gen, int side)
+{
+	return (uint32_t)pid | ((uint64_t)(gen & 0x7fffffff) << 32) | ((uint64_t)(side & 1) << 63);
+}
+
+static inline uint64_t loc_hash(uint64_t addr, uint64_t meta)
+{
+	return mix64(addr ^ mix64(meta));
+}
+
+static int loc_table_grow(struct loc_table *t)
+{
+	size_t ncap = t->cap ? t->cap * 2 : 4096;
+	struct loc_slot *ns = calloc(ncap, sizeof(*ns));
+	if (!ns)
+		return -1;
+	for (size_t i = 0; i < t->cap; i++) {
+		struct loc_slot *s = &t->slots[i];
+		if (!s->id)
+			continue;
+		size_t j = loc_hash(s->addr, s->meta) & (ncap - 1);
+		while (ns[j].id)
+			j = (j + 1) & (ncap - 1);
+		ns[j] = *s;
+	}
+	free(t->slots);
+	t->slots = ns;
+	t->cap = ncap;
+	return 0;
+}
+
+/* The slot for the key: either the matching entry or the empty slot where it goes. */
+static inline struct loc_slot *loc_find(struct loc_table *t, uint64_t addr, uint64_t meta)
+{
+	size_t j = loc_hash(addr, meta) & (t->cap - 1);
+	for (;;) {
+		struct loc_slot *s = &t->slots[j];
+		if (!s->id || (s->addr == addr && s->meta == meta))
+			return s;
+		j = (j + 1) & (t->cap - 1);
+	}
+}
+
+/* --------------------------------------------------------------- id maps */
+
+/* u64 key -> dense index; used for threads (pid:tid) and processes (pid). */
+struct id_map {
+	uint64_t *keys;
+	uint32_t *vals; /* index + 1; 0 = empty */
+	size_t cap;
+	size_t count;
+};
+
+static int id_map_grow(struct id_map *m)
+{
+	size_t ncap = m->cap ? m->cap * 2 : 256;
+	uint64_t *nk = calloc(ncap, sizeof(*nk));
+	uint32_t *nv = calloc(ncap, sizeof(*nv));
+	if (!nk || !nv) {
+		free(nk);
+		free(nv);
+		return -1;
+	}
+	for (size_t i = 0; i < m->cap; i++) {
+		if (!m->vals[i])
+			continue;
+		size_t j = mix64(m->keys[i]) & (ncap - 1);
+		while (nv[j])
+			j = (j + 1) & (ncap - 1);
+		nk[j] = m->keys[i];
+		nv[j] = m->vals[i];
+	}
+	free(m->keys);
+	free(m->vals);
+	m->keys = nk;
+	m->vals = nv;
+	m->cap = ncap;
+	return 0;
+}
+
+/* Index for key; a new key gets index `count` (the caller extends its arrays). -1: OOM. */
+static long id_map_get(struct id_map *m, uint64_t key, int *is_new)
+{
+	*is_new = 0;
+	if ((m->count + 1) * 2 > m->cap && id_map_grow(m) < 0)
+		return -1;
+	size_t j = mix64(key) & (m->cap - 1);
+	while (m->vals[j]) {
+		if (m->keys[j] == key)
+			return (long)m->vals[j] - 1;
+		j = (j + 1) & (m->cap - 1);
+	}
+	m->keys[j] = key;
+	m->vals[j] = (uint32_t)++m->count;
+	*is_new = 1;
+	return (long)m->count - 1;
+}
+
+static void id_map_free(struct id_map *m)
+{
+	free(m->keys);
+	free(m->vals);
+	memset(m, 0, sizeof(*m));
+}
+
+/* ------------------------------------------------------------------ state */
+
+struct thread_state {
+	int32_t pid;
+	const char *comm; /* perf's comm string at the last sample: a change means exec */
+	uint64_t pending_insn; /* counts carried by dropped branches, added to the next kept */
+	uint64_t pending_cyc;
+};
+
+enum event_kind { EV_OTHER, EV_BRANCH, EV_POWER };
+
+struct ptscope_filter {
+	FILE *out;
+	int own_out;  /* we opened it (close in stop) */
+	int keep_all; /* do not drop same-function jumps */
+	int failed;   /* a write failed: stop asking perf for more */
+	struct str_table names;  /* symbol and DSO names, sent as string records */
+	struct str_table fnkeys; /* function keys, internal only */
+	struct loc_table locs;
+	uint32_t next_loc_id;
+	struct id_map thread_ids;
+	struct thread_state *threads;
+	size_t threads_cap;
+	struct id_map pid_ids;
+	uint32_t *pid_gen;
+	size_t pid_cap;
+	const char *last_event; /* evsel name pointer of the previous sample */
+	enum event_kind last_kind;
+	struct ptscope_trailer_rec counters;
+};
+
+/* ------------------------------------------------------------ pure helpers */
+
+/* Flags of a branch that the engine ignores when source and target are in one function:
+ * plain and conditional jumps. Anything else (calls, returns, syscalls, interrupts, trace
+ * begin/end, transactions, unknown bits) is always kept. */
+PTSCOPE_EXPORT int ptscope_droppable_flags(uint32_t flags)
+{
+	const uint32_t jump = PERF_DLFILTER_FLAG_BRANCH | PERF_DLFILTER_FLAG_CONDITIONAL;
+	return (flags & PERF_DLFILTER_FLAG_BRANCH) && (flags & ~jump) == 0;
+}
+
+static int symbol_is_unknown(const char *sym)
+{
+	return !sym || !sym[0] || strcmp(sym, "[unknown]") == 0;
+}
+
+/* The function key of a resolved address, written into buf (NUL-terminated); returns its
+ * length or the length needed if it does not fit. Mirrors ptscope.model.function_key():
+ * a known symbol without its GCC ".cold" suffix; unknown code grouped per DSO. */
+PTSCOPE_EXPORT size_t ptscope_function_key(const char *sym, const char *dso, char *buf,
+					   size_t size)
+{
+	int n;
+	if (symbol_is_unknown(sym)) {
+		if (dso && dso[0])
+			n = snprintf(buf, size, "[unknown] (%s)", dso);
+		else
+			n = snprintf(buf, size, "[unknown]");
+	} else {
+		size_t len = strlen(sym);
+		if (len >= 5 && memcmp(sym + len - 5, ".cold", 5) == 0)
+			len -= 5;
+		n = snprintf(buf, size, "%.*s", (int)len, sym);
+	}
+	return n < 0 ? 0 : (size_t)n;
+}
+
+/* The offset of an address from its symbol's start, as perf script prints it. */
+PTSCOPE_EXPORT int64_t ptscope_symbol_offset(const struct perf_dlfilter_al *al)
+{
+	if (!al || symbol_is_unknown(al->sym))
+		return PTSCOPE_NO_OFFSET;
+	/* perf's own 32-bit symoff truncates; recompute it when the address is inside the
+	 * symbol. Outside it perf uses a map-relative formula we cannot redo here. */
+	if (al->addr >= al->sym_start && al->addr < al->sym_end)
+		return (int64_t)(al->addr - al->sym_start);
+	return (int64_t)al->symoff;
+}
+
+/* --------------------------------------------------------------- writing */
+
+static inline void emit(struct ptscope_filter *f, const void *rec, size_t size)
+{
+	if (fwrite_unlocked(rec, size, 1, f->out) != 1)
+		f->failed = 1;
+}
+
+static void emit_header(struct ptscope_filter *f)
+{
+	struct ptscope_header_rec h;
+	memset(&h, 0, sizeof(h));
+	h.tag = PTSCOPE_TAG_HEADER;
+	memcpy(h.magic, PTSCOPE_STREAM_MAGIC, sizeof(h.magic));
+	h.version = PTSCOPE_STREAM_VERSION;
+	h.branch_size = sizeof(struct ptscope_branch_rec);
+	h.location_size = sizeof(struct ptscope_location_rec);
+	h.string_size = sizeof(struct ptscope_string_rec);
+	h.power_size = sizeof(struct ptscope_power_rec);
+	h.trailer_size = sizeof(struct ptscope_trailer_rec);
+	h.options = f->keep_all ? PTSCOPE_OPT_KEEP_ALL : 0;
+	emit(f, &h, sizeof(h));
+}
+
+/* Id of a symbol or DSO name, writing its string record the first time. 0 if none. */
+static uint32_t name_id(struct ptscope_filter *f, const char *s)
+{
+	if (!s)
+		return PTSCOPE_NO_STRING;
+	size_t len = strlen(s);
+	int is_new;
+	uint32_t id = str_intern(&f->names, s, len, &is_new);
+	if (!id) {
+		f->failed = 1;
+		return PTSCOPE_NO_STRING;
+	}
+	if (is_new) {
+		struct ptscope_string_rec r;
+		memset(&r, 0, sizeof(r));
+		r.tag = PTSCOPE_TAG_STRING;
+		r.id = id;
+		r.length = (uint32_t)len;
+		emit(f, &r, sizeof(r));
+		if (len && fwrite_unlocked(s, len, 1, f->out) != 1)
+			f->failed = 1;
+		f->counters.strings++;
+	}
+	return id;
+}
+
+static uint32_t function_key_id(struct ptscope_filter *f, const char *sym, const char *dso)
+{
+	char small[256];
+	char *buf = small;
+	size_t n = ptscope_function_key(sym, dso, small, sizeof(small));
+	if (n >= sizeof(small)) {
+		buf = malloc(n + 1);
+		if (!buf) {
+			f->failed = 1;
+			return 0;
+		}
+		ptscope_function_key(sym, dso, buf, n + 1);
+	}
+	int is_new;
+	uint32_t id = str_intern(&f->fnkeys, buf, n, &is_new);
+	if (buf != small)
+		free(buf);
+	if (!id)
+		f->failed = 1;
+	return id;
+}
+
+/* ------------------------------------------------------------- resolving */
+
+static struct thread_state *thread_of(struct ptscope_filter *f, int32_t pid, int32_t tid)
+{
+	uint64_t key = ((uint64_t)(uint32_t)pid << 32) | (uint32_t)tid;
+	int is_new;
+	long i = id_map_get(&f->thread_ids, key, &is_new);
+	if (i < 0)
+		return NULL;
+	if (is_new) {
+		if ((size_t)i >= f->threads_cap) {
+			size_t ncap = f->threads_cap ? f->threads_cap * 2 : 64;
+			struct thread_state *nt = realloc(f->threads, ncap * sizeof(*nt));
+			if (!nt)
+				return NULL;
+			f->threads = nt;
+			f->threads_cap = ncap;
+		}
+		f->threads[i] = (struct thread_state){ .pid = pid };
+	}
+	return &f->threads[i];
+}
+
+static uint32_t *generation_of(struct ptscope_filter *f, int32_t pid)
+{
+	int is_new;
+	long i = id_map_get(&f->pid_ids, (uint32_t)pid, &is_new);
+	if (i < 0)
+		return NULL;
+	if (is_new) {
+		if ((size_t)i >= f->pid_cap) {
+			size_t ncap = f->pid_cap ? f->pid_cap * 2 : 64;
+			uint32_t *ng = realloc(f->pid_gen, ncap * sizeof(*ng));
+			if (!ng)
+				return NULL;
+			f->pid_gen = ng;
+			f->pid_cap = ncap;
+		}
+		f->pid_gen[i] = 0;
+	}
+	return &f->pid_gen[i];
+}
+
+/* The cached location of an address, resolving it (through `al`, which may be NULL when
+ * perf cannot say) and writing its records on first sight. Returns the slot, or NULL. */
+static struct loc_slot *location(struct ptscope_filter *f, int32_t pid, uint32_t gen, int side,
+				 uint64_t addr, const struct perf_dlfilter_al *al)
+{
+	if ((f->locs.count + 1) * 2 > f->locs.cap && loc_table_grow(&f->locs) < 0) {
+		f->failed = 1;
+		return NULL;
+	}
+	uint64_t meta = loc_meta(pid, gen, side);
+	struct loc_slot *s = loc_find(&f->locs, addr, meta);
+	if (s->id)
+		return s;
+	const char *sym = al ? al->sym : NULL;
+	const char *dso = al ? al->dso : NULL;
+	struct ptscope_location_rec r;
+	memset(&r, 0, sizeof(r));
+	r.tag = PTSCOPE_TAG_LOCATION;
+	r.ip = addr;
+	r.pid = pid;
+	r.offset = ptscope_symbol_offset(al);
+	r.symbol = symbol_is_unknown(sym) ? PTSCOPE_NO_STRING : name_id(f, sym);
+	r.dso = dso ? name_id(f, dso) : PTSCOPE_NO_STRING;
+	r.id = ++f->next_loc_id;
+	emit(f, &r, sizeof(r));
+	f->counters.locations++;
+	*s = (struct loc_slot){ .addr = addr, .meta = meta, .id = r.id,
+				.fn = function_key_id(f, sym, dso), .sym_ptr = sym, .dso_ptr = dso };
+	f->locs.count++;
+	return s;
+}
+
+/* ------------------------------------------------------------ per sample */
+
+static enum event_kind event_kind_of(struct ptscope_filter *f, const char *event)
+{
+	if (event == f->last_event && event)
+		return f->last_kind;
+	enum event_kind k = EV_OTHER;
+	if (event && strncmp(event, "branches", 8) == 0)
+		k = EV_BRANCH;
+	else if (event && strncmp(event, "cbr", 3) == 0)
+		k = EV_POWER;
+	f->last_event = event;
+	f->last_kind = k;
+	return k;
+}
+
+static int handle_power(struct ptscope_filter *f, const struct perf_dlfilter_sample *s)
+{
+	/* perf's synthesized cbr raw data: u32 flags (cbr in the low byte), u32 freq (MHz). */
+	if (s->raw_size < 8 || !s->raw_data) {
+		f->counters.other++;
+		return 1;
+	}
+	const uint8_t *raw = s->raw_data;
+	struct ptscope_power_rec r;
+	memset(&r, 0, sizeof(r));
+	r.tag = PTSCOPE_TAG_POWER;
+	r.pid = s->pid;
+	r.tid = s->tid;
+	r.cpu = s->cpu;
+	r.time = s->time;
+	r.cbr = raw[0];
+	memcpy(&r.freq_mhz, raw + 4, sizeof(r.freq_mhz));
+	emit(f, &r, sizeof(r));
+	f->counters.power++;
+	return 1;
+}
+
+static int handle_branch(struct ptscope_filter *f, const struct perf_dlfilter_sample *s,
+			 void *ctx)
+{
+	struct thread_state *th = thread_of(f, s->pid, s->tid);
+	uint32_t *gen = generation_of(f, s->pid);
+	if (!th || !gen) {
+		f->failed = 1;
+		return -ENOMEM;
+	}
+	const struct perf_dlfilter_al *ip_al =
+		perf_dlfilter_fns.resolve_ip ? perf_dlfilter_fns.resolve_ip(ctx) : NULL;
+	if (ip_al && ip_al->comm != th->comm) {
+		/* The thread's name changed (exec, or prctl): what its addresses resolve to may
+		 * have changed too, so resolve this process's addresses afresh. */
+		if (th->comm)
+			++*gen;
+		th->comm = ip_al->comm;
+	}
+	struct loc_slot *src = location(f, s->pid, *gen, 0, s->ip, ip_al);
+	if (src && ip_al && (src->sym_ptr != ip_al->sym || src->dso_ptr != ip_al->dso)) {
+		/* perf resolves this ip differently than when we cached it: remapped code. */
+		++*gen;
+		src = location(f, s->pid, *gen, 0, s->ip, ip_al);
+	}
+	if (!src)
+		return -ENOMEM;
+	uint32_t src_id = src->id, src_fn = src->fn;
+	/* `src` may move when the table grows: copy what we need before the next lookup. */
+	uint64_t meta = loc_meta(s->pid, *gen, 1);
+	struct loc_slot *dst = f->locs.cap ? loc_find(&f->locs, s->addr, meta) : NULL;
+	if (!dst || !dst->id) {
+		const struct perf_dlfilter_al *addr_al = NULL;
+		if (s->addr_correlates_sym && perf_dlfilter_fns.resolve_addr)
+			addr_al = perf_dlfilter_fns.resolve_addr(ctx);
+		dst = location(f, s->pid, *gen, 1, s->addr, addr_al);
+		if (!dst)
+			return -ENOMEM;
+	}
+	if (!f->keep_all && ptscope_droppable_flags(s->flags) && src_fn == dst->fn) {
+		th->pending_insn += s->insn_cnt;
+		th->pending_cyc += s->cyc_cnt;
+		f->counters.branches_dropped++;
+		return 1;
+	}
+	struct ptscope_branch_rec r;
+	memset(&r, 0, sizeof(r));
+	r.tag = PTSCOPE_TAG_BRANCH;
+	r.cpumode = s->cpumode;
+	r.flags = s->flags;
+	r.pid = s->pid;
+	r.tid = s->tid;
+	r.time = s->time;
+	r.ip = s->ip;
+	r.addr = s->addr;
+	r.insn_cnt = s->insn_cnt + th->pending_insn;
+	r.cyc_cnt = s->cyc_cnt + th->pending_cyc;
+	th->pending_insn = 0;
+	th->pending_cyc = 0;
+	r.ip_loc = src_id;
+	r.addr_loc = dst->id;
+	r.cpu = s->cpu;
+	emit(f, &r, sizeof(r));
+	f->counters.branches_kept++;
+	return 1;
+}
+
+/* ------------------------------------------------------------ perf's API */
+
+static int open_output(struct ptscope_filter *f, const char *target)
+{
+	if (!target || strcmp(target, "-") == 0 || strcmp(target, "stdout") == 0) {
+		f->out = stdout;
+		/* A large buffer: fewer pipe writes. Safe here: perf has printed nothing yet, and
+		 * glibc flushes anything pending before switching buffers anyway. */
+		setvbuf(stdout, NULL, _IOFBF, 1 << 20);
+		return 0;
+	}
+	if (strncmp(target, "fd:", 3) == 0) {
+		char *end;
+		long fd = strtol(target + 3, &end, 10);
+		if (*end || fd < 0)
+			return -EINVAL;
+		f->out = fdopen((int)fd, "wb");
+	} else {
+		f->out = fopen(target, "wb");
+	}
+	if (!f->out)
+		return -errno;
+	setvbuf(f->out, NULL, _IOFBF, 1 << 20);
+	f->own_out = 1;
+	return 0;
+}
+
+PTSCOPE_EXPORT int start(void **data, void *ctx)
+{
+	struct ptscope_filter *f = calloc(1, sizeof(*f));
+	if (!f)
+		return -ENOMEM;
+	int argc = 0;
+	char **argv = perf_dlfilter_fns.args ? perf_dlfilter_fns.args(ctx, &argc) : NULL;
+	const char *target = argc > 0 ? argv[0] : NULL;
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "keep-all") == 0) {
+			f->keep_all = 1;
+		} else {
+			fprintf(stderr, "ptscope dlfilter: unknown argument '%s'\n", argv[i]);
+			free(f);
+			return -EINVAL;
+		}
+	}
+	int err = open_output(f, target);
+	if (err) {
+		fprintf(stderr, "ptscope dlfilter: cannot open output '%s': %s\n", target,
+			strerror(-err));
+		free(f);
+		return err;
+	}
+	emit_header(f);
+	*data = f;
+	return 0;
+}
+
+PTSCOPE_EXPORT int filter_event_early(void *data, const struct perf_dlfilter_sample *sample,
+				      void *ctx)
+{
+	struct ptscope_filter *f = data;
+	if (f->failed)
+		return -EIO;
+	f->counters.samples++;
+	int ret;
+	switch (event_kind_of(f, sample->event)) {
+	case EV_BRANCH:
+		ret = handle_branch(f, sample, ctx);
+		break;
+	case EV_POWER:
+		ret = handle_power(f, sample);
+		break;
+	default:
+		f->counters.other++;
+		ret = 1;
+	}
+	return f->failed ? -EIO : ret;
+}
+
+PTSCOPE_EXPORT int stop(void *data, void *ctx)
+{
+	(void)ctx;
+	struct ptscope_filter *f = data;
+	int ret = 0;
+	if (!f)
+		return 0;
+	f->counters.tag = PTSCOPE_TAG_TRAILER;
+	emit(f, &f->counters, sizeof(f->counters));
+	if (fflush(f->out) != 0 || ferror(f->out))
+		f->failed = 1;
+	if (f->own_out && fclose(f->out) != 0)
+		f->failed = 1;
+	if (f->failed) {
+		fprintf(stderr, "ptscope dlfilter: writing the record stream failed\n");
+		ret = -EIO;
+	}
+	str_table_free(&f->names);
+	str_table_free(&f->fnkeys);
+	free(f->locs.slots);
+	id_map_free(&f->thread_ids);
+	free(f->threads);
+	id_map_free(&f->pid_ids);
+	free(f->pid_gen);
+	free(f);
+	return ret;
+}
+
+PTSCOPE_EXPORT const char *filter_description(const char **long_description)
+{
+	if (long_description)
+		*long_description =
+			"Drops jumps inside one function and writes the other branches as binary "
+			"records for ptscope (args: OUT [keep-all]; OUT = - | fd:N | PATH).";
+	return "ptscope: compact branch record stream";
+}

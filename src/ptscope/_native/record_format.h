@@ -1,0 +1,120 @@
+/* The dlfilter record stream: fixed-size little-endian records, mirrored in
+ * src/ptscope/decode/record_format.py and documented in docs/file-formats.md.
+ *
+ * Every record starts with a tag byte in 0xF8..0xFF. No line of text starts with such a
+ * byte (they are never the first byte of a UTF-8 character), so perf's own text lines
+ * (decode errors) can share the stream: a reader at a record boundary either sees a tag
+ * (a record) or anything else (a text line up to '\n').
+ *
+ * Change any layout => bump PTSCOPE_STREAM_VERSION (and the Python mirror).
+ */
+#ifndef PTSCOPE_RECORD_FORMAT_H
+#define PTSCOPE_RECORD_FORMAT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PTSCOPE_STREAM_MAGIC "PTSCOPE" /* 7 bytes after the header's tag byte */
+#define PTSCOPE_STREAM_VERSION 1u
+
+enum ptscope_tag {
+	PTSCOPE_TAG_HEADER = 0xF8,   /* first record of every stream */
+	PTSCOPE_TAG_STRING = 0xF9,   /* an interned symbol or DSO name (bytes follow) */
+	PTSCOPE_TAG_LOCATION = 0xFA, /* an address resolved once: symbol, offset, DSO */
+	PTSCOPE_TAG_BRANCH = 0xFB,   /* one kept branch sample */
+	PTSCOPE_TAG_POWER = 0xFC,    /* one cbr (core-to-bus ratio) sample */
+	PTSCOPE_TAG_TRAILER = 0xFD,  /* last record: counters; its absence means truncation */
+};
+
+/* Sentinel ids: string id 0 = no name (unknown symbol / no DSO). Real ids count from 1. */
+#define PTSCOPE_NO_STRING 0u
+/* Offset of an address from its symbol's start when the symbol is unknown. */
+#define PTSCOPE_NO_OFFSET (-1)
+
+#pragma pack(push, 1)
+
+struct ptscope_header_rec { /* 32 bytes */
+	uint8_t tag;               /* PTSCOPE_TAG_HEADER */
+	char magic[7];             /* "PTSCOPE" */
+	uint32_t version;          /* PTSCOPE_STREAM_VERSION */
+	uint16_t branch_size;      /* sizeof(struct ptscope_branch_rec) */
+	uint16_t location_size;    /* sizeof(struct ptscope_location_rec) */
+	uint16_t string_size;      /* sizeof(struct ptscope_string_rec), without the bytes */
+	uint16_t power_size;       /* sizeof(struct ptscope_power_rec) */
+	uint16_t trailer_size;     /* sizeof(struct ptscope_trailer_rec) */
+	uint16_t options;          /* PTSCOPE_OPT_* the filter ran with */
+	uint32_t reserved[2];
+};
+
+#define PTSCOPE_OPT_KEEP_ALL 1u /* same-function jumps were not dropped */
+
+struct ptscope_string_rec { /* 12 bytes, then `length` bytes (no NUL) */
+	uint8_t tag;     /* PTSCOPE_TAG_STRING */
+	uint8_t reserved[3];
+	uint32_t id;     /* 1, 2, 3... in stream order */
+	uint32_t length;
+};
+
+struct ptscope_location_rec { /* 40 bytes */
+	uint8_t tag;      /* PTSCOPE_TAG_LOCATION */
+	uint8_t reserved[3];
+	uint32_t id;      /* 1, 2, 3... in stream order */
+	uint64_t ip;      /* the address */
+	int64_t offset;   /* from the symbol's start; PTSCOPE_NO_OFFSET if no symbol */
+	uint32_t symbol;  /* string id, PTSCOPE_NO_STRING if unknown */
+	uint32_t dso;     /* string id, PTSCOPE_NO_STRING if no mapping */
+	int32_t pid;      /* the process whose address space it was resolved in */
+	uint32_t reserved2;
+};
+
+struct ptscope_branch_rec { /* 72 bytes */
+	uint8_t tag;        /* PTSCOPE_TAG_BRANCH */
+	uint8_t cpumode;    /* PERF_RECORD_MISC_CPUMODE_MASK bits of the sample */
+	uint16_t reserved;
+	uint32_t flags;     /* PERF_DLFILTER_FLAG_* (raw: bits above 12 may be set) */
+	int32_t pid;
+	int32_t tid;
+	uint64_t time;      /* perf time, ns */
+	uint64_t ip;        /* branch source */
+	uint64_t addr;      /* branch target */
+	uint64_t insn_cnt;  /* instructions since the thread's previous kept branch's count */
+	uint64_t cyc_cnt;   /* cycles, likewise (both include those of dropped branches) */
+	uint32_t ip_loc;    /* location id of ip */
+	uint32_t addr_loc;  /* location id of addr */
+	int32_t cpu;
+	uint32_t reserved2;
+};
+
+struct ptscope_power_rec { /* 32 bytes */
+	uint8_t tag;       /* PTSCOPE_TAG_POWER */
+	uint8_t reserved[3];
+	int32_t pid;
+	int32_t tid;
+	int32_t cpu;
+	uint64_t time;
+	uint32_t cbr;      /* core-to-bus ratio */
+	uint32_t freq_mhz; /* the frequency perf computed from it */
+};
+
+struct ptscope_trailer_rec { /* 64 bytes */
+	uint8_t tag;       /* PTSCOPE_TAG_TRAILER */
+	uint8_t reserved[7];
+	uint64_t samples;          /* every sample perf handed to the filter */
+	uint64_t branches_kept;    /* branch records written */
+	uint64_t branches_dropped; /* same-function jumps dropped */
+	uint64_t power;            /* power records written */
+	uint64_t other;            /* samples of other events (psb, instructions...), ignored */
+	uint64_t locations;        /* location records written */
+	uint64_t strings;          /* string records written */
+};
+
+#pragma pack(pop)
+
+_Static_assert(sizeof(struct ptscope_header_rec) == 32, "header layout");
+_Static_assert(sizeof(struct ptscope_string_rec) == 12, "string layout");
+_Static_assert(sizeof(struct ptscope_location_rec) == 40, "location layout");
+_Static_assert(sizeof(struct ptscope_branch_rec) == 72, "branch layout");
+_Static_assert(sizeof(struct ptscope_power_rec) == 32, "power layout");
+_Static_assert(sizeof(struct ptscope_trailer_rec) == 64, "trailer layout");
+
+#endif /* PTSCOPE_RECORD_FORMAT_H */
