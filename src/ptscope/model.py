@@ -109,7 +109,8 @@ class Location:
     """An instruction address and what it resolves to.
 
     ``offset`` is the offset from the symbol's start (``-1`` when the symbol is unknown);
-    ``function`` is derived (see :func:`function_key`) and is what the engine compares.
+    ``function`` (see :func:`function_key`) and ``entry`` (the function's entry address) are
+    derived; ``function`` is what the engine compares.
     """
 
     ip: int
@@ -117,9 +118,12 @@ class Location:
     offset: int = -1
     dso: str = ""
     function: str = field(init=False, compare=False)
+    entry: int = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
         self.function = function_key(self.symbol, self.dso)
+        # The function's entry address when the symbol is known, else the address itself.
+        self.entry = self.ip - self.offset if self.offset >= 0 else self.ip
 
     @property
     def is_function_start(self) -> bool:

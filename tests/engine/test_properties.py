@@ -203,3 +203,19 @@ def test_consistent_stream_is_reconstructed_exactly(
     assert sorted(got) == sorted(truth)
     roots = [s for s in tt.slices(timeline.names) if s.depth == 0]
     assert [r.name for r in roots] == ["main"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(random_streams())
+def test_fast_path_matches_event_by_event_feeding(events: list[Event]) -> None:
+    one = TraceSegmentEngine()
+    for event in events:
+        one.feed(event)
+    many = TraceSegmentEngine()
+    many.feed_all(events)
+    a, b = one.finish(), many.finish()
+    assert a.names == b.names
+    assert [list(t.slices(a.names)) for t in a.threads] == [
+        list(t.slices(b.names)) for t in b.threads
+    ]
+    assert [t.instants for t in a.threads] == [t.instants for t in b.threads]

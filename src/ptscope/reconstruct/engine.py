@@ -32,7 +32,10 @@ engine must sustain about a million events per second in CPython.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import gc
+from array import array
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -64,13 +67,15 @@ from ptscope.timeline import (
 
 __all__ = ["EngineStats", "TraceSegmentEngine"]
 
-# Frame layout: [name, parent, start_slot, end_slot, address, flags]
+# Frame layout: [name, parent index, start_slot, end_slot, address, flags, index]
+# (``index`` is the frame's position in its thread's ``all_frames``; parent -1 = none).
 _F_NAME: Final = 0
 _F_PARENT: Final = 1
 _F_START: Final = 2
 _F_END: Final = 3
 _F_ADDR: Final = 4
 _F_FLAGS: Final = 5
+_F_INDEX: Final = 6
 
 Frame = list[Any]
 
@@ -108,10 +113,10 @@ class _Context:
 
     __slots__ = ("detached", "frames", "parent", "start_slot", "suspend_slot", "toplevel")
 
-    def __init__(self, parent: Frame | None, detached: bool, start_slot: int) -> None:
+    def __init__(self, parent: int, detached: bool, start_slot: int) -> None:
         self.frames: list[Frame] = []
         self.toplevel: list[Frame] = []
-        self.parent = parent
+        self.parent = parent  # index of the frame this context runs on top of, or -1
         self.detached = detached
         self.start_slot = start_slot
         self.suspend_slot = -1
@@ -141,11 +146,11 @@ class _Thread:
         self.tid = tid
         self.name = ""
         self.all_frames: list[Frame] = []
-        self.log: list[int] = [time * 4]
+        self.log = array("q", [time * 4])
         self.last_time = time
         # The first context starts at the thread's first event: frames found later by
         # returning into them were running since then.
-        self.ctxs: list[_Context] = [_Context(None, True, 0)]
+        self.ctxs: list[_Context] = [_Context(-1, True, 0)]
         self.instants: list[tuple[int, str]] = []
         self.counters: list[tuple[int, str, int]] = []
         self.counts: list[tuple[int, int, int]] = []
@@ -204,14 +209,80 @@ class TraceSegmentEngine:
             raise TypeError(f"not an event: {event!r}")
 
     def feed_all(self, events: Iterable[Event]) -> None:
-        """Consume a stream of events (the fast path: one type check per event)."""
-        branch = self._branch
+        """Consume a stream of events.
+
+        The fast path: the common cases (a call, a return to the parent, a jump inside a
+        function) are handled inline; everything else goes through the same handlers as
+        :meth:`feed`, so both give identical results (a property test checks it).
+        """
+        with _gc_paused():
+            count = self._feed_loop(events)
+        self.stats.events += count
+        self.stats.branches += count
+
+    def _feed_loop(self, events: Iterable[Event]) -> int:
+        branch_event = BranchEvent
         feed = self.feed
-        for event in events:
-            if type(event) is BranchEvent:
-                branch(event)
+        slow = self._branch
+        apply = self._apply
+        thread_of = self._thread
+        call, ret, jump, cjump, no_change = _CALL, _RETURN, _JUMP, _CJUMP, _ST_NONE
+        th: _Thread | None = None
+        ctxs: list[_Context] = []
+        cur_pid = cur_tid = -2
+        count = 0
+        for ev in events:
+            if type(ev) is not branch_event:
+                feed(ev)
+                continue
+            if ev.tid != cur_tid or ev.pid != cur_pid or th is None:
+                cur_pid = ev.pid
+                cur_tid = ev.tid
+                th = thread_of(cur_pid, cur_tid, ev.time)
+                ctxs = th.ctxs
+            if ev.in_tx or th.txq or ev.insn_count or ev.cycle_count:
+                slow(ev)
+                continue
+            count += 1
+            t = ev.time
+            if t < th.last_time:
+                t = th.last_time
             else:
-                feed(event)
+                th.last_time = t
+            kind = ev.kind
+            if ev.state != no_change:
+                apply(th, ev, t)
+            elif kind == call:
+                src = ev.src
+                dst = ev.dst
+                fn = dst.function
+                if fn == src.function and dst.offset != 0:
+                    continue  # `call next; pop`
+                frames = ctxs[-1].frames
+                if not frames or frames[-1][_F_NAME] != src.function:
+                    frames = self._sync_source(th, src, t).frames
+                log = th.log
+                all_frames = th.all_frames
+                frame = [fn, frames[-1][_F_INDEX], len(log), -1, dst.entry, 0, len(all_frames)]
+                log.append(t * 4 + _CALL_SLOT)
+                frames.append(frame)
+                all_frames.append(frame)
+            elif kind == ret:
+                frames = ctxs[-1].frames
+                if len(frames) >= 2 and frames[-2][_F_NAME] == ev.dst.function:
+                    log = th.log
+                    frames.pop()[_F_END] = len(log)
+                    log.append(t * 4)
+                else:
+                    self._return_slow(th, ev, t)
+            elif kind == jump or kind == cjump:  # noqa: SIM109 - faster than `in`
+                if ev.dst.function != ev.src.function:
+                    self._jump(th, ev, t)
+                elif not ctxs[-1].frames:
+                    self._sync_source(th, ev.src, t)
+            else:
+                apply(th, ev, t)
+        return count
 
     def thread_slot_count(self, pid: int, tid: int) -> int:
         """Slots created so far for a thread (transcript tests map slots to input events)."""
@@ -284,6 +355,7 @@ class TraceSegmentEngine:
     def _branch(self, ev: BranchEvent) -> None:
         stats = self.stats
         stats.events += 1
+        stats.branches += 1
         key = (ev.pid, ev.tid)
         if key == self._last_key:
             th = self._last_thread
@@ -327,9 +399,8 @@ class TraceSegmentEngine:
                     frames = ctx.frames
                 slot = len(th.log)
                 th.log.append(t * 4 + _CALL_SLOT)
-                frame = [dst.function, frames[-1], slot, -1, _entry(dst), 0]
-                frames.append(frame)
-                th.all_frames.append(frame)
+                parent = frames[-1][_F_INDEX]
+                frames.append(self._new_frame(th, dst.function, parent, slot, dst.entry, 0))
             elif kind == _RETURN:
                 ctx = th.ctxs[-1]
                 frames = ctx.frames
@@ -454,9 +525,8 @@ class TraceSegmentEngine:
         th.log.append(t * 4 + _CALL_SLOT)
         old = frames.pop()
         old[_F_END] = slot
-        frame = [fn, old[_F_PARENT], slot, -1, _entry(dst), 0]
+        frame = self._new_frame(th, fn, old[_F_PARENT], slot, dst.entry, 0)
         frames.append(frame)
-        th.all_frames.append(frame)
         if len(frames) == 1:
             ctx.toplevel.append(frame)
 
@@ -465,12 +535,11 @@ class TraceSegmentEngine:
         ctx = self._sync_source(th, ev.src, t)
         slot = len(th.log)
         th.log.append(t * 4 + _CALL_SLOT)
-        nested = _Context(ctx.frames[-1], False, slot)
+        nested = _Context(ctx.frames[-1][_F_INDEX], False, slot)
         th.ctxs.append(nested)
-        frame = [ev.dst.function, nested.parent, slot, -1, _entry(ev.dst), 0]
+        frame = self._new_frame(th, ev.dst.function, nested.parent, slot, ev.dst.entry, 0)
         nested.frames.append(frame)
         nested.toplevel.append(frame)
-        th.all_frames.append(frame)
 
     def _long_return(self, th: _Thread, dst: Location, t: int) -> None:
         """sysret / iret: back to where the kernel was entered (any context)."""
@@ -514,9 +583,7 @@ class TraceSegmentEngine:
         flags = _SYNTHETIC | (_AFTER_CALL if kind == _CALL else 0)
         slot = len(th.log)
         th.log.append(t * 4 + _CALL_SLOT)
-        frame = [name, ctx.frames[-1], slot, -1, 0, flags]
-        ctx.frames.append(frame)
-        th.all_frames.append(frame)
+        ctx.frames.append(self._new_frame(th, name, ctx.frames[-1][_F_INDEX], slot, 0, flags))
 
     def _trace_start(self, th: _Thread, ev: BranchEvent, t: int) -> None:
         dst = ev.dst
@@ -541,7 +608,7 @@ class TraceSegmentEngine:
         if top[_F_FLAGS] & _AFTER_CALL:
             # `tr end  call` then resume in a new function: that is the callee.
             top[_F_NAME] = fn
-            top[_F_ADDR] = _entry(dst)
+            top[_F_ADDR] = dst.entry
             top[_F_FLAGS] = 0
             return
         if self._land(th, fn, t):
@@ -565,9 +632,16 @@ class TraceSegmentEngine:
         self, th: _Thread, ctx: _Context, loc: Location, start_slot: int, flags: int
     ) -> Frame:
         """The first frame of an empty context (its call was not seen)."""
-        frame = [loc.function, ctx.parent, start_slot, -1, _entry(loc), flags]
+        frame = self._new_frame(th, loc.function, ctx.parent, start_slot, loc.entry, flags)
         ctx.frames.append(frame)
         ctx.toplevel.append(frame)
+        return frame
+
+    @staticmethod
+    def _new_frame(
+        th: _Thread, name: str, parent: int, start_slot: int, address: int, flags: int
+    ) -> Frame:
+        frame = [name, parent, start_slot, -1, address, flags, len(th.all_frames)]
         th.all_frames.append(frame)
         return frame
 
@@ -580,7 +654,7 @@ class TraceSegmentEngine:
             cur.start_slot = slot
             return cur
         cur.suspend_slot = slot
-        ctx = _Context(None, True, slot)
+        ctx = _Context(-1, True, slot)
         th.ctxs.append(ctx)
         self.stats.segments_started += 1
         return ctx
@@ -594,17 +668,16 @@ class TraceSegmentEngine:
             cur.start_slot = slot
             return
         cur.suspend_slot = slot
-        th.ctxs.append(_Context(None, True, slot))
+        th.ctxs.append(_Context(-1, True, slot))
         self.stats.segments_started += 1
 
     def _add_root(self, th: _Thread, ctx: _Context, loc: Location, t: int) -> None:
         """Return out of the context's bottom frame into a never-seen caller."""
         slot = len(th.log)
         th.log.append(t * 4)
-        root = [loc.function, ctx.parent, ctx.start_slot, -1, _entry(loc), _INFERRED]
-        th.all_frames.append(root)
+        root = self._new_frame(th, loc.function, ctx.parent, ctx.start_slot, loc.entry, _INFERRED)
         for f in ctx.toplevel:
-            f[_F_PARENT] = root
+            f[_F_PARENT] = root[_F_INDEX]
         ctx.toplevel = [root]
         for f in ctx.frames:
             f[_F_END] = slot
@@ -636,7 +709,7 @@ class TraceSegmentEngine:
                     f[_F_END] = end
                 if c.detached:
                     for f in c.toplevel:
-                        f[_F_PARENT] = landed
+                        f[_F_PARENT] = landed[_F_INDEX]
                     self.stats.stitched += 1
                     end = ctxs[j - 1].suspend_slot
             for f in tframes[fi + 1 :]:
@@ -657,9 +730,10 @@ class TraceSegmentEngine:
         self._finished = True
         names: dict[str, int] = {}
         timeline = Timeline()
-        for (_pid, _tid), th in sorted(self._threads.items()):
-            self._close_all(th)
-            timeline.threads.append(self._thread_timeline(th, names))
+        with _gc_paused():
+            for (_pid, _tid), th in sorted(self._threads.items()):
+                self._close_all(th)
+                timeline.threads.append(self._thread_timeline(th, names))
         timeline.names = list(names)
         return timeline
 
@@ -682,48 +756,33 @@ class TraceSegmentEngine:
         times = _slot_times(th.log)
         frames = th.all_frames
         n = len(frames)
-        # Depth from parent links: parents can be created after their children (inferred
-        # roots), so resolve by walking up with memoisation.
-        depth_of: dict[int, int] = {}
-        depths = np.empty(n, dtype=np.int32)
-        for i, f in enumerate(frames):
-            chain = []
-            p = f
-            d = 0
-            while p is not None:
-                known = depth_of.get(id(p))
-                if known is not None:
-                    d = known + 1
-                    break
-                chain.append(p)
-                p = p[_F_PARENT]
-            else:
-                d = 0
-            for q in reversed(chain):
-                depth_of[id(q)] = d
-                d += 1
-            depths[i] = depth_of[id(f)]
-        start_slot = np.fromiter((f[_F_START] for f in frames), dtype=np.int64, count=n)
-        end_slot = np.fromiter((f[_F_END] for f in frames), dtype=np.int64, count=n)
-        name_ids = np.fromiter(
-            (names.setdefault(f[_F_NAME], len(names)) for f in frames), dtype=np.int32, count=n
-        )
-        addrs = np.fromiter((f[_F_ADDR] for f in frames), dtype=np.uint64, count=n)
-        flags = np.fromiter((f[_F_FLAGS] & 0xFF for f in frames), dtype=np.uint8, count=n)
-        start = times[start_slot] if n else np.zeros(0, dtype=np.int64)
-        end = times[end_slot] if n else np.zeros(0, dtype=np.int64)
+        if n:
+            name_col, parent_col, start_col, end_col, addr_col, flag_col, _ = zip(
+                *frames, strict=True
+            )
+            intern = names.setdefault
+            name_ids = np.array([intern(x, len(names)) for x in name_col], dtype=np.int32)
+            parents = np.array(parent_col, dtype=np.int64)
+            start_slot = np.array(start_col, dtype=np.int64)
+            end_slot = np.array(end_col, dtype=np.int64)
+            addrs = np.array(addr_col, dtype=np.uint64)
+            flags = (np.array(flag_col, dtype=np.int64) & 0xFF).astype(np.uint8)
+        else:
+            name_ids = np.zeros(0, dtype=np.int32)
+            parents = start_slot = end_slot = np.zeros(0, dtype=np.int64)
+            addrs = np.zeros(0, dtype=np.uint64)
+            flags = np.zeros(0, dtype=np.uint8)
+        depths = _depths(parents)
+        start = times[start_slot]
+        end = times[end_slot]
         insns = np.full(n, -1, dtype=np.int64)
         cycles = np.full(n, -1, dtype=np.int64)
         if th.counts and n:
-            upd = np.array(th.counts, dtype=np.int64)
-            at_start = np.searchsorted(upd[:, 0], start_slot, side="right") - 1
-            at_end = np.searchsorted(upd[:, 0], end_slot, side="right") - 1
-            ci = np.where(at_start >= 0, upd[np.maximum(at_start, 0), 1], 0)
-            ce = np.where(at_end >= 0, upd[np.maximum(at_end, 0), 1], 0)
-            insns = ce - ci
-            ci = np.where(at_start >= 0, upd[np.maximum(at_start, 0), 2], 0)
-            ce = np.where(at_end >= 0, upd[np.maximum(at_end, 0), 2], 0)
-            cycles = ce - ci
+            updates = np.array(th.counts, dtype=np.int64)
+            at_start = np.searchsorted(updates[:, 0], start_slot, side="right") - 1
+            at_end = np.searchsorted(updates[:, 0], end_slot, side="right") - 1
+            insns = _counter_delta(updates[:, 1], at_start, at_end)
+            cycles = _counter_delta(updates[:, 2], at_start, at_end)
         order = np.lexsort((depths, start))
         timeline = ThreadTimeline(
             pid=th.pid,
@@ -762,7 +821,7 @@ class TraceSegmentEngine:
                     raise AssertionError(f"tid {th.tid}: frame {f[_F_NAME]} never closed")
                 if f[_F_END] < f[_F_START]:
                     raise AssertionError(f"tid {th.tid}: frame {f[_F_NAME]} ends before start")
-            log = np.asarray(th.log, dtype=np.int64) >> 2
+            log = np.frombuffer(th.log, dtype=np.int64) >> 2
             if np.any(np.diff(log) < 0):
                 raise AssertionError(f"tid {th.tid}: time goes backwards")
         for tt in timeline.threads:
@@ -774,32 +833,81 @@ class TraceSegmentEngine:
                 raise AssertionError("name id out of range")
 
 
-def _entry(loc: Location) -> int:
-    """The function's entry address, when the location says where it is."""
-    return loc.ip - loc.offset if loc.offset >= 0 else loc.ip
-
-
-def _slot_times(log: list[int]) -> npt.NDArray[np.int64]:
+def _slot_times(log: array[int]) -> npt.NDArray[np.int64]:
     """Turn a thread's slot log into nanoseconds (see "Time" in the module docstring)."""
-    raw = np.asarray(log, dtype=np.int64)
+    raw = np.frombuffer(log, dtype=np.int64)
     t = raw >> 2
-    calls = raw & _CALL_SLOT
-    lasting = (raw & (_CALL_SLOT | _START_SLOT) != 0).astype(np.int64)
     n = t.shape[0]
-    change = np.ones(n, dtype=bool)
-    change[1:] = t[1:] != t[:-1]
-    run_first = np.flatnonzero(change)
-    run_id = np.cumsum(change) - 1
-    run_t = t[run_first]
-    next_t = np.empty_like(run_t)
-    next_t[:-1] = run_t[1:]
-    next_t[-1] = run_t[-1]  # the last run has no known length
-    calls_before = np.cumsum(calls) - calls
-    calls_in_run = np.add.reduceat(calls, run_first)
-    before_in_run = calls_before - calls_before[run_first][run_id]
-    share = (next_t - run_t)[run_id] * before_in_run // np.maximum(calls_in_run[run_id], 1)
-    smeared = run_t[run_id] + share
+    same = t[1:] == t[:-1]
+    if same.any():
+        # Spread each run of equal timestamps over the interval to the next timestamp,
+        # calls taking equal shares. Only slots in runs longer than one are touched.
+        member = np.zeros(n, dtype=bool)
+        member[1:] |= same
+        member[:-1] |= same
+        idx = np.flatnonzero(member)
+        run_t = t[idx]
+        calls = raw[idx] & _CALL_SLOT
+        first = np.ones(idx.shape[0], dtype=bool)
+        first[1:] = run_t[1:] != run_t[:-1]
+        run_first = np.flatnonzero(first)
+        run_id = np.cumsum(first) - 1
+        after_run = np.append(idx[run_first[1:] - 1], idx[-1]) + 1
+        next_t = np.where(after_run < n, t[np.minimum(after_run, n - 1)], run_t[run_first])
+        calls_before = np.cumsum(calls) - calls
+        before_in_run = calls_before - calls_before[run_first][run_id]
+        calls_in_run = np.add.reduceat(calls, run_first)
+        span = (next_t - run_t[run_first])[run_id]
+        t[idx] += span * before_in_run // np.maximum(calls_in_run[run_id], 1)
     # Every call (and segment start) lasts at least 1 ns, and time never goes backwards.
-    lasting_before = np.cumsum(lasting) - lasting
-    out: npt.NDArray[np.int64] = np.maximum.accumulate(smeared - lasting_before) + lasting_before
+    lasting = ((raw & (_CALL_SLOT | _START_SLOT)) != 0).astype(np.int64)
+    lasting_before = np.cumsum(lasting)
+    lasting_before -= lasting
+    t -= lasting_before
+    np.maximum.accumulate(t, out=t)
+    t += lasting_before
+    return t
+
+
+def _depths(parents: npt.NDArray[np.int64]) -> npt.NDArray[np.int32]:
+    """Depth of every frame from parent indices (-1 = none), by pointer jumping.
+
+    Parents may come after their children (roots found later), so this cannot be a
+    single forward pass; doubling the jump each round needs log2(max depth) rounds.
+    """
+    depth = (parents >= 0).astype(np.int64)
+    jump = parents.copy()
+    while True:
+        has = jump >= 0
+        if not has.any():
+            break
+        idx = np.flatnonzero(has)
+        target = jump[idx]
+        depth[idx] += depth[target]
+        jump[idx] = jump[target]
+    return depth.astype(np.int32)
+
+
+def _counter_delta(
+    values: npt.NDArray[np.int64],
+    at_start: npt.NDArray[np.int64],
+    at_end: npt.NDArray[np.int64],
+) -> npt.NDArray[np.int64]:
+    """Counter value at each end minus at each start (0 before the first update)."""
+    begin = np.where(at_start >= 0, values[np.maximum(at_start, 0)], 0)
+    finish = np.where(at_end >= 0, values[np.maximum(at_end, 0)], 0)
+    out: npt.NDArray[np.int64] = finish - begin
     return out
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector: the engine allocates millions of small, acyclic
+    containers, and generational collections over them cost more than the work itself."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
