@@ -239,7 +239,9 @@ def test_every_field_is_copied(run: Run) -> None:
 
 
 def test_power_and_other_events(run: Run) -> None:
-    raw = struct.pack("<III", 0x2000 | 36, 3600, 0)  # cbr 36 (max non-turbo 32), 3600 MHz
+    # perf's raw cbr data: flags (cbr in the low byte, max non-turbo ratio in the third),
+    # the frequency in kHz (printed rounded to MHz).
+    raw = struct.pack("<III", 0x200000 | 36, 3_599_600, 0)
     assert run.perf.sample(ip=0x1030, event="cbr", raw=raw, time=5, tid=9, pid=8) == 1
     assert run.perf.sample(ip=0x1030, event="psb", raw=b"\0" * 16) == 1
     assert run.perf.sample(ip=0x1030, event="instructions:u") == 1

@@ -501,7 +501,8 @@ static enum event_kind event_kind_of(struct ptscope_filter *f, const char *event
 
 static int handle_power(struct ptscope_filter *f, const struct perf_dlfilter_sample *s)
 {
-	/* perf's synthesized cbr raw data: u32 flags (cbr in the low byte), u32 freq (MHz). */
+	/* perf's synthesized cbr raw data: u32 flags (cbr in the low byte), u32 frequency in
+	 * kHz, which perf script prints rounded to MHz. */
 	if (s->raw_size < 8 || !s->raw_data) {
 		f->counters.other++;
 		return 1;
@@ -514,8 +515,10 @@ static int handle_power(struct ptscope_filter *f, const struct perf_dlfilter_sam
 	r.tid = s->tid;
 	r.cpu = s->cpu;
 	r.time = s->time;
+	uint32_t khz;
+	memcpy(&khz, raw + 4, sizeof(khz));
 	r.cbr = raw[0];
-	memcpy(&r.freq_mhz, raw + 4, sizeof(r.freq_mhz));
+	r.freq_mhz = (uint32_t)(((uint64_t)khz + 500) / 1000);
 	emit(f, &r, sizeof(r));
 	f->counters.power++;
 	return 1;

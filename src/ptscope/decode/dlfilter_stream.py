@@ -1,0 +1,666 @@
+"""Decoding with the C dlfilter: run ``perf script`` with it and turn its stream into events.
+
+The dlfilter (``ptscope/_native/dlfilter.c``) writes fixed-size binary records into perf's
+own ``stdout`` (``--dlarg -``). perf prints its decode errors to that same stdio buffer, so
+error lines arrive between the records exactly where they happened, and the reader merges
+them in order (see "dlfilter record stream" in ``docs/file-formats.md``).
+
+The reader works on big chunks: runs of branch records are found with one vectorised check
+of their tag column and decoded with numpy; only string/location records and text lines are
+handled one at a time. perf and Python run concurrently (perf writes into a pipe while
+Python builds events from what it has read).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import re
+import subprocess
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, NoReturn
+
+import numpy as np
+
+from ptscope import _native
+from ptscope.decode import record_format as rf
+from ptscope.errors import BadInputError, PtscopeError, ToolMissingError
+from ptscope.model import (
+    NOWHERE,
+    UNKNOWN_SYMBOL,
+    BranchEvent,
+    BranchFlags,
+    DecodeError,
+    Event,
+    Location,
+    PowerEvent,
+    classify_flags,
+)
+from ptscope.perftool import PerfTool, find_perf, perf_env
+
+__all__ = [
+    "DEFAULT_ITRACE",
+    "DecoderChoice",
+    "DlfilterProcess",
+    "DlfilterRun",
+    "RecordStreamParser",
+    "StreamStats",
+    "choose_decoder",
+    "decode_with_dlfilter",
+    "dlfilter_command",
+    "make_location",
+    "parse_error_line",
+    "read_record_stream",
+]
+
+DEFAULT_ITRACE: Final = "bep"
+"""Branches, errors, power events: the same as the text decoder, so both see the same."""
+
+CHUNK_SIZE: Final = 1 << 20
+_LOOKAHEAD: Final = 16384  # branch records checked per vectorised run search
+_TAGS: Final = frozenset(range(0xF8, 0x100))
+_MAX_EXAMPLES: Final = 5
+_IN_TX: Final = int(BranchFlags.IN_TX)
+
+
+# --------------------------------------------------------------------- locations
+
+
+def make_location(ip: int, symbol: str | None, offset: int, dso: str | None) -> Location:
+    """The :class:`Location` for a resolved address, with the text decoder's conventions.
+
+    perf prints an unresolved address as ``[unknown]`` with no offset, and an address in
+    no mapping with the DSO ``[unknown]``; address 0 (the source of ``tr strt``, the
+    target of ``tr end``) is :data:`ptscope.model.NOWHERE`.
+    """
+    if ip == 0 and symbol is None:
+        return NOWHERE
+    if symbol is None:
+        return Location(ip, UNKNOWN_SYMBOL, -1, dso if dso is not None else UNKNOWN_SYMBOL)
+    return Location(ip, symbol, offset, dso if dso is not None else UNKNOWN_SYMBOL)
+
+
+# ------------------------------------------------------------------- error lines
+
+_ERROR_RE: Final = re.compile(
+    r"^\s*(?P<kind>[\w ]*?)\s*error type (?P<type>\d+)(?P<fields>.*?)\s+code (?P<code>\d+):"
+    r"\s?(?P<msg>.*?)\s*$"
+)
+_FIELD_RE: Final = re.compile(r"(\w+) (\S+)")
+
+
+def parse_error_line(line: str) -> DecodeError | None:
+    """A ``perf script`` decode error line (``instruction trace error type ...``) as an event.
+
+    perf writes ``time 0`` when it does not know the time and ``ip 0`` when it does not
+    know the address; both become ``None``, as do a negative pid or tid.
+    """
+    m = _ERROR_RE.match(line)
+    if m is None:
+        return None
+    values = dict(_FIELD_RE.findall(m.group("fields")))
+    try:
+        time = _parse_time(values.get("time", "0"))
+        ip = int(values.get("ip", "0"), 16)
+        pid = int(values.get("pid", "-1"))
+        tid = int(values.get("tid", "-1"))
+    except ValueError:
+        return None
+    return DecodeError(
+        pid=pid if pid >= 0 else None,
+        tid=tid if tid >= 0 else None,
+        time=time or None,
+        ip=ip or None,
+        message=m.group("msg"),
+        code=int(m.group("code")),
+    )
+
+
+def _parse_time(text: str) -> int:
+    sec, _, frac = text.partition(".")
+    return int(sec) * 1_000_000_000 + int((frac + "000000000")[:9])
+
+
+# ------------------------------------------------------------------------ parser
+
+
+@dataclass
+class StreamStats:
+    """What a record stream held; the trailer's counters are checked against it."""
+
+    branches: int = 0
+    power: int = 0
+    power_repeats: int = 0
+    decode_errors: int = 0
+    errors_outside_window: int = 0
+    locations: int = 0
+    strings: int = 0
+    text_lines: int = 0
+    unknown_lines: int = 0
+    unknown_examples: list[str] = field(default_factory=list)
+    bytes: int = 0
+    trailer: dict[str, int] | None = None
+    """The dlfilter's own counters (samples, dropped branches...), once the stream ended."""
+
+
+class RecordStreamParser:
+    """Incremental parser of one dlfilter record stream: bytes in, events out.
+
+    :meth:`feed` takes chunks of any size (records may straddle chunks) and returns the
+    events completed so far; :meth:`close` checks that the stream ended properly. Any
+    malformed input raises :class:`~ptscope.errors.BadInputError` naming ``source``.
+    """
+
+    def __init__(
+        self,
+        source: str = "dlfilter record stream",
+        *,
+        error_window: tuple[int | None, int | None] | None = None,
+        power_state: dict[tuple[int, int, int], int] | None = None,
+    ) -> None:
+        self.source = source
+        self._error_window = error_window
+        # Last cbr per CPU (or per thread when perf does not know the CPU), shared by the
+        # windows of a parallel decode: perf reports the cbr again when it starts decoding
+        # a window, which a single decode would not, so such a repeat is dropped.
+        self._power_state = power_state
+        self._power_keys: set[tuple[int, int, int]] = set()
+        self.stats = StreamStats()
+        self._buf = b""
+        self._offset = 0  # stream offset of _buf[0], for error messages
+        self._header_seen = False
+        self._ended = False
+        self._strings: list[str | None] = [None]  # id 0: no name
+        self._locations: list[Location] = [NOWHERE]  # id 0 is never used
+        self._loc_array: np.ndarray[Any, np.dtype[np.object_]] = np.empty(0, dtype=object)
+        self._loc_dedup: dict[tuple[int, str, int, str], Location] = {}
+        self._kinds: dict[int, tuple[Any, Any]] = {}
+
+    # ---------------------------------------------------------------- public
+
+    def feed(self, data: bytes) -> list[Event]:
+        """Parse ``data`` (appended to any incomplete record left over) into events."""
+        self.stats.bytes += len(data)
+        buf = self._buf + data if self._buf else data
+        events: list[Event] = []
+        was_enabled = gc.isenabled()
+        gc.disable()  # events hold no cycles; collecting while building them is wasted
+        try:
+            pos = self._parse(buf, events)
+        finally:
+            if was_enabled:
+                gc.enable()
+        self._offset += pos
+        self._buf = buf[pos:]
+        return events
+
+    def close(self) -> None:
+        """The stream ended: fail if it stopped inside a record or before the trailer."""
+        if self._buf:
+            if self._buf[0] in _TAGS:
+                self._fail(f"ends inside a record ({len(self._buf)} bytes left over)")
+            events: list[Event] = []
+            self._text_line(self._buf.decode("utf-8", "replace"), events)
+            self._buf = b""
+        if not self._header_seen:
+            self._fail("holds no records (the dlfilter did not run?)")
+        if not self._ended:
+            self._fail("is truncated (no trailer record)")
+
+    @property
+    def ended(self) -> bool:
+        """Whether the trailer record has been read."""
+        return self._ended
+
+    # --------------------------------------------------------------- parsing
+
+    def _fail(self, what: str, at: int | None = None) -> NoReturn:
+        where = f" at byte {self._offset + at}" if at is not None else ""
+        raise BadInputError(f"{self.source} {what}{where}")
+
+    def _parse(self, buf: bytes, events: list[Event]) -> int:
+        pos = 0
+        end = len(buf)
+        while pos < end:
+            tag = buf[pos]
+            if tag == rf.TAG_BRANCH:
+                if not self._header_seen:
+                    self._fail("does not start with a header record", pos)
+                n = (end - pos) // 72
+                if n == 0:
+                    break
+                n = min(n, _LOOKAHEAD)
+                tags = np.frombuffer(buf, dtype=np.uint8, count=n * 72, offset=pos)[::72]
+                other = np.flatnonzero(tags != rf.TAG_BRANCH)
+                if other.size:
+                    n = int(other[0])
+                self._branches(buf, pos, n, events)
+                pos += n * 72
+            elif tag not in _TAGS:
+                nl = buf.find(b"\n", pos)
+                if nl < 0:
+                    if end - pos > 65536:
+                        self._fail("holds a line of text too long to be perf's", pos)
+                    break
+                try:
+                    line = buf[pos:nl].decode("utf-8")
+                except UnicodeDecodeError:
+                    self._fail("is corrupted (bytes that are neither a record nor text)", pos)
+                self._text_line(line, events)
+                pos = nl + 1
+            else:
+                used = self._record(buf, pos, tag, events)
+                if used == 0:
+                    break
+                pos += used
+        return pos
+
+    def _record(self, buf: bytes, pos: int, tag: int, events: list[Event]) -> int:
+        """Parse one non-branch record at ``pos``; return its size, 0 if incomplete."""
+        avail = len(buf) - pos
+        if tag == rf.TAG_HEADER:
+            if avail < rf.HEADER.size:
+                return 0
+            self._header(rf.HEADER.unpack_from(buf, pos), pos)
+            return rf.HEADER.size
+        if not self._header_seen:
+            self._fail("does not start with a header record", pos)
+        if self._ended:
+            self._fail("holds records after its trailer", pos)
+        if tag == rf.TAG_STRING:
+            if avail < rf.STRING.size:
+                return 0
+            sid: int
+            length: int
+            _, sid, length = rf.STRING.unpack_from(buf, pos)
+            if length > 1 << 20:
+                self._fail(f"holds a string record of {length} bytes (corrupted)", pos)
+            size = rf.STRING.size + length
+            if avail < size:
+                return 0
+            if sid != len(self._strings):
+                self._fail(f"has string id {sid} out of sequence", pos)
+            raw = buf[pos + rf.STRING.size : pos + size]
+            self._strings.append(raw.decode("utf-8", "replace"))
+            self.stats.strings += 1
+            return size
+        if tag == rf.TAG_LOCATION:
+            if avail < rf.LOCATION.size:
+                return 0
+            _, lid, ip, offset, sym, dso, _pid = rf.LOCATION.unpack_from(buf, pos)
+            if lid != len(self._locations):
+                self._fail(f"has location id {lid} out of sequence", pos)
+            if sym >= len(self._strings) or dso >= len(self._strings):
+                self._fail("has a location naming an unknown string", pos)
+            self._add_location(ip, self._strings[sym], offset, self._strings[dso])
+            self.stats.locations += 1
+            return rf.LOCATION.size
+        if tag == rf.TAG_POWER:
+            if avail < rf.POWER.size:
+                return 0
+            _, pid, tid, cpu, time, cbr, freq = rf.POWER.unpack_from(buf, pos)
+            self.stats.power += 1
+            state = self._power_state
+            if state is not None:
+                key = (cpu, -1, -1) if cpu >= 0 else (-1, pid, tid)
+                first = key not in self._power_keys
+                self._power_keys.add(key)
+                if first and state.get(key) == cbr:
+                    self.stats.power_repeats += 1
+                    return rf.POWER.size
+                state[key] = cbr
+            events.append(PowerEvent(pid, tid, time, cbr, freq))
+            return rf.POWER.size
+        if tag == rf.TAG_TRAILER:
+            if avail < rf.TRAILER.size:
+                return 0
+            values = rf.TRAILER.unpack_from(buf, pos)[1:]
+            self._trailer(dict(zip(rf.TRAILER_FIELDS, values, strict=True)), pos)
+            return rf.TRAILER.size
+        self._fail(f"is corrupted (unknown record tag {tag:#04x})", pos)
+
+    def _header(self, fields: tuple[Any, ...], pos: int) -> None:
+        _, magic, version, branch, location, string, power, trailer, _options = fields
+        if magic != rf.MAGIC:
+            self._fail("is corrupted (bad header magic)", pos)
+        if self._header_seen:
+            self._fail("holds a second header record", pos)
+        if version != rf.STREAM_VERSION:
+            raise BadInputError(
+                f"{self.source} has format version {version}, this ptscope reads "
+                f"{rf.STREAM_VERSION}",
+                hint="the dlfilter and the Python package come from different ptscope "
+                "versions: reinstall ptscope",
+            )
+        sizes = (branch, location, string, power, trailer)
+        expected = (rf.BRANCH.size, rf.LOCATION.size, rf.STRING.size, rf.POWER.size)
+        if sizes != (*expected, rf.TRAILER.size):
+            self._fail(f"declares record sizes {sizes}, expected {(*expected, rf.TRAILER.size)}")
+        self._header_seen = True
+
+    def _trailer(self, counters: dict[str, int], pos: int) -> None:
+        st = self.stats
+        seen = {
+            "branches_kept": st.branches,
+            "power": st.power,
+            "locations": st.locations,
+            "strings": st.strings,
+        }
+        for name, count in seen.items():
+            if counters[name] != count:
+                self._fail(
+                    f"is corrupted: the dlfilter wrote {counters[name]} {name} records, "
+                    f"{count} were read",
+                    pos,
+                )
+        st.trailer = counters
+        self._ended = True
+
+    def _add_location(self, ip: int, symbol: str | None, offset: int, dso: str | None) -> None:
+        loc = make_location(ip, symbol, offset, dso)
+        # Share one object per distinct location (the same address resolved again after a
+        # cache flush, or in another process with the same mapping).
+        key = (loc.ip, loc.symbol, loc.offset, loc.dso)
+        loc = self._loc_dedup.setdefault(key, loc)
+        self._locations.append(loc)
+
+    def _location_array(self) -> np.ndarray[Any, np.dtype[np.object_]]:
+        if len(self._loc_array) != len(self._locations):
+            arr = np.empty(len(self._locations), dtype=object)
+            arr[:] = self._locations
+            self._loc_array = arr
+        return self._loc_array
+
+    def _branches(self, buf: bytes, pos: int, n: int, events: list[Event]) -> None:
+        if self._ended:
+            self._fail("holds records after its trailer", pos)
+        recs = np.frombuffer(buf, dtype=rf.BRANCH_DTYPE, count=n, offset=pos)
+        ip_loc = recs["ip_loc"]
+        addr_loc = recs["addr_loc"]
+        nloc = len(self._locations)
+        if int(ip_loc.max()) >= nloc or int(addr_loc.max()) >= nloc:
+            self._fail("is corrupted (a branch names an unknown location)", pos)
+        if int(ip_loc.min()) == 0 or int(addr_loc.min()) == 0:
+            self._fail("is corrupted (a branch names location 0)", pos)
+        locs = self._location_array()
+        flags = recs["flags"]
+        uniq, inverse = np.unique(flags, return_inverse=True)
+        kinds = np.empty(len(uniq), dtype=object)
+        states = np.empty(len(uniq), dtype=object)
+        for i, fl in enumerate(uniq.tolist()):
+            kinds[i], states[i] = classify_flags(fl)
+        in_tx = (flags & _IN_TX) != 0
+        events.extend(
+            map(
+                BranchEvent,
+                recs["pid"].tolist(),
+                recs["tid"].tolist(),
+                recs["time"].tolist(),
+                kinds[inverse].tolist(),
+                states[inverse].tolist(),
+                locs[ip_loc].tolist(),
+                locs[addr_loc].tolist(),
+                in_tx.tolist(),
+                recs["insn_cnt"].tolist(),
+                recs["cyc_cnt"].tolist(),
+            )
+        )
+        self.stats.branches += n
+
+    def _text_line(self, line: str, events: list[Event]) -> None:
+        self.stats.text_lines += 1
+        if any(c < " " and c != "\t" for c in line.rstrip("\r")):
+            raise BadInputError(f"{self.source} is corrupted (control bytes in a text line)")
+        err = parse_error_line(line) if "error type" in line else None
+        if err is not None:
+            if self._error_window is not None and err.time is not None:
+                lo, hi = self._error_window
+                if (lo is not None and err.time < lo) or (hi is not None and err.time > hi):
+                    self.stats.errors_outside_window += 1
+                    return
+            events.append(err)
+            self.stats.decode_errors += 1
+            return
+        if not line.strip():
+            return
+        self.stats.unknown_lines += 1
+        if len(self.stats.unknown_examples) < _MAX_EXAMPLES:
+            self.stats.unknown_examples.append(line)
+
+
+def read_record_stream(
+    chunks: Iterator[bytes] | Sequence[bytes], source: str = "dlfilter record stream"
+) -> Iterator[list[Event]]:
+    """Parse a whole stream given as chunks (a file's contents, a pipe's reads)."""
+    parser = RecordStreamParser(source)
+    for chunk in chunks:
+        events = parser.feed(chunk)
+        if events:
+            yield events
+    parser.close()
+
+
+# ---------------------------------------------------------------------- running perf
+
+
+def dlfilter_command(
+    perf_data: Path,
+    *,
+    perf: str = "perf",
+    dlfilter: Path | None = None,
+    itrace: str = DEFAULT_ITRACE,
+    keep_all: bool = False,
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """The ``perf script`` argv that decodes ``perf_data`` through the dlfilter to stdout."""
+    so = dlfilter if dlfilter is not None else _native.dlfilter_path()
+    argv = [perf, "script", "-i", str(perf_data), f"--itrace={itrace}"]
+    argv += ["--dlfilter", str(so), "--dlarg", "-"]
+    if keep_all:
+        argv += ["--dlarg", "keep-all"]
+    argv += list(extra)
+    return argv
+
+
+@dataclass
+class DlfilterRun:
+    """One finished ``perf script --dlfilter`` run: its stream's stats and perf's stderr."""
+
+    argv: list[str]
+    stats: StreamStats
+    stderr: str = ""
+
+
+class DlfilterProcess:
+    """One ``perf script --dlfilter`` process, started at construction.
+
+    perf writes into a pipe read by :meth:`batches` while it decodes; with ``stdout_path``
+    it writes into that file instead, which :meth:`batches` reads once perf is done
+    (parallel decode runs the windows it is not consuming yet this way). Decode errors
+    with a time outside ``error_window`` (inclusive; None = open) are dropped; see
+    :class:`RecordStreamParser` for ``power_state``.
+    """
+
+    def __init__(
+        self,
+        perf_data: Path,
+        *,
+        itrace: str = DEFAULT_ITRACE,
+        keep_all: bool = False,
+        extra: Sequence[str] = (),
+        perf: PerfTool | None = None,
+        stdout_path: Path | None = None,
+        error_window: tuple[int | None, int | None] | None = None,
+        power_state: dict[tuple[int, int, int], int] | None = None,
+    ) -> None:
+        tool = perf if perf is not None else find_perf()
+        check_dlfilter_prerequisites(tool, perf_data)
+        self.perf_data = perf_data
+        self.argv = dlfilter_command(
+            perf_data, perf=tool.path, itrace=itrace, keep_all=keep_all, extra=extra
+        )
+        self.parser = RecordStreamParser(
+            f"dlfilter record stream of {perf_data}",
+            error_window=error_window,
+            power_state=power_state,
+        )
+        self.stdout_path = stdout_path
+        self.stderr = ""
+        # perf's stderr goes to a file: a pipe nobody reads could fill up and stall perf.
+        self._err = tempfile.TemporaryFile()  # noqa: SIM115 (closed in _cleanup)
+        try:
+            if stdout_path is not None:
+                with open(stdout_path, "wb") as out:
+                    self._proc = _popen(self.argv, out, self._err)
+            else:
+                self._proc = _popen(self.argv, subprocess.PIPE, self._err)
+        except BaseException:
+            self._err.close()
+            raise
+
+    def batches(self) -> Iterator[list[Event]]:
+        """The decoded events, batch by batch; raises a PtscopeError if decoding failed."""
+        parser = self.parser
+        proc = self._proc
+        done = False
+        try:
+            if self.stdout_path is not None:
+                proc.wait()
+                with open(self.stdout_path, "rb") as f:
+                    while chunk := f.read(CHUNK_SIZE):
+                        events = parser.feed(chunk)
+                        if events:
+                            yield events
+            else:
+                assert proc.stdout is not None
+                fd = proc.stdout.fileno()
+                while chunk := os.read(fd, CHUNK_SIZE):
+                    events = parser.feed(chunk)
+                    if events:
+                        yield events
+            done = True
+        finally:
+            # perf closed its stdout: it is exiting. Otherwise we stopped early (an error,
+            # or the consumer went away): stop perf rather than wait for it.
+            rc = proc.wait() if done else self.kill()
+            self._cleanup()
+        if rc != 0:
+            raise _perf_failure(self.argv, rc, self.stderr, self.perf_data)
+        try:
+            parser.close()
+        except BadInputError as e:
+            e.details = self.stderr
+            raise
+
+    def kill(self) -> int:
+        """Stop perf (if still running) and return its exit status."""
+        if self._proc.poll() is None:
+            self._proc.kill()
+        rc = self._proc.wait()
+        self._cleanup()
+        return rc
+
+    def run_info(self) -> DlfilterRun:
+        return DlfilterRun(self.argv, self.parser.stats, self.stderr)
+
+    def _cleanup(self) -> None:
+        if self._proc.stdout is not None and not self._proc.stdout.closed:
+            self._proc.stdout.close()
+        if not self._err.closed:
+            self._err.seek(0)
+            self.stderr = self._err.read().decode("utf-8", "replace")
+            self._err.close()
+
+
+def decode_with_dlfilter(
+    perf_data: Path,
+    *,
+    itrace: str = DEFAULT_ITRACE,
+    keep_all: bool = False,
+    extra: Sequence[str] = (),
+    perf: PerfTool | None = None,
+    run_info: list[DlfilterRun] | None = None,
+) -> Iterator[list[Event]]:
+    """Run perf with the dlfilter on ``perf_data`` and yield its events in batches.
+
+    ``extra`` is added to perf's argv (``--time``, ``--symfs``...). ``run_info``, when given,
+    receives a :class:`DlfilterRun` at the end.
+    """
+    proc = DlfilterProcess(perf_data, itrace=itrace, keep_all=keep_all, extra=extra, perf=perf)
+    yield from proc.batches()
+    if run_info is not None:
+        run_info.append(proc.run_info())
+
+
+def check_dlfilter_prerequisites(tool: PerfTool, perf_data: Path) -> None:
+    """Check what running the dlfilter needs; raise a one-line error if something is off."""
+    if not tool.has_dlfilter:
+        raise ToolMissingError(
+            f"perf {'.'.join(map(str, tool.version))} has no --dlfilter (needs perf >= 5.14)",
+            hint="use --decoder text, or install a newer perf",
+        )
+    if not _native.is_available():
+        raise ToolMissingError(
+            f"the ptscope dlfilter is not built ({_native.dlfilter_path()} is missing)",
+            hint="reinstall ptscope with perf's headers present (apt-get install linux-perf),"
+            " or use --decoder text",
+        )
+    if not perf_data.exists():
+        raise BadInputError(f"{perf_data}: no such file")
+
+
+def _popen(argv: list[str], stdout: Any, stderr: Any) -> subprocess.Popen[bytes]:
+    try:
+        return subprocess.Popen(argv, stdout=stdout, stderr=stderr, env=perf_env())
+    except OSError as e:
+        raise ToolMissingError(f"cannot run {argv[0]}: {e.strerror or e}") from e
+
+
+def _perf_failure(argv: list[str], rc: int, stderr: str, perf_data: Path) -> PtscopeError:
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    first = next((ln for ln in lines if not ln.startswith("Warning")), lines[0] if lines else "")
+    if rc < 0:
+        what = f"perf script was killed by signal {-rc} while decoding {perf_data}"
+    else:
+        what = f"perf script failed on {perf_data} (exit {rc})"
+    if first:
+        what += f": {first}"
+    return BadInputError(what, details=" ".join(argv) + "\n" + stderr)
+
+
+# ----------------------------------------------------------------- decoder choice
+
+
+@dataclass(frozen=True)
+class DecoderChoice:
+    """Which decoder to use and, in one line, why."""
+
+    name: str  # "dlfilter" or "text"
+    reason: str
+
+
+def choose_decoder(requested: str = "auto", perf: PerfTool | None = None) -> DecoderChoice:
+    """Resolve ``--decoder auto|dlfilter|text``.
+
+    ``auto`` picks the dlfilter when perf has ``--dlfilter`` (>= 5.14) and the library was
+    built, else the text decoder; ``dlfilter`` raises if either is missing.
+    """
+    if requested == "text":
+        return DecoderChoice("text", "text decoder requested")
+    if requested not in ("auto", "dlfilter"):
+        raise ValueError(f"unknown decoder {requested!r}")
+    tool = perf if perf is not None else find_perf()
+    version = ".".join(map(str, tool.version))
+    problem = None
+    if not tool.has_dlfilter:
+        problem = f"perf {version} has no --dlfilter (needs >= 5.14)"
+    elif not _native.is_available():
+        problem = f"the dlfilter library is not built ({_native.dlfilter_path().name} missing)"
+    if problem is None:
+        return DecoderChoice("dlfilter", f"perf {version} supports --dlfilter")
+    if requested == "dlfilter":
+        raise ToolMissingError(f"cannot decode with the dlfilter: {problem}")
+    return DecoderChoice("text", f"using the text decoder: {problem}")

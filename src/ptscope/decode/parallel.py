@@ -1,0 +1,360 @@
+"""Parallel decode: cut a recording into time windows and decode them with concurrent perfs.
+
+Cutting: the trace's Intel PT data is read straight from the perf.data (the AUXTRACE
+records' payloads, found by walking the data section's record headers). Every PSB packet
+(where a decoder can start) carries a TSC packet in its PSB+ group; converted to perf time
+with the AUXTRACE_INFO conversion, these give (time, byte offset) points, and windows are cut
+at PSB times so that each window holds about the same number of trace bytes (decode work is
+proportional to trace bytes). The first window is open at the start and the last one at the
+end (``perf script --time ,T`` / ``--time T,``), so nothing can fall outside the windows
+even if a time conversion were off. When the layout cannot be read (compressed or
+pipe-mode perf.data, timeless traces, too few PSBs), the recording is one window.
+
+Decoding: each window is a ``perf script --time A,B --dlfilter`` process; all run at once.
+The first window is read from its pipe while perf runs; the others write into temporary
+files that are read in order once the previous windows are consumed. Between windows the
+stream carries :data:`SEGMENT_BREAK`: the consumer breaks every thread's segment there
+(``TraceSegmentEngine.end_segment()``) and the engine's stitching rejoins the stacks.
+
+What perf does at a window's start (checked on real perf 6.1 output): it decodes from the
+PSB at or before the window's start and drops samples outside the window, emitting no
+``tr strt`` for the resumed decode, so the first event of a window is an ordinary branch
+that lands back in the previous window's stack. Two things differ from a single decode and
+are corrected here: decode *errors* are not time-filtered by perf (errors outside a window
+are dropped; its neighbour reports them), and perf reports the current cbr again at a
+window's start (a repeat of the last cbr seen for that CPU/thread is dropped).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+from pathlib import Path
+from typing import Final, Protocol
+
+from ptscope.decode.dlfilter_stream import (
+    DEFAULT_ITRACE,
+    DlfilterProcess,
+    DlfilterRun,
+    decode_with_dlfilter,
+)
+from ptscope.model import Event
+from ptscope.perftool import PerfTool, find_perf
+
+__all__ = [
+    "SEGMENT_BREAK",
+    "EventSink",
+    "PsbPoint",
+    "SegmentBreak",
+    "TimeWindow",
+    "TraceLayout",
+    "decode_parallel",
+    "default_jobs",
+    "feed_sink",
+    "plan_windows",
+    "read_trace_layout",
+]
+
+_PERF_MAGIC: Final = b"PERFILE2"
+_HEADER: Final = struct.Struct("<8sQQ2Q2Q2Q4Q")  # magic, size, attr_size, attrs, data, ...
+_EVENT_HEADER: Final = struct.Struct("<IHH")
+_AUXTRACE: Final = struct.Struct("<QQQIII4x")  # size, offset, reference, idx, tid, cpu
+_RECORD_AUXTRACE_INFO: Final = 70
+_RECORD_AUXTRACE: Final = 71
+_RECORD_COMPRESSED: Final = 81
+_AUXTRACE_INTEL_PT: Final = 1
+# AUXTRACE_INFO priv[] indexes (perf's intel-pt.h).
+_TIME_SHIFT, _TIME_MULT, _TIME_ZERO, _CAP_USER_TIME_ZERO = 1, 2, 3, 4
+_PSB: Final = b"\x02\x82" * 8
+_MIN_WINDOW_BYTES: Final = 64 * 1024
+
+
+class SegmentBreak:
+    """Marker between two windows' events: break every thread's segment here."""
+
+    _instance: SegmentBreak | None = None
+
+    def __new__(cls) -> SegmentBreak:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "SEGMENT_BREAK"
+
+
+SEGMENT_BREAK: Final = SegmentBreak()
+
+
+class EventSink(Protocol):
+    """What consumes decoded events: the reconstruction engine."""
+
+    def feed_all(self, events: Iterable[Event]) -> None: ...
+
+    def end_segment(self) -> None: ...
+
+
+def feed_sink(sink: EventSink, stream: Iterable[list[Event] | SegmentBreak]) -> None:
+    """Feed batches to ``sink``, turning window boundaries into segment breaks."""
+    for item in stream:
+        if isinstance(item, SegmentBreak):
+            sink.end_segment()
+        else:
+            sink.feed_all(item)
+
+
+def default_jobs() -> int:
+    """Default ``--jobs``: the CPUs this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+# -------------------------------------------------------------- trace layout
+
+
+@dataclass(frozen=True)
+class PsbPoint:
+    """A PSB packet: where decoding can start, at which perf time."""
+
+    time: int
+    bytes_before: int  # trace bytes of the same buffer before it
+
+
+@dataclass
+class TraceLayout:
+    """What the perf.data says about its Intel PT data (enough to cut time windows)."""
+
+    trace_bytes: int
+    buffers: int
+    psbs: list[PsbPoint]
+
+    @property
+    def time_range(self) -> tuple[int, int] | None:
+        """First and last PSB time (perf ns), if there are any."""
+        if not self.psbs:
+            return None
+        times = [p.time for p in self.psbs]
+        return min(times), max(times)
+
+
+def _data_file(path: Path) -> Path:
+    # `perf record --kcore` (and others) write a directory holding `data`.
+    return path / "data" if path.is_dir() else path
+
+
+def read_trace_layout(perf_data: Path) -> TraceLayout | None:
+    """Scan ``perf_data`` for its Intel PT buffers and their PSB times; None if unreadable."""
+    try:
+        with (
+            open(_data_file(perf_data), "rb") as f,
+            mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m,
+        ):
+            return _scan(m)
+    except (OSError, ValueError, struct.error):
+        return None
+
+
+def _scan(m: mmap.mmap) -> TraceLayout | None:
+    if len(m) < _HEADER.size or m[:8] != _PERF_MAGIC:
+        return None
+    fields = _HEADER.unpack_from(m, 0)
+    data_offset, data_size = fields[5], fields[6]
+    end = min(data_offset + data_size, len(m))
+    conv: tuple[int, int, int] | None = None
+    buffers: list[tuple[int, int]] = []
+    pos = data_offset
+    while pos + _EVENT_HEADER.size <= end:
+        rtype, _misc, size = _EVENT_HEADER.unpack_from(m, pos)
+        if size < _EVENT_HEADER.size:
+            return None
+        if rtype == _RECORD_COMPRESSED:
+            return None  # `perf record -z`: the sideband is zstd-compressed
+        if rtype == _RECORD_AUXTRACE_INFO:
+            kind = struct.unpack_from("<I", m, pos + 8)[0]
+            npriv = (size - 16) // 8
+            if kind == _AUXTRACE_INTEL_PT and npriv > _CAP_USER_TIME_ZERO:
+                priv = struct.unpack_from(f"<{npriv}Q", m, pos + 16)
+                if priv[_CAP_USER_TIME_ZERO]:
+                    conv = (priv[_TIME_SHIFT], priv[_TIME_MULT], priv[_TIME_ZERO])
+        elif rtype == _RECORD_AUXTRACE:
+            payload = _AUXTRACE.unpack_from(m, pos + 8)[0]
+            buffers.append((pos + size, payload))
+            pos += payload
+        pos += size
+    if conv is None:
+        return None  # timeless: perf cannot select time ranges
+    psbs: list[PsbPoint] = []
+    total = 0
+    for start, size in buffers:
+        stop = min(start + size, len(m))
+        at = m.find(_PSB, start, stop)
+        while at >= 0:
+            tsc = _psb_tsc(m, at + len(_PSB), stop)
+            if tsc is not None:
+                psbs.append(PsbPoint(_tsc_to_perf_time(tsc, *conv), total + at - start))
+            at = m.find(_PSB, at + len(_PSB), stop)
+        total += stop - start
+    return TraceLayout(trace_bytes=total, buffers=len(buffers), psbs=psbs)
+
+
+def _tsc_to_perf_time(tsc: int, shift: int, mult: int, zero: int) -> int:
+    quot = tsc >> shift
+    rem = tsc & ((1 << shift) - 1)
+    return (zero + quot * mult + ((rem * mult) >> shift)) & 0xFFFFFFFFFFFFFFFF
+
+
+def _psb_tsc(m: mmap.mmap, pos: int, stop: int) -> int | None:
+    """The TSC in the PSB+ group starting at ``pos`` (packets up to PSBEND), if any."""
+    limit = min(stop, pos + 128)
+    while pos < limit:
+        b = m[pos]
+        if b == 0x00:  # PAD
+            pos += 1
+        elif b == 0x19:  # TSC: 7 bytes of timestamp
+            if pos + 8 > stop:
+                return None
+            return int.from_bytes(m[pos + 1 : pos + 8], "little")
+        elif b == 0x02:
+            if pos + 1 >= stop:
+                return None
+            ext = m[pos + 1]
+            size = {0x23: 0, 0x03: 4, 0x73: 7, 0x43: 8, 0xC8: 7, 0xF3: 2, 0x82: 16}.get(ext)
+            if not size:
+                return None  # PSBEND (no TSC in this PSB+) or a packet we do not know
+            pos += size
+        elif b == 0x99 or b == 0x59:  # MODE, MTC
+            pos += 2
+        elif b & 0x1F == 0x1D:  # FUP
+            ip_bytes = {0: 0, 1: 2, 2: 4, 3: 6, 4: 6, 6: 8}.get(b >> 5)
+            if ip_bytes is None:
+                return None
+            pos += 1 + ip_bytes
+        elif b & 0x03 == 0x03:  # CYC: continuation bytes while the Exp bit is set
+            more = b & 0x04
+            pos += 1
+            while more and pos < limit:
+                more = m[pos] & 0x01
+                pos += 1
+        else:
+            return None
+    return None
+
+
+# ------------------------------------------------------------------ windows
+
+
+@dataclass(frozen=True)
+class TimeWindow:
+    """An inclusive perf-time range; None = open (the trace's start or end)."""
+
+    start: int | None
+    end: int | None
+
+    def perf_arg(self) -> str:
+        """The ``--time`` value."""
+        a = _fmt(self.start) if self.start is not None else ""
+        b = _fmt(self.end) if self.end is not None else ""
+        return f"{a},{b}"
+
+    def contains(self, time: int) -> bool:
+        return (self.start is None or time >= self.start) and (self.end is None or time <= self.end)
+
+
+def _fmt(ns: int) -> str:
+    return f"{ns // 1_000_000_000}.{ns % 1_000_000_000:09d}"
+
+
+def plan_windows(
+    layout: TraceLayout | None, jobs: int, *, min_window_bytes: int = _MIN_WINDOW_BYTES
+) -> list[TimeWindow]:
+    """Cut the trace into at most ``jobs`` windows holding about equal trace bytes.
+
+    Cuts are PSB times. With one buffer, a cut is the PSB nearest to k/jobs of its bytes;
+    with several (one per thread or CPU), the k/jobs-th PSB in time order, which balances
+    the bytes as well when PSBs come at a fixed byte period (as they do: ``psb_period``).
+    Windows smaller than ``min_window_bytes`` are not worth a perf process.
+    """
+    whole = [TimeWindow(None, None)]
+    if layout is None or jobs <= 1 or len(layout.psbs) < 2:
+        return whole
+    n = min(jobs, max(1, layout.trace_bytes // max(min_window_bytes, 1)))
+    points = sorted(layout.psbs, key=lambda p: (p.time, p.bytes_before))
+    cuts: list[int] = []
+    for k in range(1, n):
+        if layout.buffers == 1:
+            goal = k * layout.trace_bytes / n
+            best = min(points, key=lambda p: abs(p.bytes_before - goal))
+        else:
+            best = points[k * len(points) // n]
+        # A cut at the first PSB would leave the first window empty; equal cuts likewise.
+        if best.time > points[0].time and (not cuts or best.time > cuts[-1]):
+            cuts.append(best.time)
+    if not cuts:
+        return whole
+    windows = [TimeWindow(None, cuts[0] - 1)]
+    windows += [TimeWindow(a, b - 1) for a, b in pairwise(cuts)]
+    windows.append(TimeWindow(cuts[-1], None))
+    return windows
+
+
+# ------------------------------------------------------------------ decoding
+
+
+def decode_parallel(
+    perf_data: Path,
+    *,
+    jobs: int | None = None,
+    itrace: str = DEFAULT_ITRACE,
+    extra: Sequence[str] = (),
+    perf: PerfTool | None = None,
+    windows: Sequence[TimeWindow] | None = None,
+    run_info: list[DlfilterRun] | None = None,
+) -> Iterator[list[Event] | SegmentBreak]:
+    """Decode ``perf_data`` in time windows with concurrent perf processes.
+
+    Yields event batches in time order, with :data:`SEGMENT_BREAK` between windows. With
+    one window this is exactly :func:`~ptscope.decode.dlfilter_stream.decode_with_dlfilter`.
+    ``windows`` overrides the automatic plan (tests use it).
+    """
+    tool = perf if perf is not None else find_perf()
+    if windows is None:
+        n = jobs if jobs is not None else default_jobs()
+        windows = plan_windows(read_trace_layout(perf_data) if n > 1 else None, n)
+    if len(windows) == 1 and windows[0] == TimeWindow(None, None):
+        yield from decode_with_dlfilter(
+            perf_data, itrace=itrace, extra=extra, perf=tool, run_info=run_info
+        )
+        return
+    power_state: dict[tuple[int, int, int], int] = {}
+    with tempfile.TemporaryDirectory(prefix="ptscope-decode-") as tmp:
+        procs: list[DlfilterProcess] = []
+        try:
+            for i, w in enumerate(windows):
+                procs.append(
+                    DlfilterProcess(
+                        perf_data,
+                        itrace=itrace,
+                        extra=[f"--time={w.perf_arg()}", *extra],
+                        perf=tool,
+                        # The first window is consumed live; the others wait in files.
+                        stdout_path=Path(tmp) / f"window-{i}.bin" if i else None,
+                        error_window=(w.start, w.end),
+                        power_state=power_state,
+                    )
+                )
+            for i, proc in enumerate(procs):
+                if i:
+                    yield SEGMENT_BREAK
+                yield from proc.batches()
+                if run_info is not None:
+                    run_info.append(proc.run_info())
+        finally:
+            for proc in procs:
+                proc.kill()
