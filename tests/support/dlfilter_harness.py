@@ -204,6 +204,8 @@ class Output:
     power: list[dict[str, int]] = field(default_factory=list)
     trailer: dict[str, int] = field(default_factory=dict)
     order: list[str] = field(default_factory=list)
+    offsets: list[int] = field(default_factory=list)
+    """Where each record in ``order`` starts (the header, at 0, is not listed)."""
 
     def location(self, loc_id: int) -> tuple[int, str | None, int, str | None]:
         loc = self.locations[loc_id]
@@ -224,6 +226,7 @@ def split_stream(data: bytes) -> Output:
     pos = rf.HEADER.size
     while pos < len(data):
         tag = data[pos]
+        out.offsets.append(pos)
         if tag == rf.TAG_STRING:
             _, sid, length = rf.STRING.unpack_from(data, pos)
             pos += rf.STRING.size
