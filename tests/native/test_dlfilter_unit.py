@@ -184,25 +184,44 @@ def test_processes_resolve_separately(run: Run) -> None:
 def test_exec_flushes_the_process_cache(run: Run) -> None:
     r = run
     r.perf.sample(ip=0x1030, addr=0x1100, flags=CALL, ip_sym=MAIN, addr_sym=FOO, comm="sh")
-    # exec: same pid, same addresses, a new program (perf's comm changes).
+    # execve: a syscall (trace end), then the new program starts (trace begin) in the same
+    # pid at the same addresses, and perf's comm for the thread changes.
+    r.perf.sample(
+        ip=0x1080, addr=0, flags=CALL | F.SYSCALLRET | F.TRACE_END, ip_sym=MAIN, comm="sh"
+    )
     new_main = Sym("main", "/usr/bin/new", 0x1000, 0x1100)
     new_f = Sym("f", "/usr/bin/new", 0x1100, 0x1200)
+    r.perf.sample(ip=0, addr=0x1000, flags=F.BRANCH | F.TRACE_BEGIN, addr_sym=new_main, comm="new")
     r.perf.sample(ip=0x1030, addr=0x1100, flags=CALL, ip_sym=new_main, addr_sym=new_f, comm="new")
+    assert r.perf.resolve_ip_calls == 4  # first sample of the thread, 2 boundaries, 1 miss
     out = run.finish()
-    assert out.location(out.branches[1]["ip_loc"]) == (0x1030, "main", 0x30, "/usr/bin/new")
-    assert out.location(out.branches[1]["addr_loc"]) == (0x1100, "f", 0, "/usr/bin/new")
+    assert out.location(out.branches[3]["ip_loc"]) == (0x1030, "main", 0x30, "/usr/bin/new")
+    assert out.location(out.branches[3]["addr_loc"]) == (0x1100, "f", 0, "/usr/bin/new")
 
 
-def test_remapped_code_is_resolved_again(run: Run) -> None:
+def test_resolve_ip_is_called_only_on_misses_and_boundaries(run: Run) -> None:
+    r = run
+    for i in range(20):
+        branch(r, 0x1030, 0x1100, CALL, MAIN, FOO, time=i)
+        branch(r, 0x1110, 0x1120, JCC, FOO, FOO, time=i)
+        branch(r, 0x1130, 0x1035, RET, FOO, MAIN, time=i)
+    assert r.perf.resolve_ip_calls == 3
+    assert r.perf.resolve_addr_calls == 3
+    run.finish()
+
+
+def test_remapped_code_is_resolved_again_at_a_boundary(run: Run) -> None:
     r = run
     lib1 = Sym("f", "/lib/one.so", 0x7000, 0x7100)
     branch(r, 0x7010, 0x1035, RET, lib1, MAIN)
     # dlclose + dlopen of another library at the same address: perf's symbol changes.
     r.perf.cstr("f", fresh=True)
     lib2 = Sym("f", "/lib/two.so", 0x7000, 0x7100)
+    branch(r, 0x7010, 0, F.BRANCH | F.TRACE_END, lib2, None)
     branch(r, 0x7010, 0x1035, RET, lib2, MAIN)
     out = run.finish()
     assert out.location(out.branches[1]["ip_loc"])[3] == "/lib/two.so"
+    assert out.location(out.branches[2]["ip_loc"])[3] == "/lib/two.so"
 
 
 def test_counts_of_dropped_branches_go_to_the_next_kept_one_of_the_thread(run: Run) -> None:

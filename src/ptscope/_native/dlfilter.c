@@ -10,6 +10,13 @@
  * buffer, never buffered on the side: that is what keeps perf's text lines in order.
  * Every filter call returns 1, so perf prints nothing for the samples themselves.
  *
+ * Each address is resolved once per process (perf's resolve_ip/resolve_addr are only
+ * cached per sample, and resolve_ip alone costs about as much as perf's own per-sample
+ * work): the cache key is (address, pid, ip-or-addr side, generation). The generation of a
+ * process is bumped when perf's comm for one of its threads changes (exec), checked at
+ * trace boundaries (trace begin/end, syscalls, interrupts) where an exec must show; at those
+ * samples a cached ip is also checked against perf's current symbol (remapped code).
+ *
  * The logic lives in functions that take plain values (ptscope_* below, also exported) so
  * that it can be unit-tested with fabricated samples and a fake perf_dlfilter_fns table.
  */
@@ -260,6 +267,7 @@ static void id_map_free(struct id_map *m)
 
 struct thread_state {
 	int32_t pid;
+	uint32_t pid_index; /* into ptscope_filter.pid_gen */
 	const char *comm; /* perf's comm string at the last sample: a change means exec */
 	uint64_t pending_insn; /* counts carried by dropped branches, added to the next kept */
 	uint64_t pending_cyc;
@@ -279,6 +287,8 @@ struct ptscope_filter {
 	struct id_map thread_ids;
 	struct thread_state *threads;
 	size_t threads_cap;
+	uint64_t last_thread_key; /* consecutive samples are mostly from one thread */
+	long last_thread; /* index, -1 = none */
 	struct id_map pid_ids;
 	uint32_t *pid_gen;
 	size_t pid_cap;
@@ -410,14 +420,39 @@ static uint32_t function_key_id(struct ptscope_filter *f, const char *sym, const
 
 /* ------------------------------------------------------------- resolving */
 
+static long generation_index(struct ptscope_filter *f, int32_t pid)
+{
+	int is_new;
+	long i = id_map_get(&f->pid_ids, (uint32_t)pid, &is_new);
+	if (i < 0)
+		return -1;
+	if (is_new) {
+		if ((size_t)i >= f->pid_cap) {
+			size_t ncap = f->pid_cap ? f->pid_cap * 2 : 64;
+			uint32_t *ng = realloc(f->pid_gen, ncap * sizeof(*ng));
+			if (!ng)
+				return -1;
+			f->pid_gen = ng;
+			f->pid_cap = ncap;
+		}
+		f->pid_gen[i] = 0;
+	}
+	return i;
+}
+
 static struct thread_state *thread_of(struct ptscope_filter *f, int32_t pid, int32_t tid)
 {
 	uint64_t key = ((uint64_t)(uint32_t)pid << 32) | (uint32_t)tid;
+	if (f->last_thread >= 0 && key == f->last_thread_key)
+		return &f->threads[f->last_thread];
 	int is_new;
 	long i = id_map_get(&f->thread_ids, key, &is_new);
 	if (i < 0)
 		return NULL;
 	if (is_new) {
+		long g = generation_index(f, pid);
+		if (g < 0)
+			return NULL;
 		if ((size_t)i >= f->threads_cap) {
 			size_t ncap = f->threads_cap ? f->threads_cap * 2 : 64;
 			struct thread_state *nt = realloc(f->threads, ncap * sizeof(*nt));
@@ -426,61 +461,59 @@ static struct thread_state *thread_of(struct ptscope_filter *f, int32_t pid, int
 			f->threads = nt;
 			f->threads_cap = ncap;
 		}
-		f->threads[i] = (struct thread_state){ .pid = pid };
+		f->threads[i] = (struct thread_state){ .pid = pid, .pid_index = (uint32_t)g };
 	}
+	f->last_thread_key = key;
+	f->last_thread = i;
 	return &f->threads[i];
 }
 
-static uint32_t *generation_of(struct ptscope_filter *f, int32_t pid)
+/* What perf resolves the sample's ip (side 0) or addr (side 1) to; NULL if it cannot. */
+static const struct perf_dlfilter_al *resolve_side(const struct perf_dlfilter_sample *s, void *ctx,
+						   int side)
 {
-	int is_new;
-	long i = id_map_get(&f->pid_ids, (uint32_t)pid, &is_new);
-	if (i < 0)
-		return NULL;
-	if (is_new) {
-		if ((size_t)i >= f->pid_cap) {
-			size_t ncap = f->pid_cap ? f->pid_cap * 2 : 64;
-			uint32_t *ng = realloc(f->pid_gen, ncap * sizeof(*ng));
-			if (!ng)
-				return NULL;
-			f->pid_gen = ng;
-			f->pid_cap = ncap;
-		}
-		f->pid_gen[i] = 0;
-	}
-	return &f->pid_gen[i];
+	if (side == 0)
+		return perf_dlfilter_fns.resolve_ip ? perf_dlfilter_fns.resolve_ip(ctx) : NULL;
+	if (s->addr_correlates_sym && perf_dlfilter_fns.resolve_addr)
+		return perf_dlfilter_fns.resolve_addr(ctx);
+	return NULL;
 }
 
-/* The cached location of an address, resolving it (through `al`, which may be NULL when
- * perf cannot say) and writing its records on first sight. Returns the slot, or NULL. */
-static struct loc_slot *location(struct ptscope_filter *f, int32_t pid, uint32_t gen, int side,
-				 uint64_t addr, const struct perf_dlfilter_al *al)
+/* The cached location of the sample's ip or addr. On a miss it is resolved through perf
+ * (`al` if the caller already has it, else resolve_side()) and its records are written.
+ * Returns the slot (valid until the next lookup), or NULL. */
+static struct loc_slot *location(struct ptscope_filter *f, const struct perf_dlfilter_sample *s,
+				 void *ctx, uint32_t gen, int side,
+				 const struct perf_dlfilter_al *al)
 {
 	if ((f->locs.count + 1) * 2 > f->locs.cap && loc_table_grow(&f->locs) < 0) {
 		f->failed = 1;
 		return NULL;
 	}
-	uint64_t meta = loc_meta(pid, gen, side);
-	struct loc_slot *s = loc_find(&f->locs, addr, meta);
-	if (s->id)
-		return s;
+	uint64_t addr = side ? s->addr : s->ip;
+	uint64_t meta = loc_meta(s->pid, gen, side);
+	struct loc_slot *slot = loc_find(&f->locs, addr, meta);
+	if (slot->id)
+		return slot;
+	if (!al)
+		al = resolve_side(s, ctx, side);
 	const char *sym = al ? al->sym : NULL;
 	const char *dso = al ? al->dso : NULL;
 	struct ptscope_location_rec r;
 	memset(&r, 0, sizeof(r));
 	r.tag = PTSCOPE_TAG_LOCATION;
 	r.ip = addr;
-	r.pid = pid;
+	r.pid = s->pid;
 	r.offset = ptscope_symbol_offset(al);
 	r.symbol = symbol_is_unknown(sym) ? PTSCOPE_NO_STRING : name_id(f, sym);
 	r.dso = dso ? name_id(f, dso) : PTSCOPE_NO_STRING;
 	r.id = ++f->next_loc_id;
 	emit(f, &r, sizeof(r));
 	f->counters.locations++;
-	*s = (struct loc_slot){ .addr = addr, .meta = meta, .id = r.id,
-				.fn = function_key_id(f, sym, dso), .sym_ptr = sym, .dso_ptr = dso };
+	*slot = (struct loc_slot){ .addr = addr, .meta = meta, .id = r.id,
+				   .fn = function_key_id(f, sym, dso), .sym_ptr = sym, .dso_ptr = dso };
 	f->locs.count++;
-	return s;
+	return slot;
 }
 
 /* ------------------------------------------------------------ per sample */
@@ -524,44 +557,48 @@ static int handle_power(struct ptscope_filter *f, const struct perf_dlfilter_sam
 	return 1;
 }
 
+/* Samples where the program may have changed under us (exec happens in a syscall, so its
+ * new image starts with a trace begin or a return from the kernel). */
+#define PTSCOPE_BOUNDARY_FLAGS                                                              \
+	(PERF_DLFILTER_FLAG_TRACE_BEGIN | PERF_DLFILTER_FLAG_TRACE_END |                     \
+	 PERF_DLFILTER_FLAG_SYSCALLRET | PERF_DLFILTER_FLAG_INTERRUPT | PERF_DLFILTER_FLAG_ASYNC | \
+	 PERF_DLFILTER_FLAG_VMENTRY | PERF_DLFILTER_FLAG_VMEXIT)
+
 static int handle_branch(struct ptscope_filter *f, const struct perf_dlfilter_sample *s,
 			 void *ctx)
 {
 	struct thread_state *th = thread_of(f, s->pid, s->tid);
-	uint32_t *gen = generation_of(f, s->pid);
-	if (!th || !gen) {
+	if (!th) {
 		f->failed = 1;
 		return -ENOMEM;
 	}
-	const struct perf_dlfilter_al *ip_al =
-		perf_dlfilter_fns.resolve_ip ? perf_dlfilter_fns.resolve_ip(ctx) : NULL;
-	if (ip_al && ip_al->comm != th->comm) {
-		/* The thread's name changed (exec, or prctl): what its addresses resolve to may
-		 * have changed too, so resolve this process's addresses afresh. */
-		if (th->comm)
-			++*gen;
-		th->comm = ip_al->comm;
+	uint32_t *gen = &f->pid_gen[th->pid_index];
+	const struct perf_dlfilter_al *ip_al = NULL;
+	/* resolve_ip costs about as much as perf's whole per-sample work, so it is called
+	 * only on a cache miss and at trace boundaries, where an exec would show. */
+	if (!th->comm || (s->flags & PTSCOPE_BOUNDARY_FLAGS) || !(s->flags & PERF_DLFILTER_FLAG_BRANCH)) {
+		ip_al = resolve_side(s, ctx, 0);
+		if (ip_al && ip_al->comm != th->comm) {
+			/* The thread's name changed (exec, or prctl): what its addresses resolve to
+			 * may have changed too, so resolve this process's addresses afresh. */
+			if (th->comm)
+				++*gen;
+			th->comm = ip_al->comm;
+		}
 	}
-	struct loc_slot *src = location(f, s->pid, *gen, 0, s->ip, ip_al);
+	struct loc_slot *src = location(f, s, ctx, *gen, 0, ip_al);
 	if (src && ip_al && (src->sym_ptr != ip_al->sym || src->dso_ptr != ip_al->dso)) {
 		/* perf resolves this ip differently than when we cached it: remapped code. */
 		++*gen;
-		src = location(f, s->pid, *gen, 0, s->ip, ip_al);
+		src = location(f, s, ctx, *gen, 0, ip_al);
 	}
 	if (!src)
 		return -ENOMEM;
-	uint32_t src_id = src->id, src_fn = src->fn;
 	/* `src` may move when the table grows: copy what we need before the next lookup. */
-	uint64_t meta = loc_meta(s->pid, *gen, 1);
-	struct loc_slot *dst = f->locs.cap ? loc_find(&f->locs, s->addr, meta) : NULL;
-	if (!dst || !dst->id) {
-		const struct perf_dlfilter_al *addr_al = NULL;
-		if (s->addr_correlates_sym && perf_dlfilter_fns.resolve_addr)
-			addr_al = perf_dlfilter_fns.resolve_addr(ctx);
-		dst = location(f, s->pid, *gen, 1, s->addr, addr_al);
-		if (!dst)
-			return -ENOMEM;
-	}
+	uint32_t src_id = src->id, src_fn = src->fn;
+	struct loc_slot *dst = location(f, s, ctx, *gen, 1, NULL);
+	if (!dst)
+		return -ENOMEM;
 	if (!f->keep_all && ptscope_droppable_flags(s->flags) && src_fn == dst->fn) {
 		th->pending_insn += s->insn_cnt;
 		th->pending_cyc += s->cyc_cnt;
@@ -622,6 +659,7 @@ PTSCOPE_EXPORT int start(void **data, void *ctx)
 	struct ptscope_filter *f = calloc(1, sizeof(*f));
 	if (!f)
 		return -ENOMEM;
+	f->last_thread = -1;
 	int argc = 0;
 	char **argv = perf_dlfilter_fns.args ? perf_dlfilter_fns.args(ctx, &argc) : NULL;
 	const char *target = argc > 0 ? argv[0] : NULL;
