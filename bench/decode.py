@@ -1,0 +1,274 @@
+"""Decode speed against perf's own floor: dlfilter path, text path, parallel windows.
+
+Usage::
+
+    python bench/decode.py                    # emulated-PT recording of >= 5 M branches (cached)
+    python bench/decode.py --perf-data FILE   # any Intel PT perf.data instead
+    python bench/decode.py --branches 1000000 # a smaller recording
+
+Every figure comes from one run, each measurement in a fresh child process (so that peak
+RSS is its own), and is reported as a ratio to the floor measured in the same run:
+
+* floor: ``perf script --itrace=bep`` with a dlfilter that drops every sample and does
+  nothing else (built here from ``bench/null_dlfilter.c``): no perf-based decoder can beat it
+  on one core;
+* dlfilter / text / parallel: ptscope's decoders alone (events out of the reader), then
+  through the reconstruction engine (events/s through the engine), then, when
+  ``ptscope.pipeline`` exists, the whole decode to ``.fxt.gz``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CACHE = ROOT / "bench" / "cache"
+ITRACE = "bep"
+
+PROGRAM = r"""
+/* Benchmark workload: calls, returns, loops, a jump table, recursion. */
+#include <stdlib.h>
+static volatile unsigned sink;
+__attribute__((noinline)) static unsigned leaf(unsigned x) { return x * 2654435761u; }
+__attribute__((noinline)) static unsigned mix(unsigned x) {
+    unsigned s = 0;
+    for (unsigned i = 0; i < (x & 7); i++) s += leaf(x + i);
+    return s;
+}
+__attribute__((noinline)) static unsigned dispatch(unsigned x) {
+    switch (x & 3) {
+    case 0: return mix(x);
+    case 1: return leaf(x) ^ mix(x >> 1);
+    case 2: return x + 1;
+    default: return leaf(leaf(x));
+    }
+}
+__attribute__((noinline)) static unsigned fib(unsigned n) {
+    return n < 2 ? n : fib(n - 1) + fib(n - 2);
+}
+int main(int argc, char **argv) {
+    unsigned n = argc > 1 ? (unsigned)atoi(argv[1]) : 1000;
+    for (unsigned i = 0; i < n; i++) {
+        sink += dispatch(i);
+        if ((i & 63) == 0) sink += fib(12);
+    }
+    return 0;
+}
+"""
+
+NULL_DLFILTER = ROOT / "bench" / "null_dlfilter.c"
+
+
+def _hash(*parts: str) -> str:
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:12]
+
+
+# ------------------------------------------------------------------ inputs
+
+
+def build_null_dlfilter() -> Path:
+    out = CACHE / f"null_dlfilter-{_hash(NULL_DLFILTER.read_text())}.so"
+    if not out.exists():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            [
+                "gcc",
+                "-O2",
+                "-Wall",
+                "-Werror",
+                "-fPIC",
+                "-shared",
+                "-o",
+                str(out),
+                str(NULL_DLFILTER),
+            ],
+            check=True,
+        )
+    return out
+
+
+def emulated_recording(branches: int) -> Path:
+    """An emulated-PT recording of the workload with at least ``branches`` branches."""
+    # About 12 branches per iteration of the workload's main loop (measured with perf).
+    iterations = max(1000, branches // 10)
+    directory = CACHE / f"decode-{_hash(PROGRAM, str(iterations))}"
+    perf_data = directory / "perf.data"
+    if perf_data.exists():
+        return perf_data
+    try:
+        from ptscope.record import emulated  # type: ignore[attr-defined]
+    except ImportError:
+        sys.exit("bench/decode.py: ptscope.record.emulated is not available; use --perf-data")
+    CACHE.mkdir(parents=True, exist_ok=True)
+    src = CACHE / "decode_workload.c"
+    exe = CACHE / f"decode_workload-{_hash(PROGRAM)}"
+    if not exe.exists():
+        src.write_text(PROGRAM)
+        subprocess.run(["gcc", "-O2", "-static", "-o", str(exe), str(src)], check=True)
+    tmp = directory.with_name(directory.name + ".tmp")
+    subprocess.run(["rm", "-rf", str(tmp)], check=True)
+    print(f"recording {exe.name} {iterations} under emulated PT (once; cached in {directory})")
+    t0 = time.perf_counter()
+    emulated.record([str(exe), str(iterations)], tmp)
+    print(f"  recorded in {time.perf_counter() - t0:.1f} s")
+    tmp.rename(directory)
+    return perf_data
+
+
+# ------------------------------------------------------------ measurements
+# Each runs in a child process: `python bench/decode.py --child NAME PERF_DATA [JOBS]`.
+
+
+def _child_floor(perf_data: Path, _jobs: int) -> dict[str, float]:
+    from ptscope.perftool import find_perf, perf_env
+
+    null = build_null_dlfilter()
+    argv = [find_perf().path, "script", "-i", str(perf_data), f"--itrace={ITRACE}"]
+    subprocess.run([*argv, "--dlfilter", str(null)], check=True, env=perf_env())
+    return {"events": 0}
+
+
+def _child_dlfilter(perf_data: Path, _jobs: int) -> dict[str, float]:
+    from ptscope.decode.dlfilter_stream import decode_with_dlfilter
+
+    n = 0
+    for batch in decode_with_dlfilter(perf_data, itrace=ITRACE):
+        n += len(batch)
+    return {"events": n}
+
+
+def _child_parallel(perf_data: Path, jobs: int) -> dict[str, float]:
+    from ptscope.decode.parallel import SegmentBreak, decode_parallel
+
+    n = 0
+    for batch in decode_parallel(perf_data, jobs=jobs, itrace=ITRACE):
+        if not isinstance(batch, SegmentBreak):
+            n += len(batch)
+    return {"events": n}
+
+
+def _child_text(perf_data: Path, _jobs: int) -> dict[str, float]:
+    from ptscope.decode import perf_text  # type: ignore[attr-defined]
+
+    n = 0
+    for batch in perf_text.decode_perf_data(perf_data):  # type: ignore[attr-defined]
+        n += len(batch)
+    return {"events": n}
+
+
+def _engine_run(stream: object) -> dict[str, float]:
+    from ptscope.decode.parallel import feed_sink
+    from ptscope.reconstruct.engine import TraceSegmentEngine
+
+    engine = TraceSegmentEngine()
+    feed_sink(engine, stream)  # type: ignore[arg-type]
+    timeline = engine.finish()
+    return {"events": engine.stats.events, "slices": sum(len(t) for t in timeline.threads)}
+
+
+def _child_dlfilter_engine(perf_data: Path, _jobs: int) -> dict[str, float]:
+    from ptscope.decode.dlfilter_stream import decode_with_dlfilter
+
+    return _engine_run(decode_with_dlfilter(perf_data, itrace=ITRACE))
+
+
+def _child_parallel_engine(perf_data: Path, jobs: int) -> dict[str, float]:
+    from ptscope.decode.parallel import decode_parallel
+
+    return _engine_run(decode_parallel(perf_data, jobs=jobs, itrace=ITRACE))
+
+
+CHILDREN: dict[str, Callable[[Path, int], dict[str, float]]] = {
+    "floor": _child_floor,
+    "dlfilter": _child_dlfilter,
+    "parallel": _child_parallel,
+    "text": _child_text,
+    "dlfilter+engine": _child_dlfilter_engine,
+    "parallel+engine": _child_parallel_engine,
+}
+
+
+def run_child(name: str, perf_data: Path, jobs: int) -> dict[str, float] | None:
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, __file__, "--child", name, str(perf_data), str(jobs)],
+        capture_output=True,
+        text=True,
+    )
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["?"])[-1]
+        print(f"  {name}: failed ({last})")
+        return None
+    result: dict[str, float] = json.loads(proc.stdout.strip().splitlines()[-1])
+    result["wall"] = wall
+    return result
+
+
+def child_main(name: str, perf_data: Path, jobs: int) -> None:
+    t0 = time.perf_counter()
+    result = CHILDREN[name](perf_data, jobs)
+    result["inner_wall"] = time.perf_counter() - t0
+    result["rss_python_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    result["rss_perf_mb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    print(json.dumps(result))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--perf-data", type=Path, help="an Intel PT perf.data to decode")
+    ap.add_argument("--branches", type=int, default=5_000_000, help="size of the recording")
+    ap.add_argument("--jobs", type=int, default=2, help="windows for the parallel decode")
+    ap.add_argument("--repeat", type=int, default=2, help="runs per measurement (best kept)")
+    ap.add_argument("--only", nargs="*", choices=list(CHILDREN), help="measure only these")
+    ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child_main(args.child[0], Path(args.child[1]), int(args.child[2]))
+        return
+    perf_data = args.perf_data or emulated_recording(args.branches)
+    build_null_dlfilter()
+    size = os.path.getsize(perf_data)
+    print(
+        f"recording: {perf_data} ({size / 1e6:.1f} MB), {os.cpu_count()} CPUs, --jobs {args.jobs}"
+    )
+    results: dict[str, dict[str, float]] = {}
+    for name in args.only or list(CHILDREN):
+        best: dict[str, float] | None = None
+        for _ in range(args.repeat):
+            r = run_child(name, perf_data, args.jobs)
+            if r is not None and (best is None or r["inner_wall"] < best["inner_wall"]):
+                best = r
+        if best is not None:
+            results[name] = best
+    floor = results.get("floor", {}).get("inner_wall")
+    print()
+    print(
+        f"{'measurement':<17} {'wall s':>7} {'x floor':>8} {'events':>10} {'events/s':>10}"
+        f" {'RSS py MB':>9} {'RSS perf':>8}"
+    )
+    for name, r in results.items():
+        wall = r["inner_wall"]
+        ratio = f"{wall / floor:.2f}" if floor else "-"
+        ev = int(r.get("events", 0))
+        rate = f"{ev / wall / 1e6:.2f} M" if ev else "-"
+        print(
+            f"{name:<17} {wall:7.2f} {ratio:>8} {ev:>10} {rate:>10} {r['rss_python_mb']:9.0f}"
+            f" {r['rss_perf_mb']:8.0f}"
+        )
+    if "dlfilter" in results and "text" in results:
+        speedup = results["text"]["inner_wall"] / results["dlfilter"]["inner_wall"]
+        print(f"\ntext / dlfilter: {speedup:.1f}x")
+
+
+if __name__ == "__main__":
+    main()
