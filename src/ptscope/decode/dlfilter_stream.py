@@ -457,10 +457,14 @@ def dlfilter_command(
     keep_all: bool = False,
     extra: Sequence[str] = (),
 ) -> list[str]:
-    """The ``perf script`` argv that decodes ``perf_data`` through the dlfilter to stdout."""
+    """The ``perf script`` argv that decodes ``perf_data`` through the dlfilter to stdout.
+
+    ``--ns -F pid,tid,time`` makes whatever text perf prints besides decode errors (task
+    events with ``--show-task-events`` in ``extra``) look as it does for the text decoder.
+    """
     so = dlfilter if dlfilter is not None else _native.dlfilter_path()
-    argv = [perf, "script", "-i", str(perf_data), f"--itrace={itrace}"]
-    argv += ["--dlfilter", str(so), "--dlarg", "-"]
+    argv = [perf, "script", "-i", str(perf_data), f"--itrace={itrace}", "--ns"]
+    argv += ["-F", "pid,tid,time", "--dlfilter", str(so), "--dlarg", "-"]
     if keep_all:
         argv += ["--dlarg", "keep-all"]
     argv += list(extra)
