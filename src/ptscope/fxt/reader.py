@@ -1,0 +1,590 @@
+"""Strict reader of Fuchsia traces: checks every record we write and returns its contents.
+
+Strict means that anything a viewer could misread is an error (:class:`FxtFormatError`,
+with the byte offset of the record): a record whose size field is 0 or does not match
+its contents, a truncated tail, a string or thread ref to an entry never set, an argument
+whose size does not match its type, invalid UTF-8, a complete event that ends before it
+starts, an end without a begin, slices of one thread that overlap without nesting.
+Records it does not interpret but can frame (blobs, logs, scheduling, large records, ...)
+are counted and skipped.
+
+It reads like Perfetto: a complete event's last word is its end time, an end event closes
+the innermost open begin of its thread whatever its name, times are ``ticks * 1e9 /
+ticks_per_second`` (1 tick = 1 ns without an initialization record). Times are returned
+as perf nanoseconds: the ``time_base_ns`` argument of the process records is added back.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import struct
+import zlib
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO, Final
+
+from ptscope.fxt import records as rec
+from ptscope.timeline import Slice, SliceFlags
+
+__all__ = [
+    "FxtFormatError",
+    "FxtTrace",
+    "TraceCounter",
+    "TraceInstant",
+    "TraceSlice",
+    "read_trace",
+]
+
+ReadArg = int | float | str | bool | None
+"""An argument value as read (integers of every width, pointers and koids are ``int``)."""
+
+_GZIP_MAGIC: Final = b"\x1f\x8b"
+_BLOCK: Final = 1 << 20
+_U64 = struct.Struct("<Q")
+_I64 = struct.Struct("<q")
+_F64 = struct.Struct("<d")
+
+
+class FxtFormatError(ValueError):
+    """The data is not a well-formed Fuchsia trace; ``offset`` is the byte offset (in the
+    uncompressed stream) of the record at fault, when there is one."""
+
+    def __init__(self, message: str, offset: int | None = None) -> None:
+        super().__init__(message if offset is None else f"{message} (at byte {offset})")
+        self.offset = offset
+
+
+@dataclass
+class TraceSlice:
+    """A slice as read: times in perf ns, depth from how it nests on its thread."""
+
+    start: int
+    end: int
+    depth: int
+    name: str
+    category: str = ""
+    args: dict[str, ReadArg] = field(default_factory=dict)
+
+    def to_slice(self) -> Slice:
+        """As a :class:`ptscope.timeline.Slice` (ptscope's own args become fields)."""
+        address = self.args.get(rec.ARG_ADDRESS, 0)
+        instructions = self.args.get(rec.ARG_INSTRUCTIONS, -1)
+        cycles = self.args.get(rec.ARG_CYCLES, -1)
+        flags = self.args.get(rec.ARG_FLAGS, "")
+        return Slice(
+            self.start,
+            self.end,
+            self.depth,
+            self.name,
+            address if isinstance(address, int) else 0,
+            instructions if isinstance(instructions, int) else -1,
+            cycles if isinstance(cycles, int) else -1,
+            SliceFlags(rec.parse_flags_text(flags))
+            if isinstance(flags, str) and flags
+            else SliceFlags.NONE,
+        )
+
+
+@dataclass
+class TraceInstant:
+    time: int
+    name: str
+    category: str = ""
+    args: dict[str, ReadArg] = field(default_factory=dict)
+
+
+@dataclass
+class TraceCounter:
+    time: int
+    name: str
+    values: dict[str, ReadArg] = field(default_factory=dict)
+    counter_id: int = 0
+
+
+@dataclass
+class FxtTrace:
+    """Everything read from one trace. Per-thread lists are keyed by (pid, tid); slices are
+    sorted by (start, depth), instants and counters by time (stable)."""
+
+    ticks_per_second: int = rec.TICKS_PER_SECOND
+    time_base: int = 0
+    providers: dict[int, str] = field(default_factory=dict)
+    processes: dict[int, str] = field(default_factory=dict)
+    threads: dict[tuple[int, int], str] = field(default_factory=dict)
+    slices: dict[tuple[int, int], list[TraceSlice]] = field(default_factory=dict)
+    instants: dict[tuple[int, int], list[TraceInstant]] = field(default_factory=dict)
+    counters: dict[tuple[int, int], list[TraceCounter]] = field(default_factory=dict)
+    record_counts: Counter[str] = field(default_factory=Counter)
+    """Records seen, by kind (``string``, ``complete``, ``skipped:blob``, ...)."""
+    max_record_words: int = 0
+
+    def thread_keys(self) -> list[tuple[int, int]]:
+        """Every (pid, tid) with slices, instants or counters, sorted."""
+        return sorted(set(self.slices) | set(self.instants) | set(self.counters))
+
+
+# -- framing ---------------------------------------------------------------------------
+
+
+def _open_stream(path: Path) -> BinaryIO:
+    raw = open(path, "rb")  # noqa: SIM115 (returned, closed by the caller)
+    head = raw.read(2)
+    raw.seek(0)
+    if head == _GZIP_MAGIC:
+        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+    return raw
+
+
+class _Framer:
+    """Cuts a byte stream into records, framed by the 12-bit size field (the 32-bit one
+    for large records), reading a block at a time."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self._stream = stream
+        self._buf = b""
+        self._origin = 0  # stream offset of _buf[0]
+        self._at = 0  # next record, in _buf
+        self._eof = False
+
+    def _fill(self, need: int) -> None:
+        """Make at least ``need`` bytes available after the next record's start (unless
+        the stream ends first)."""
+        if self._eof or len(self._buf) - self._at >= need:
+            return
+        chunks = [self._buf[self._at :]]
+        have = len(chunks[0])
+        self._origin += self._at
+        self._at = 0
+        while have < need:
+            try:
+                more = self._stream.read(max(_BLOCK, need - have))
+            except (OSError, EOFError, zlib.error) as e:
+                raise FxtFormatError(f"cannot decompress: {e}", self._origin + have) from e
+            if not more:
+                self._eof = True
+                break
+            chunks.append(more)
+            have += len(more)
+        self._buf = b"".join(chunks)
+
+    def __iter__(self) -> Iterator[tuple[int, int, memoryview]]:
+        """(offset, header, record bytes) for every record."""
+        while True:
+            self._fill(8)
+            remaining = len(self._buf) - self._at
+            offset = self._origin + self._at
+            if remaining == 0:
+                return
+            if remaining < 8:
+                raise FxtFormatError(f"truncated record header ({remaining} bytes)", offset)
+            header: int = _U64.unpack_from(self._buf, self._at)[0]
+            if header & 0xF == rec.RecordType.LARGE:
+                words = (header >> 4) & 0xFFFFFFFF
+            else:
+                words = (header >> 4) & 0xFFF
+            if words == 0:
+                raise FxtFormatError("record of size 0", offset)
+            size = words * 8
+            if remaining < size:
+                self._fill(size)
+                remaining = len(self._buf) - self._at
+                if remaining < size:
+                    raise FxtFormatError(
+                        f"truncated record: {words} words announced, {remaining} bytes left",
+                        offset,
+                    )
+            yield offset, header, memoryview(self._buf)[self._at : self._at + size]
+            self._at += size
+
+
+# -- interpretation ------------------------------------------------------------------
+
+
+class _Cursor:
+    """Reads the words of one record, checking that nothing runs past its end."""
+
+    __slots__ = ("data", "offset", "pos")
+
+    def __init__(self, data: memoryview, offset: int) -> None:
+        self.data = data
+        self.offset = offset
+        self.pos = 8
+
+    def u64(self) -> int:
+        if self.pos + 8 > len(self.data):
+            raise FxtFormatError("record is shorter than its contents", self.offset)
+        value: int = _U64.unpack_from(self.data, self.pos)[0]
+        self.pos += 8
+        return value
+
+    def i64(self) -> int:
+        return _I64.unpack(_U64.pack(self.u64()))[0]  # type: ignore[no-any-return]
+
+    def f64(self) -> float:
+        return _F64.unpack(_U64.pack(self.u64()))[0]  # type: ignore[no-any-return]
+
+    def stream(self, length: int) -> bytes:
+        padded = (length + 7) & ~7
+        if self.pos + padded > len(self.data):
+            raise FxtFormatError("string runs past the end of its record", self.offset)
+        data = bytes(self.data[self.pos : self.pos + length])
+        self.pos += padded
+        return data
+
+    def done(self) -> None:
+        if self.pos != len(self.data):
+            raise FxtFormatError(
+                f"record size field says {len(self.data) // 8} words, "
+                f"contents take {self.pos // 8}",
+                self.offset,
+            )
+
+
+def _decode(data: bytes, offset: int) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise FxtFormatError(f"string is not valid UTF-8 ({e.reason})", offset) from e
+
+
+@dataclass
+class _Open:
+    """A begin event waiting for its end."""
+
+    time: int
+    name: str
+    category: str
+    args: dict[str, ReadArg]
+    order: int
+
+
+class _Reader:
+    def __init__(self) -> None:
+        self.trace = FxtTrace()
+        self.strings: dict[int, str] = {}
+        self.thread_table: dict[int, tuple[int, int]] = {}
+        self.seen_init = False
+        # per thread: (start ticks, end ticks, order, name, category, args)
+        self.intervals: dict[
+            tuple[int, int], list[tuple[int, int, int, str, str, dict[str, ReadArg]]]
+        ] = {}
+        self.begin_end: dict[
+            tuple[int, int], list[tuple[int, int, bool, str, str, dict[str, ReadArg], int]]
+        ] = {}
+        self.order = 0
+        self.time_bases: set[int] = set()
+
+    # -- refs --
+
+    def string(self, ref: int, cur: _Cursor) -> str:
+        if ref == 0:
+            return ""
+        if ref & 0x8000:
+            return _decode(cur.stream(ref & 0x7FFF), cur.offset)
+        text = self.strings.get(ref)
+        if text is None:
+            raise FxtFormatError(f"string ref {ref} was never set", cur.offset)
+        return text
+
+    def thread(self, ref: int, cur: _Cursor) -> tuple[int, int]:
+        if ref == 0:
+            return _signed(cur.u64()), _signed(cur.u64())
+        key = self.thread_table.get(ref)
+        if key is None:
+            raise FxtFormatError(f"thread ref {ref} was never set", cur.offset)
+        return key
+
+    def args(self, count: int, cur: _Cursor) -> dict[str, ReadArg]:
+        out: dict[str, ReadArg] = {}
+        for _ in range(count):
+            start = cur.pos
+            header = cur.u64()
+            arg_type = header & 0xF
+            words = (header >> 4) & 0xFFF
+            name = self.string((header >> 16) & 0xFFFF, cur)
+            payload = header >> 32
+            value: ReadArg
+            if arg_type == rec.ArgType.NULL:
+                value = None
+            elif arg_type == rec.ArgType.I32:
+                value = payload - (1 << 32) if payload & 0x80000000 else payload
+            elif arg_type == rec.ArgType.U32:
+                value = payload
+            elif arg_type == rec.ArgType.I64:
+                value = cur.i64()
+            elif arg_type in (rec.ArgType.U64, rec.ArgType.POINTER, rec.ArgType.KOID):
+                value = cur.u64()
+            elif arg_type == rec.ArgType.DOUBLE:
+                value = cur.f64()
+            elif arg_type == rec.ArgType.STRING:
+                value = self.string(payload & 0xFFFF, cur)
+            elif arg_type == rec.ArgType.BOOL:
+                value = bool(payload & 1)
+            else:  # unknown (blob, future types): framed by its size field
+                value = None
+                cur.pos = start + 8
+                if words == 0 or start + words * 8 > len(cur.data):
+                    raise FxtFormatError(f"argument {name!r} has a bad size", cur.offset)
+                cur.pos = start + words * 8
+            if cur.pos - start != words * 8:
+                raise FxtFormatError(
+                    f"argument {name!r} of type {arg_type} says {words} words, "
+                    f"takes {(cur.pos - start) // 8}",
+                    cur.offset,
+                )
+            out[name] = value
+        return out
+
+    # -- records --
+
+    def record(self, offset: int, header: int, data: memoryview) -> None:
+        kind = header & 0xF
+        words = len(data) // 8
+        if kind != rec.RecordType.LARGE:
+            self.trace.max_record_words = max(self.trace.max_record_words, words)
+        cur = _Cursor(data, offset)
+        counts = self.trace.record_counts
+        if kind == rec.RecordType.METADATA:
+            self.metadata(header, cur)
+        elif kind == rec.RecordType.INITIALIZATION:
+            tps = cur.u64()
+            if tps == 0:
+                raise FxtFormatError("zero ticks per second", offset)
+            self.trace.ticks_per_second = tps
+            counts["initialization"] += 1
+            cur.done()
+        elif kind == rec.RecordType.STRING:
+            index = (header >> 16) & 0x7FFF
+            length = (header >> 32) & 0x7FFF
+            if index == 0:
+                raise FxtFormatError("string record for index 0", offset)
+            self.strings[index] = _decode(cur.stream(length), offset)
+            counts["string"] += 1
+            cur.done()
+        elif kind == rec.RecordType.THREAD:
+            index = (header >> 16) & 0xFF
+            if index == 0:
+                raise FxtFormatError("thread record for index 0", offset)
+            self.thread_table[index] = (_signed(cur.u64()), _signed(cur.u64()))
+            counts["thread"] += 1
+            cur.done()
+        elif kind == rec.RecordType.EVENT:
+            self.event(header, cur)
+            cur.done()
+        elif kind == rec.RecordType.KERNEL_OBJECT:
+            self.kernel_object(header, cur)
+            cur.done()
+        else:
+            counts[f"skipped:{_kind_name(kind)}"] += 1
+
+    def metadata(self, header: int, cur: _Cursor) -> None:
+        mtype = (header >> 16) & 0xF
+        counts = self.trace.record_counts
+        if mtype == rec.MetadataType.TRACE_INFO:
+            if (header >> 20) & 0xF == 0 and header != rec.MAGIC:
+                raise FxtFormatError(f"bad magic record {header:#018x}", cur.offset)
+            counts["magic" if header == rec.MAGIC else "trace-info"] += 1
+            cur.pos = len(cur.data)
+        elif mtype == rec.MetadataType.PROVIDER_INFO:
+            provider = (header >> 20) & 0xFFFFFFFF
+            name = _decode(cur.stream((header >> 52) & 0xFF), cur.offset)
+            self.trace.providers[provider] = name
+            counts["provider-info"] += 1
+            cur.done()
+        elif mtype == rec.MetadataType.PROVIDER_SECTION:
+            counts["provider-section"] += 1
+            cur.done()
+        else:
+            counts[f"skipped:metadata-{mtype}"] += 1
+
+    def kernel_object(self, header: int, cur: _Cursor) -> None:
+        otype = (header >> 16) & 0xFF
+        name_ref = (header >> 24) & 0xFFFF
+        nargs = (header >> 40) & 0xF
+        koid = _signed(cur.u64())
+        name = self.string(name_ref, cur)
+        args = self.args(nargs, cur)
+        counts = self.trace.record_counts
+        if otype == rec.KernelObjectType.PROCESS:
+            self.trace.processes[koid] = name
+            base = args.get(rec.ARG_TIME_BASE)
+            if isinstance(base, int):
+                self.time_bases.add(base)
+            counts["process"] += 1
+        elif otype == rec.KernelObjectType.THREAD:
+            pid = args.get(rec.ARG_PROCESS)
+            if not isinstance(pid, int):
+                raise FxtFormatError(f"thread {koid} has no '{rec.ARG_PROCESS}' koid", cur.offset)
+            self.trace.threads[(_signed(pid), koid)] = name
+            counts["thread-name"] += 1
+        else:
+            counts[f"skipped:kernel-object-{otype}"] += 1
+
+    def event(self, header: int, cur: _Cursor) -> None:
+        etype = (header >> 16) & 0xF
+        nargs = (header >> 20) & 0xF
+        thread_ref = (header >> 24) & 0xFF
+        ticks = cur.u64()
+        key = self.thread(thread_ref, cur)
+        category = self.string((header >> 32) & 0xFFFF, cur)
+        name = self.string((header >> 48) & 0xFFFF, cur)
+        args = self.args(nargs, cur)
+        counts = self.trace.record_counts
+        self.order += 1
+        if etype == rec.EventType.DURATION_COMPLETE:
+            end = cur.u64()
+            if end < ticks:
+                raise FxtFormatError(f"slice {name!r} ends before it starts", cur.offset)
+            self.intervals.setdefault(key, []).append(
+                (ticks, end, self.order, name, category, args)
+            )
+            counts["complete"] += 1
+        elif etype in (rec.EventType.DURATION_BEGIN, rec.EventType.DURATION_END):
+            is_begin = etype == rec.EventType.DURATION_BEGIN
+            self.begin_end.setdefault(key, []).append(
+                (ticks, self.order, is_begin, name, category, args, cur.offset)
+            )
+            counts["begin" if is_begin else "end"] += 1
+        elif etype == rec.EventType.INSTANT:
+            self.trace.instants.setdefault(key, []).append(
+                TraceInstant(ticks, name, category, args)
+            )
+            counts["instant"] += 1
+        elif etype == rec.EventType.COUNTER:
+            counter_id = cur.u64()
+            self.trace.counters.setdefault(key, []).append(
+                TraceCounter(ticks, name, args, counter_id)
+            )
+            counts["counter"] += 1
+        elif etype <= rec.EventType.FLOW_END:  # async and flow events: one more word
+            cur.u64()
+            counts[f"skipped:event-{etype}"] += 1
+        else:  # a newer event type: framed by the record size
+            cur.pos = len(cur.data)
+            counts[f"skipped:event-{etype}"] += 1
+
+    # -- the end --
+
+    def finish(self) -> FxtTrace:
+        trace = self.trace
+        if len(self.time_bases) > 1:
+            raise FxtFormatError(f"process records disagree on the time base: {self.time_bases}")
+        trace.time_base = next(iter(self.time_bases), 0)
+        tps, base = trace.ticks_per_second, trace.time_base
+
+        def ns(ticks: int) -> int:
+            if tps == rec.TICKS_PER_SECOND:
+                return ticks + base
+            return ticks * 1_000_000_000 // tps + base
+
+        for key, events in self.begin_end.items():
+            intervals = self.intervals.setdefault(key, [])
+            events.sort(key=lambda e: (e[0], e[1]))
+            stack: list[_Open] = []
+            for ticks, order, is_begin, name, category, args, offset in events:
+                if is_begin:
+                    stack.append(_Open(ticks, name, category, args, order))
+                    continue
+                if not stack:
+                    raise FxtFormatError(f"end of {name!r} on thread {key} without a begin", offset)
+                began = stack.pop()
+                if name and name != began.name:
+                    raise FxtFormatError(
+                        f"end of {name!r} closes {began.name!r} on thread {key}", offset
+                    )
+                intervals.append(
+                    (
+                        began.time,
+                        ticks,
+                        began.order,
+                        began.name,
+                        began.category,
+                        {**began.args, **args},
+                    )
+                )
+            if stack:
+                raise FxtFormatError(
+                    f"{len(stack)} slice(s) on thread {key} never end (first: {stack[0].name!r})"
+                )
+        for key, intervals in self.intervals.items():
+            trace.slices[key] = _nest(key, intervals, ns)
+        for instants in trace.instants.values():
+            instants.sort(key=lambda i: i.time)
+            for instant in instants:
+                instant.time = ns(instant.time)
+        for counters in trace.counters.values():
+            counters.sort(key=lambda c: c.time)
+            for counter in counters:
+                counter.time = ns(counter.time)
+        return trace
+
+
+def _nest(
+    key: tuple[int, int],
+    intervals: list[tuple[int, int, int, str, str, dict[str, ReadArg]]],
+    ns: Callable[[int], int],
+) -> list[TraceSlice]:
+    """Slices with their depth: a slice is a child of the innermost earlier slice that
+    contains it (in time order, ties in record order), as ``timeline.check_nesting``
+    defines containment; a slice that overlaps another without nesting is an error."""
+    intervals.sort(key=lambda s: (s[0], s[2]))
+    out: list[TraceSlice] = []
+    stack: list[tuple[int, int]] = []  # (start, end) of the open ancestors
+    for start, end, _, name, category, args in intervals:
+        while stack:
+            ps, pe = stack[-1]
+            if end <= pe and (start < pe or start == ps):
+                break
+            if start < pe:
+                raise FxtFormatError(
+                    f"slice {name!r} [{ns(start)}, {ns(end)}] on thread {key} overlaps "
+                    f"[{ns(ps)}, {ns(pe)}] without nesting in it"
+                )
+            stack.pop()
+        out.append(TraceSlice(ns(start), ns(end), len(stack), name, category, args))
+        stack.append((start, end))
+    return out
+
+
+def _signed(word: int) -> int:
+    return word - (1 << 64) if word >> 63 else word
+
+
+def _kind_name(kind: int) -> str:
+    try:
+        return rec.RecordType(kind).name.lower().replace("_", "-")
+    except ValueError:
+        return f"type-{kind}"
+
+
+def read_trace(source: str | Path | bytes) -> FxtTrace:
+    """Read a trace from a file (``.fxt`` or gzip, told apart by content) or from bytes.
+
+    Raises :class:`FxtFormatError` when it is not a well-formed Fuchsia trace (the first
+    record must be the magic record) and OSError when the file cannot be read.
+    """
+    if isinstance(source, bytes):
+        if source[:2] == _GZIP_MAGIC:
+            try:
+                source = gzip.decompress(source)
+            except (OSError, EOFError, zlib.error) as e:
+                raise FxtFormatError(f"cannot decompress: {e}") from e
+        stream: BinaryIO = io.BytesIO(source)
+    else:
+        stream = _open_stream(Path(source))
+    reader = _Reader()
+    with stream:
+        first = True
+        for offset, header, data in _Framer(stream):
+            if first and header != rec.MAGIC:
+                raise FxtFormatError(
+                    "not a Fuchsia trace: it does not start with the magic record", 0
+                )
+            first = False
+            reader.record(offset, header, data)
+        if first:
+            raise FxtFormatError("empty file: not a Fuchsia trace", 0)
+    return reader.finish()

@@ -1,0 +1,696 @@
+"""Streams a Fuchsia trace to disk: string and thread interning, events, and Timelines.
+
+Format limits, enforced here so that callers never have to think about them:
+
+- the string table has 32,767 entries and the thread table 255: when either is full, the
+  entry written longest ago is replaced by a new string (thread) record. Readers resolve
+  refs when they read a record (Perfetto does so in its tokenizer, before sorting), so
+  reuse is safe; the entries one record refers to are never replaced while it is written;
+- strings longer than 32,000 bytes are cut (at a character boundary);
+- no record exceeds 4095 words: every string is referred to through the table (never
+  inline), events carry at most 15 arguments of at most 2 words each.
+
+Times given to the writer are perf nanoseconds; the trace stores ``time - time_base`` at
+1 tick per ns (Perfetto keeps timestamps as doubles in places and loses precision on
+large absolute values) and records ``time_base`` on every process kernel object.
+"""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import BinaryIO, Final
+
+import numpy as np
+import numpy.typing as npt
+
+from ptscope.errors import PtscopeError
+from ptscope.fxt import records as rec
+from ptscope.timeline import Timeline
+
+__all__ = [
+    "GZIP_LEVEL",
+    "ArgValue",
+    "FxtWriter",
+    "Koid",
+    "Pointer",
+    "UInt64",
+    "WriteStats",
+    "write_timeline",
+]
+
+GZIP_LEVEL: Final = 1
+"""Level 1 compresses our records to about the same size as level 6 at a fraction of the
+cost (the records are regular; see bench/fxt_writer.py for the figures)."""
+
+_PINNED_STRINGS: Final = 300
+"""Table entries never replaced: the category, arg names and every possible flags text."""
+_CHUNK: Final = 1 << 16
+"""Slices encoded per numpy pass: big enough to amortise numpy calls, small enough that
+memory stays bounded (at most 10 words a slice: 5 MiB)."""
+_FLUSH_BYTES: Final = 1 << 20
+
+_U64 = npt.NDArray[np.uint64]
+_MAX_I64: Final = (1 << 63) - 1
+_MIN_I64: Final = -(1 << 63)
+
+
+class Pointer(int):
+    """An int written as a pointer argument (Perfetto shows it in hex)."""
+
+
+class Koid(int):
+    """An int written as a kernel-object id argument."""
+
+
+class UInt64(int):
+    """An int written as an unsigned 64-bit argument."""
+
+
+ArgValue = int | float | str
+"""An argument value: ``int`` (i64, or u64 above 2**63), ``float`` (double), ``str``; use
+:class:`Pointer`, :class:`Koid` or :class:`UInt64` to choose the integer type."""
+
+
+@dataclass
+class WriteStats:
+    """What a writer wrote. ``bytes`` is uncompressed; ``file_bytes`` is on disk."""
+
+    records: int = 0
+    bytes: int = 0
+    file_bytes: int = 0
+    slices: int = 0
+    instants: int = 0
+    counters: int = 0
+    string_records: int = 0
+    thread_records: int = 0
+    kernel_objects: int = 0
+
+
+class _StringTable:
+    """String interning with bounded, reusable table indices.
+
+    Indices 1.._PINNED_STRINGS are given out once and never replaced; the rest are reused
+    round-robin. ``clock`` advances once per record (or per chunk of slices); an entry
+    stamped with the current clock is in use by the record being written and is never
+    chosen for reuse.
+    """
+
+    def __init__(self, writer: FxtWriter, pinned: int, dynamic: int) -> None:
+        if dynamic < 1 or pinned + dynamic > rec.MAX_STRING_INDEX:
+            raise ValueError(f"string table of {pinned} + {dynamic} entries does not fit")
+        self._writer = writer
+        self._next_pinned = 1
+        self._pinned_end = pinned
+        self._lo = pinned + 1
+        self._hi = pinned + dynamic
+        self._cursor = self._lo
+        self._free = dynamic
+        self._slot: dict[str, int] = {}
+        self._text: list[str | None] = [None] * (self._hi + 1)
+        self._stamp: list[int] = [-1] * (self._hi + 1)
+        self.clock = 0
+        # The name table of the Timeline being written: name id -> table index (-1: none),
+        # and back (an index can stand for several ids when names repeat).
+        self._names: Sequence[str] | None = None
+        self._slot_of_name: npt.NDArray[np.int32] = np.zeros(0, dtype=np.int32)
+        self._ids_of_slot: dict[int, list[int]] = {}
+
+    @property
+    def dynamic_capacity(self) -> int:
+        return self._hi - self._lo + 1
+
+    def pin(self, text: str) -> int:
+        """A table index for ``text`` that stays valid for the whole trace."""
+        if not text:
+            return 0
+        slot = self._slot.get(text)
+        if slot is not None and slot < self._lo:
+            return slot
+        if self._next_pinned > self._pinned_end:
+            raise ValueError("too many permanent strings")
+        slot = self._next_pinned
+        self._next_pinned += 1
+        self._slot[text] = slot
+        self._text[slot] = text
+        self._writer._string_record(slot, text)
+        return slot
+
+    def ref(self, text: str) -> int:
+        """A table index for ``text`` valid until the clock moves on."""
+        if not text:
+            return 0
+        slot = self._slot.get(text)
+        if slot is None:
+            slot = self._victim()
+            self._assign(slot, text)
+        self._stamp[slot] = self.clock
+        return slot
+
+    def _victim(self) -> int:
+        stamp, clock, lo, hi = self._stamp, self.clock, self._lo, self._hi
+        for _ in range(hi - lo + 1):
+            slot = self._cursor
+            self._cursor = slot + 1 if slot < hi else lo
+            if stamp[slot] != clock:
+                return slot
+        raise rec.RecordTooLargeError(
+            "one record refers to more distinct strings than the string table holds"
+        )
+
+    def _assign(self, slot: int, text: str) -> None:
+        old = self._text[slot]
+        if old is None:
+            self._free -= 1
+        else:
+            if self._slot.get(old) == slot:
+                del self._slot[old]
+            ids = self._ids_of_slot.pop(slot, None)
+            if ids:
+                self._slot_of_name[ids] = -1
+        self._text[slot] = text
+        self._slot[text] = slot
+        self._writer._string_record(slot, text)
+
+    def bind(self, names: Sequence[str]) -> None:
+        """Use ``names`` as the table that :meth:`slots_for` ids refer to."""
+        if names is self._names:
+            return
+        self._names = names
+        self._slot_of_name = np.full(len(names), -1, dtype=np.int32)
+        self._ids_of_slot = {}
+
+    def slots_for(self, ids: npt.NDArray[np.int32]) -> npt.NDArray[np.int32] | None:
+        """Table indices for the bound names ``ids`` (writing string records for the ones
+        not in the table), or None when they are more than the table holds at once."""
+        slot_of_name = self._slot_of_name
+        slots = slot_of_name[ids]
+        if not slots.size or int(slots.min()) >= 0:
+            return slots
+        missing = np.unique(ids[slots < 0])
+        self.clock += 1
+        clock, stamp = self.clock, self._stamp
+        if len(missing) > self._free:
+            # Entries will be reused: keep the ones this chunk refers to.
+            present = np.unique(slots[slots > 0])
+            if len(present) + len(missing) > self.dynamic_capacity:
+                return None
+            for slot in present.tolist():
+                stamp[slot] = clock
+        assert self._names is not None
+        names = self._names
+        for name_id in missing.tolist():
+            text = names[name_id]
+            if not text:
+                slot_of_name[name_id] = 0
+                continue
+            slot = self._slot.get(text)
+            if slot is None:
+                slot = self._victim()
+                self._assign(slot, text)
+            stamp[slot] = clock
+            slot_of_name[name_id] = slot
+            if slot >= self._lo:
+                self._ids_of_slot.setdefault(slot, []).append(name_id)
+        return slot_of_name[ids]
+
+
+class _ThreadTable:
+    """Thread interning with bounded, reusable table indices (round-robin reuse)."""
+
+    def __init__(self, writer: FxtWriter, slots: int) -> None:
+        if not 1 <= slots <= rec.MAX_THREAD_INDEX:
+            raise ValueError(f"thread table of {slots} entries does not fit")
+        self._writer = writer
+        self._slots = slots
+        self._cursor = 1
+        self._slot: dict[tuple[int, int], int] = {}
+        self._key: list[tuple[int, int] | None] = [None] * (slots + 1)
+
+    def ref(self, pid: int, tid: int) -> int:
+        key = (pid, tid)
+        slot = self._slot.get(key)
+        if slot is None:
+            # An event refers to one thread only, so any entry may be reused.
+            slot = self._cursor
+            self._cursor = slot + 1 if slot < self._slots else 1
+            old = self._key[slot]
+            if old is not None:
+                del self._slot[old]
+            self._key[slot] = key
+            self._slot[key] = slot
+            self._writer._thread_record(slot, pid, tid)
+        return slot
+
+
+class FxtWriter:
+    """Writes one Fuchsia trace to a binary stream, record by record.
+
+    The header (magic, provider info and section, initialization at 1 tick = 1 ns) is
+    written at once. All times are absolute perf nanoseconds ≥ ``time_base``. Use
+    :meth:`open` to write a file (``.gz`` suffix: gzip); :meth:`close` flushes.
+
+    ``string_slots`` and ``thread_slots`` shrink the tables (tests use this to exercise
+    reuse); the defaults are the format's limits.
+    """
+
+    def __init__(
+        self,
+        stream: BinaryIO,
+        *,
+        time_base: int = 0,
+        provider: str = rec.PROVIDER_NAME,
+        category: str = rec.CATEGORY,
+        string_slots: int = rec.MAX_STRING_INDEX - _PINNED_STRINGS,
+        thread_slots: int = rec.MAX_THREAD_INDEX,
+    ) -> None:
+        self._out = stream
+        self._owned: list[BinaryIO] = []
+        self._buf = bytearray()
+        self.stats = WriteStats()
+        self.time_base = time_base
+        self._strings = _StringTable(self, _PINNED_STRINGS, string_slots)
+        self._threads = _ThreadTable(self, thread_slots)
+        self._emit(rec.magic_record())
+        self._emit(rec.provider_info_record(rec.PROVIDER_ID, provider))
+        self._emit(rec.provider_section_record(rec.PROVIDER_ID))
+        self._emit(rec.initialization_record(rec.TICKS_PER_SECOND))
+        pin = self._strings.pin
+        self._category = pin(category)
+        self._arg_time_base = pin(rec.ARG_TIME_BASE)
+        self._arg_process = pin(rec.ARG_PROCESS)
+        self._arg_address = pin(rec.ARG_ADDRESS)
+        self._arg_instructions = pin(rec.ARG_INSTRUCTIONS)
+        self._arg_cycles = pin(rec.ARG_CYCLES)
+        self._arg_flags = pin(rec.ARG_FLAGS)
+        self._arg_value = pin(rec.ARG_COUNTER_VALUE)
+        self._flag_lut = np.zeros(256, dtype=np.uint64)  # flags value -> string index
+
+    @classmethod
+    def open(
+        cls, path: str | Path, *, compress: bool | None = None, time_base: int = 0
+    ) -> FxtWriter:
+        """A writer on a new file; gzip-compressed when ``compress`` says so or, when it
+        is None, when the name ends in ``.gz``."""
+        path = Path(path)
+        if compress is None:
+            compress = path.suffix == ".gz"
+        try:
+            raw: BinaryIO = open(path, "wb")  # noqa: SIM115 (closed by close())
+        except OSError as e:
+            raise PtscopeError(
+                f"cannot write {path}: {e.strerror or e}",
+                hint="choose another output path with -o",
+            ) from e
+        stream: BinaryIO = raw
+        if compress:
+            # mtime=0 and no file name: the same trace gives the same bytes.
+            stream = gzip.GzipFile(  # type: ignore[assignment]
+                filename="", mode="wb", fileobj=raw, compresslevel=GZIP_LEVEL, mtime=0
+            )
+        writer = cls(stream, time_base=time_base)
+        writer._owned = [stream, raw] if compress else [raw]
+        return writer
+
+    def __enter__(self) -> FxtWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- output ---------------------------------------------------------------------
+
+    def _emit(self, record: bytes) -> None:
+        self._buf += record
+        self.stats.records += 1
+        self.stats.bytes += len(record)
+        if len(self._buf) >= _FLUSH_BYTES:
+            self._flush_buffer()
+
+    def _emit_words(self, words: _U64, records: int) -> None:
+        self._flush_buffer()
+        self._out.write(words.data.cast("B"))
+        self.stats.records += records
+        self.stats.bytes += words.nbytes
+
+    def _flush_buffer(self) -> None:
+        if self._buf:
+            self._out.write(self._buf)
+            self._buf.clear()
+
+    def flush(self) -> None:
+        self._flush_buffer()
+        self._out.flush()
+
+    def close(self) -> None:
+        """Flush and close the files this writer opened (a passed-in stream stays open)."""
+        self._flush_buffer()
+        if self._owned:
+            for f in self._owned:
+                f.close()
+            self._owned = []
+        else:
+            self._out.flush()
+
+    def _string_record(self, index: int, text: str) -> None:
+        self._emit(rec.string_record(index, rec.truncate_utf8(text)))
+        self.stats.string_records += 1
+
+    def _thread_record(self, index: int, pid: int, tid: int) -> None:
+        self._emit(rec.thread_record(index, pid, tid))
+        self.stats.thread_records += 1
+
+    def _ticks(self, time: int) -> int:
+        ticks = time - self.time_base
+        if ticks < 0:
+            raise ValueError(f"time {time} is before the trace's time base {self.time_base}")
+        return ticks
+
+    # -- interning --------------------------------------------------------------------
+
+    def string_ref(self, text: str) -> int:
+        """Intern ``text`` now (writes a string record if needed) and return its index.
+
+        The index is only guaranteed until the next record is written: records written
+        through this class intern their own strings.
+        """
+        self._strings.clock += 1
+        return self._strings.ref(text)
+
+    def thread_ref(self, pid: int, tid: int) -> int:
+        """Intern a thread now (writes a thread record if needed) and return its index."""
+        return self._threads.ref(pid, tid)
+
+    def _args(self, args: Mapping[str, ArgValue] | None) -> list[bytes]:
+        if not args:
+            return []
+        if len(args) > rec.MAX_ARGS:
+            raise ValueError(f"{len(args)} arguments (an event holds at most {rec.MAX_ARGS})")
+        ref = self._strings.ref
+        out = []
+        for key, value in args.items():
+            name = ref(key)
+            if isinstance(value, str):
+                out.append(rec.arg_string(name, ref(value)))
+            elif isinstance(value, Pointer):
+                out.append(rec.arg_pointer(name, value))
+            elif isinstance(value, Koid):
+                out.append(rec.arg_koid(name, value))
+            elif isinstance(value, UInt64):
+                out.append(rec.arg_u64(name, value))
+            elif isinstance(value, int):
+                if _MIN_I64 <= value <= _MAX_I64:
+                    out.append(rec.arg_i64(name, value))
+                elif 0 <= value < 1 << 64:
+                    out.append(rec.arg_u64(name, value))
+                else:
+                    raise ValueError(f"argument {key}={value} does not fit in 64 bits")
+            elif isinstance(value, float):
+                out.append(rec.arg_double(name, value))
+            else:
+                raise TypeError(f"argument {key} has unsupported type {type(value).__name__}")
+        return out
+
+    # -- records ----------------------------------------------------------------------
+
+    def process(self, pid: int, name: str) -> None:
+        """Name a process (a kernel-object record that also carries the time base)."""
+        self._strings.clock += 1
+        name_ref = self._strings.ref(name)
+        args = [rec.arg_i64(self._arg_time_base, self.time_base)]
+        self._emit(rec.kernel_object_record(rec.KernelObjectType.PROCESS, pid, name_ref, args))
+        self.stats.kernel_objects += 1
+
+    def thread_name(self, pid: int, tid: int, name: str) -> None:
+        """Name a thread of process ``pid``."""
+        self._strings.clock += 1
+        name_ref = self._strings.ref(name)
+        args = [rec.arg_koid(self._arg_process, pid)]
+        self._emit(rec.kernel_object_record(rec.KernelObjectType.THREAD, tid, name_ref, args))
+        self.stats.kernel_objects += 1
+
+    def _event(
+        self,
+        event_type: rec.EventType,
+        pid: int,
+        tid: int,
+        time: int,
+        name: str,
+        args: Mapping[str, ArgValue] | None,
+        trailing: Sequence[int] = (),
+    ) -> None:
+        thread = self._threads.ref(pid, tid)
+        self._strings.clock += 1
+        name_ref = self._strings.ref(name)
+        encoded = self._args(args)
+        ticks = self._ticks(time)
+        self._emit(
+            rec.event_record(event_type, thread, self._category, name_ref, ticks, encoded, trailing)
+        )
+
+    def instant(
+        self, pid: int, tid: int, time: int, name: str, args: Mapping[str, ArgValue] | None = None
+    ) -> None:
+        self._event(rec.EventType.INSTANT, pid, tid, time, name, args)
+        self.stats.instants += 1
+
+    def counter(
+        self,
+        pid: int,
+        tid: int,
+        time: int,
+        name: str,
+        values: Mapping[str, int | float],
+        counter_id: int = 0,
+    ) -> None:
+        """One sample of counter ``name``: Perfetto makes a process-scoped track
+        ``<name>:<key>`` for each of ``values``."""
+        self._event(rec.EventType.COUNTER, pid, tid, time, name, values, [counter_id])
+        self.stats.counters += 1
+
+    def begin(
+        self, pid: int, tid: int, time: int, name: str, args: Mapping[str, ArgValue] | None = None
+    ) -> None:
+        self._event(rec.EventType.DURATION_BEGIN, pid, tid, time, name, args)
+
+    def end(
+        self, pid: int, tid: int, time: int, name: str, args: Mapping[str, ArgValue] | None = None
+    ) -> None:
+        """End the innermost open slice; ``name`` must repeat the begin's (some readers
+        match on it; Perfetto ignores it)."""
+        self._event(rec.EventType.DURATION_END, pid, tid, time, name, args)
+        self.stats.slices += 1
+
+    def complete(
+        self,
+        pid: int,
+        tid: int,
+        start: int,
+        end: int,
+        name: str,
+        args: Mapping[str, ArgValue] | None = None,
+    ) -> None:
+        if end < start:
+            raise ValueError(f"slice {name!r} ends ({end}) before it starts ({start})")
+        self._event(
+            rec.EventType.DURATION_COMPLETE, pid, tid, start, name, args, [self._ticks(end)]
+        )
+        self.stats.slices += 1
+
+    def slices(
+        self,
+        pid: int,
+        tid: int,
+        names: Sequence[str],
+        start: npt.ArrayLike,
+        end: npt.ArrayLike,
+        name_id: npt.ArrayLike,
+        *,
+        address: npt.ArrayLike | None = None,
+        instructions: npt.ArrayLike | None = None,
+        cycles: npt.ArrayLike | None = None,
+        flags: npt.ArrayLike | None = None,
+    ) -> None:
+        """Many complete events of one thread at once, from columns (see
+        :class:`ptscope.timeline.ThreadTimeline`): ``names[name_id[i]]`` is slice i's
+        name; ``address`` 0, ``instructions``/``cycles`` < 0 and ``flags`` 0 are not
+        written. Encoded with numpy, a chunk at a time."""
+        start_a = np.asarray(start, dtype=np.int64)
+        end_a = np.asarray(end, dtype=np.int64)
+        ids = np.asarray(name_id, dtype=np.int32)
+        n = int(start_a.shape[0])
+        if end_a.shape != (n,) or ids.shape != (n,):
+            raise ValueError("slice columns differ in length")
+        if n == 0:
+            return
+        if int(ids.min()) < 0 or int(ids.max()) >= len(names):
+            raise ValueError("a slice's name id is outside the name table")
+        addr_a = None if address is None else np.asarray(address, dtype=np.uint64)
+        ins_a = None if instructions is None else np.asarray(instructions, dtype=np.int64)
+        cyc_a = None if cycles is None else np.asarray(cycles, dtype=np.int64)
+        flags_a = None if flags is None else np.asarray(flags, dtype=np.uint8)
+        if flags_a is not None:
+            for value in np.unique(flags_a).tolist():
+                if value and not self._flag_lut[value]:
+                    self._flag_lut[value] = self._strings.pin(rec.flags_text(value))
+
+        thread = self._threads.ref(pid, tid)
+        header = (
+            rec.RecordType.EVENT
+            | (rec.EventType.DURATION_COMPLETE << 16)
+            | (thread << 24)
+            | (self._category << 32)
+        )
+        self._strings.bind(names)
+        base = self.time_base
+        i, chunk = 0, _CHUNK
+        while i < n:
+            j = min(n, i + chunk)
+            slots = self._strings.slots_for(ids[i:j])
+            if slots is None:  # more distinct names than the table holds: smaller chunks
+                chunk = max(1, (j - i) // 2)
+                continue
+            rel_start = start_a[i:j] - base
+            rel_end = end_a[i:j] - base
+            if int(rel_start.min()) < 0:
+                raise ValueError(f"a slice starts before the trace's time base {base}")
+            if np.any(rel_end < rel_start):
+                raise ValueError("a slice ends before it starts")
+            words = self._encode_complete(
+                header,
+                slots,
+                rel_start.view(np.uint64),
+                rel_end.view(np.uint64),
+                None if addr_a is None else addr_a[i:j],
+                None if ins_a is None else ins_a[i:j],
+                None if cyc_a is None else cyc_a[i:j],
+                None if flags_a is None else flags_a[i:j],
+            )
+            self._emit_words(words, j - i)
+            i = j
+        self.stats.slices += n
+
+    def _encode_complete(
+        self,
+        header: int,
+        name_slots: npt.NDArray[np.int32],
+        start: _U64,
+        end: _U64,
+        address: _U64 | None,
+        instructions: npt.NDArray[np.int64] | None,
+        cycles: npt.NDArray[np.int64] | None,
+        flags: npt.NDArray[np.uint8] | None,
+    ) -> _U64:
+        """Duration-complete records for a chunk, as one word array.
+
+        Layout per slice: header, start, [address arg, value], [instructions arg, value],
+        [cycles arg, value], [flags arg], end. When every slice has the same args the
+        records all have one size and are filled as the columns of a 2-D array;
+        otherwise each word is scattered to its offset.
+        """
+        n = int(start.shape[0])
+        # (present, words, arg header word(s), value word or None)
+        args: list[tuple[npt.NDArray[np.bool_], int, int | _U64, _U64 | None]] = []
+        if address is not None:
+            h = rec.arg_header(rec.ArgType.POINTER, 2, self._arg_address)
+            args.append((address != 0, 2, h, address))
+        if instructions is not None:
+            h = rec.arg_header(rec.ArgType.U64, 2, self._arg_instructions)
+            args.append((instructions >= 0, 2, h, instructions.view(np.uint64)))
+        if cycles is not None:
+            h = rec.arg_header(rec.ArgType.U64, 2, self._arg_cycles)
+            args.append((cycles >= 0, 2, h, cycles.view(np.uint64)))
+        if flags is not None:
+            h = rec.arg_header(rec.ArgType.STRING, 1, self._arg_flags)
+            flag_words: _U64 = np.uint64(h) | (self._flag_lut[flags] << np.uint64(32))
+            args.append((flags != 0, 1, flag_words, None))
+        name_word = name_slots.astype(np.uint64) << np.uint64(48)
+
+        everywhere = [a for a in args if a[0].all()]
+        nowhere = [a for a in args if not a[0].any()]
+        if len(everywhere) + len(nowhere) == len(args):
+            size = 3 + sum(a[1] for a in everywhere)
+            table = np.empty((n, size), dtype=np.uint64)
+            table[:, 0] = name_word | np.uint64(header | (size << 4) | (len(everywhere) << 20))
+            table[:, 1] = start
+            col = 2
+            for _, words, arg_word, value in everywhere:
+                table[:, col] = arg_word
+                if value is not None:
+                    table[:, col + 1] = value
+                col += words
+            table[:, col] = end
+            return table.reshape(-1)
+
+        nargs = np.zeros(n, dtype=np.uint64)
+        size_a = np.full(n, 3, dtype=np.uint64)
+        for present, words, _, _ in args:
+            nargs += present
+            size_a += present * np.uint64(words)
+        offsets = np.cumsum(size_a, dtype=np.int64) - size_a.astype(np.int64)
+        out = np.empty(int(size_a.sum()), dtype=np.uint64)
+        out[offsets] = (
+            name_word | (size_a << np.uint64(4)) | (nargs << np.uint64(20)) | np.uint64(header)
+        )
+        out[offsets + 1] = start
+        pos = offsets + 2
+        for present, words, arg_word, value in args:
+            at = pos[present]
+            out[at] = arg_word if isinstance(arg_word, int) else arg_word[present]
+            if value is not None:
+                out[at + 1] = value[present]
+            pos += present * words
+        out[pos] = end
+        return out
+
+
+def write_timeline(
+    timeline: Timeline, path: str | Path, *, compress: bool | None = None
+) -> WriteStats:
+    """Write ``timeline`` to ``path`` (``.fxt``, or gzip for ``.gz`` unless ``compress``
+    says otherwise), streaming. Times are rebased to the timeline's earliest time."""
+    path = Path(path)
+    time_range = timeline.time_range()
+    base = time_range[0] if time_range is not None else 0
+    try:
+        with FxtWriter.open(path, compress=compress, time_base=base) as writer:
+            pids = sorted(set(timeline.processes) | {t.pid for t in timeline.threads})
+            for pid in pids:
+                writer.process(pid, timeline.processes.get(pid, ""))
+            for thread in timeline.threads:
+                pid, tid = thread.pid, thread.tid
+                if thread.name:
+                    writer.thread_name(pid, tid, thread.name)
+                writer.slices(
+                    pid,
+                    tid,
+                    timeline.names,
+                    thread.start,
+                    thread.end,
+                    thread.name_id,
+                    address=thread.address,
+                    instructions=thread.instructions,
+                    cycles=thread.cycles,
+                    flags=thread.flags,
+                )
+                for instant in thread.instants:
+                    writer.instant(pid, tid, instant.time, instant.name, instant.args)
+                for sample in thread.counters:
+                    writer.counter(
+                        pid, tid, sample.time, sample.name, {rec.ARG_COUNTER_VALUE: sample.value}
+                    )
+        stats = writer.stats
+        stats.file_bytes = path.stat().st_size
+    except OSError as e:
+        raise PtscopeError(
+            f"cannot write {path}: {e.strerror or e}", hint="check the free space and the path"
+        ) from e
+    return stats
