@@ -1,0 +1,838 @@
+"""Running perf and the workload together: the run/attach lifecycle of one recording.
+
+``run``: the program is started but held before its first instruction (stopped at exec
+under ``ptrace``; a shell gate where ptrace is forbidden), perf attaches to it, and only
+once perf has answered ``ping`` is the program let go, so nothing is missed and nothing
+waits on a guessed sleep. ``attach``: perf attaches to running processes and
+"attached" is reported once perf has answered.
+
+perf runs in its own process group, so the terminal's Ctrl-C reaches ptscope (and, for
+``run``, the program) but not perf: ptscope then asks perf for the snapshot and stops it
+cleanly. Whatever ends the session (the program exiting or crashing, Ctrl-C, perf dying, a
+trigger), the recording directory is left complete on disk with its metadata.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import select
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Final, Protocol
+
+from ptscope.errors import BadInputError, RecordingError, UsageError
+from ptscope.perftool import PerfTool, perf_env
+from ptscope.record.control import (
+    DEFAULT_ACK_TIMEOUT,
+    DEFAULT_READY_TIMEOUT,
+    FifoControl,
+    PerfControl,
+    PerfExitedError,
+    make_control,
+)
+from ptscope.record.perf_commands import Control, Targets
+from ptscope.recording import Recording, TriggerHit
+
+__all__ = [
+    "PERF_LOG_NAME",
+    "Hit",
+    "HitSource",
+    "PerfBackend",
+    "PerfRecorder",
+    "SessionOptions",
+    "SessionResult",
+    "StoppedProgram",
+    "attach_processes",
+    "perf_data_files",
+    "process_command_line",
+    "run_program",
+]
+
+log = logging.getLogger(__name__)
+
+PERF_LOG_NAME: Final = "perf-record.log"
+PERF_EXIT_TIMEOUT: Final = 120.0  # perf writes the snapshot, kcore and build-ids at exit
+_STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+_PTRACE_TRACEME: Final = 0
+_PTRACE_DETACH: Final = 17
+_PR_SET_PDEATHSIG: Final = 1
+_WALL: Final = 0x40000000
+
+
+class PerfBackend(Protocol):
+    """What the session needs from a perf-based backend (Intel PT or sampling)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def takes_snapshots(self) -> bool: ...
+
+    def record_argv(
+        self, perf: PerfTool, output: Path, targets: Targets, control: Control | None
+    ) -> list[str]: ...
+
+    def describe(self) -> dict[str, object]: ...
+
+    def needs_snapshot_before_stop(self, perf: PerfTool) -> bool: ...
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A trigger fired (perf time, ns)."""
+
+    time: int
+    pid: int
+    tid: int
+    ip: int
+    label: str
+
+
+class HitSource(Protocol):
+    """Triggers armed on the targets (hardware breakpoints)."""
+
+    def fds(self) -> list[int]: ...
+
+    def read_hits(self) -> list[Hit]: ...
+
+    def disable(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _hold_at_exec() -> None:  # runs in the child between fork and exec
+    libc = _libc()
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if libc.ptrace(ctypes.c_long(_PTRACE_TRACEME), 0, None, None) != 0:
+        raise OSError(ctypes.get_errno(), "PTRACE_TRACEME failed")
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    _libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def process_command_line(pid: int) -> str:
+    """The command line of a process (its comm for kernel threads); '' when it is gone."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        raw = b""
+    if raw:
+        return shlex.join(a.decode(errors="replace") for a in raw.rstrip(b"\0").split(b"\0"))
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _thread_names(pid: int) -> dict[int, str]:
+    names: dict[int, str] = {}
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError, ValueError):
+                names[int(task.name)] = (task / "comm").read_text().strip()
+    return names
+
+
+class StoppedProgram:
+    """A program started but held before its first instruction, until :meth:`release`."""
+
+    def __init__(self, process: subprocess.Popen[bytes], method: str, gate: int = -1) -> None:
+        self.process = process
+        self.method = method
+        self._gate = gate
+        self.released = False
+        self.argv: list[str] = []
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @classmethod
+    def spawn(cls, argv: Sequence[str], *, use_ptrace: bool = True) -> StoppedProgram:
+        if not argv:
+            raise UsageError("no program given: ptscope run [options] -- PROGRAM [ARGS]")
+        exe = _find_program(argv[0])
+        program: StoppedProgram | None = None
+        if use_ptrace:
+            try:
+                program = cls._spawn_ptrace([exe, *argv[1:]], argv[0])
+            except subprocess.SubprocessError as e:
+                log.info("cannot hold the program with ptrace (%s): using a shell gate", e)
+        if program is None:
+            program = cls._spawn_gate([exe, *argv[1:]], argv[0])
+        program.argv = list(argv)
+        return program
+
+    @classmethod
+    def _spawn_ptrace(cls, argv: list[str], name: str) -> StoppedProgram:
+        try:
+            process = subprocess.Popen(argv, executable=argv[0], preexec_fn=_hold_at_exec)
+        except OSError as e:
+            raise BadInputError(f"cannot start {name}: {e.strerror or e}") from e
+        _pid, status = os.waitpid(process.pid, _WALL)
+        if not os.WIFSTOPPED(status):
+            # It never reached its first instruction (killed before exec completed).
+            process.returncode = os.waitstatus_to_exitcode(status)
+            raise RecordingError(f"{name} ended before it started (status {status:#x})")
+        return cls(process, "ptrace")
+
+    @classmethod
+    def _spawn_gate(cls, argv: list[str], name: str) -> StoppedProgram:
+        read_end, write_end = os.pipe()
+        # The shell blocks on the gate, then execs the program in place (same pid):
+        # perf follows the exec. EOF (ptscope gone) exits without running anything.
+        script = f'read _ <&{read_end} || exit 125; exec {read_end}<&-; exec "$@"'
+        try:
+            process = subprocess.Popen(
+                ["/bin/sh", "-c", script, "ptscope-gate", *argv],
+                pass_fds=(read_end,),
+                preexec_fn=_die_with_parent,
+            )
+        except OSError as e:
+            os.close(write_end)
+            raise BadInputError(f"cannot start {name}: {e.strerror or e}") from e
+        finally:
+            os.close(read_end)
+        return cls(process, "gate", write_end)
+
+    def release(self) -> None:
+        """Let the program run."""
+        if self.released:
+            return
+        self.released = True
+        if self.method == "ptrace":
+            if _libc().ptrace(ctypes.c_long(_PTRACE_DETACH), self.pid, None, None) != 0:
+                err = ctypes.get_errno()
+                raise RecordingError(f"cannot resume the program: {os.strerror(err)}")
+        else:
+            os.write(self._gate, b"go\n")
+            os.close(self._gate)
+            self._gate = -1
+
+    def kill(self) -> None:
+        """Discard a program that was never released (setup failed)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+        if self.method == "ptrace" and not self.released:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self.pid, _WALL)
+            self.process.returncode = -signal.SIGKILL
+        else:
+            self.process.wait()
+        if self._gate >= 0:
+            os.close(self._gate)
+            self._gate = -1
+
+
+def _find_program(name: str) -> str:
+    if os.sep in name:
+        path = Path(name)
+        if not path.exists():
+            raise BadInputError(f"{name}: no such file")
+        if not os.access(path, os.X_OK) or path.is_dir():
+            raise BadInputError(f"{name}: not an executable program")
+        return name
+    found = shutil.which(name)
+    if found is None:
+        raise BadInputError(f"{name}: command not found")
+    return found
+
+
+def _check_pids(pids: Sequence[int]) -> None:
+    if not pids:
+        raise UsageError("no process to attach to")
+    if len(set(pids)) != len(pids):
+        raise UsageError("a PID is given twice")
+    for pid in pids:
+        if pid <= 0 or not Path(f"/proc/{pid}").is_dir():
+            raise BadInputError(f"no process with PID {pid}")
+
+
+# --------------------------------------------------------------------------- perf
+
+
+def perf_data_files(directory: Path) -> list[str]:
+    """perf.data, or the perf.data.<timestamp> files of --switch-output, oldest first."""
+    names = [
+        p.name
+        for p in directory.iterdir()
+        if (p.name == "perf.data" or p.name.startswith("perf.data."))
+        and not p.name.endswith(".old")
+    ]
+    return sorted(names)
+
+
+class PerfRecorder:
+    """One ``perf record`` process: started, made ready, snapshotted and stopped."""
+
+    def __init__(
+        self,
+        perf: PerfTool,
+        backend: PerfBackend,
+        directory: Path,
+        *,
+        print_commands: Callable[[str], None] | None = None,
+    ) -> None:
+        self.perf = perf
+        self.backend = backend
+        self.directory = directory
+        self.print_commands = print_commands
+        self.control: PerfControl = make_control(perf, directory)
+        self.process: subprocess.Popen[bytes] | None = None
+        self.argv: list[str] = []
+        self.log_path = directory / PERF_LOG_NAME
+        self.snapshots = 0
+
+    def start(self, targets: Targets, *, ready_timeout: float = DEFAULT_READY_TIMEOUT) -> None:
+        for old in perf_data_files(self.directory):
+            path = self.directory / old
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+        control = self.control.control if isinstance(self.control, FifoControl) else None
+        self.argv = self.backend.record_argv(
+            self.perf, self.directory / "perf.data", targets, control
+        )
+        if self.print_commands is not None:
+            self.print_commands(shlex.join(self.argv))
+        with open(self.log_path, "wb") as log_file:
+            try:
+                self.process = subprocess.Popen(
+                    self.argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log_file,
+                    stderr=log_file,
+                    env=perf_env(),
+                    process_group=0,  # the terminal's Ctrl-C must not reach perf
+                    preexec_fn=_die_with_parent,
+                )
+            except OSError as e:
+                raise RecordingError(f"cannot start perf: {e}") from e
+        self.control.bind(self.process)
+        try:
+            self.control.wait_ready(ready_timeout)
+        except PerfExitedError as e:
+            raise self.failure("perf could not start recording") from e
+        except RecordingError:
+            self.control.terminate()
+            raise
+
+    def failure(self, message: str) -> RecordingError:
+        """An error carrying perf's own explanation (its log) as details and a hint."""
+        text = self.log_text()
+        reason = _perf_error_line(text)
+        hint = _perf_hint(text)
+        if reason:
+            message = f"{message}: {reason}"
+        return RecordingError(message, details=text or None, hint=hint)
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def snapshot(self, *, switch_output: bool = False) -> None:
+        self.control.snapshot(switch_output=switch_output, timeout=DEFAULT_ACK_TIMEOUT)
+        self.snapshots += 1
+
+    def stop(self, *, timeout: float = PERF_EXIT_TIMEOUT) -> int:
+        """Stop perf and wait for it to write everything; returns its exit status."""
+        assert self.process is not None
+        try:
+            if self.alive:
+                self.control.stop(DEFAULT_ACK_TIMEOUT)
+        except RecordingError as e:
+            log.warning("%s; stopping perf with a signal", e.message)
+            self.control.terminate()
+        status = self.control.wait_exit(timeout)
+        if status is None:
+            log.warning("perf did not finish within %g s; stopping it", timeout)
+            status = self.control.terminate()
+        self.control.close()
+        return status
+
+    def kill(self) -> None:
+        if self.process is not None and self.alive:
+            self.control.terminate(grace=2.0)
+        self.control.close()
+
+
+def _perf_error_line(text: str) -> str:
+    """perf's most telling error line (it prints banners and hints around it)."""
+    for line in text.splitlines():
+        stripped = line.strip()
+        lowered = stripped.lower()
+        if any(
+            key in lowered
+            for key in (
+                "error",
+                "permission",
+                "not permitted",
+                "no such process",
+                "invalid",
+                "not supported",
+                "failed",
+                "cannot",
+            )
+        ):
+            return stripped.rstrip(".:")
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
+def _perf_hint(text: str) -> str | None:
+    lowered = text.lower()
+    if "perf_event_paranoid" in lowered or "permission" in lowered or "not permitted" in lowered:
+        return (
+            "run as root (sudo), or attach to your own processes with "
+            "kernel.perf_event_paranoid <= 2 (see: ptscope doctor)"
+        )
+    if "no such process" in lowered:
+        return "the process is gone"
+    if "mlock" in lowered or "cannot allocate memory" in lowered:
+        return "use a smaller --snapshot-size, or raise kernel.perf_event_mlock_kb"
+    return None
+
+
+# --------------------------------------------------------------------------- session
+
+
+@dataclass
+class SessionOptions:
+    """What ``run`` and ``attach`` share."""
+
+    directory: Path
+    multi_thread: bool = False
+    multi_snapshot: bool = False
+    print_commands: Callable[[str], None] | None = None
+    ready_timeout: float = DEFAULT_READY_TIMEOUT
+    on_ready: Callable[[str], None] | None = None
+    make_hit_source: Callable[[Sequence[int]], HitSource | None] | None = None
+    notes: dict[str, object] = field(default_factory=dict)
+
+
+@dataclass
+class SessionResult:
+    """How a recording session ended."""
+
+    recording: Recording
+    reason: str
+    interrupted: bool = False
+    exit_code: int | None = None
+    perf_status: int = 0
+    snapshots: int = 0
+    hits: list[Hit] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    startup_seconds: float = 0.0
+
+
+class _SignalWatch:
+    """Turns SIGINT/SIGTERM/SIGHUP into readable bytes on a pipe (select-able)."""
+
+    def __init__(self) -> None:
+        self.read_fd, self.write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.received: list[int] = []
+        self._old_wakeup = -1
+        self._old_handlers: dict[int, object] = {}
+
+    def __enter__(self) -> _SignalWatch:
+        self._old_wakeup = signal.set_wakeup_fd(self.write_fd, warn_on_full_buffer=False)
+        for sig in _STOP_SIGNALS:
+            self._old_handlers[sig] = signal.signal(sig, self._handler)
+        return self
+
+    def _handler(self, signum: int, frame: FrameType | None) -> None:
+        self.received.append(signum)
+
+    def drain(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            while os.read(self.read_fd, 64):
+                pass
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._old_handlers.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]
+        signal.set_wakeup_fd(self._old_wakeup)
+        os.close(self.read_fd)
+        os.close(self.write_fd)
+
+
+def _pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except (OSError, AttributeError):
+        return None
+
+
+class _Session:
+    """The monitoring loop shared by run and attach."""
+
+    def __init__(
+        self,
+        recorder: PerfRecorder,
+        options: SessionOptions,
+        targets: Sequence[int],
+        program: StoppedProgram | None,
+    ) -> None:
+        self.recorder = recorder
+        self.options = options
+        self.targets = list(targets)
+        self.program = program
+        self.hits: list[Hit] = []
+        self.hit_source: HitSource | None = None
+        self.interrupted = False
+        self.warnings: list[str] = []
+        self.snapshot_taken = False
+        self.perf_stopped = False
+
+    def _on_hit(self, hit: Hit) -> bool:
+        """Handle one trigger hit; True when the recording is complete."""
+        self.hits.append(hit)
+        log.info("trigger %s hit on thread %d", hit.label, hit.tid)
+        backend = self.recorder.backend
+        if not backend.takes_snapshots or not self.recorder.alive:
+            return False
+        if self.options.multi_snapshot:
+            self.recorder.snapshot(switch_output=True)
+            self.snapshot_taken = True
+            return False
+        if not self.snapshot_taken:
+            self.recorder.snapshot()
+            self.snapshot_taken = True
+        return True
+
+    def watch(self, signals: _SignalWatch) -> str:
+        """Wait until something ends the recording; returns why."""
+        recorder = self.recorder
+        assert recorder.process is not None
+        perf_fd = _pidfd(recorder.process.pid)
+        target_fds = {fd: pid for pid in self.targets if (fd := _pidfd(pid)) is not None}
+        try:
+            while True:
+                fds = [signals.read_fd, *target_fds]
+                if perf_fd is not None and recorder.alive:
+                    fds.append(perf_fd)
+                if self.hit_source is not None:
+                    fds += self.hit_source.fds()
+                # pidfds make this event-driven; the timeout only covers kernels without them.
+                ready, _, _ = select.select(fds, [], [], 0.2)
+                if signals.received:
+                    signals.drain()
+                    signals.received.clear()
+                    self.interrupted = True
+                    return "interrupted"
+                if self.hit_source is not None and self._handle_hits():
+                    if self.program is None:
+                        return "trigger"
+                    # run: perf has its snapshot; the program keeps running to its end.
+                    self.perf_stopped = True
+                    self.recorder.stop()
+                for fd in [fd for fd in ready if fd in target_fds]:
+                    os.close(fd)
+                    del target_fds[fd]
+                if self._targets_gone(target_fds):
+                    return "exited"
+                if not recorder.alive and not self.perf_stopped:
+                    return "perf-exited"
+        finally:
+            for fd in target_fds:
+                os.close(fd)
+            if perf_fd is not None:
+                os.close(perf_fd)
+
+    def _handle_hits(self) -> bool:
+        assert self.hit_source is not None
+        done = False
+        for hit in self.hit_source.read_hits():
+            done = self._on_hit(hit) or done
+        if done:
+            self.hit_source.disable()
+        return done
+
+    def _targets_gone(self, target_fds: dict[int, int]) -> bool:
+        if self.program is not None:
+            return self.program.process.poll() is not None
+        if target_fds:
+            return False
+        return not any(Path(f"/proc/{pid}").exists() for pid in self.targets)
+
+
+def _finish(
+    session: _Session,
+    signals: _SignalWatch,
+    reason: str,
+) -> int:
+    """Snapshot if needed and stop perf; a second Ctrl-C stops waiting for perf."""
+    recorder = session.recorder
+    assert recorder.process is not None
+    backend = recorder.backend
+    if (
+        recorder.alive
+        and backend.takes_snapshots
+        and backend.needs_snapshot_before_stop(recorder.perf)
+        and not session.snapshot_taken
+    ):
+        with contextlib.suppress(RecordingError):
+            recorder.snapshot()
+            session.snapshot_taken = True
+    if recorder.alive:
+        try:
+            recorder.control.stop(DEFAULT_ACK_TIMEOUT)
+        except RecordingError as e:
+            log.warning("%s", e.message)
+    deadline = time.monotonic() + PERF_EXIT_TIMEOUT
+    while recorder.alive:
+        select.select([signals.read_fd], [], [], 0.05)
+        if signals.received:
+            signals.drain()
+            signals.received.clear()
+            log.warning("stopping perf now (its last data may be incomplete)")
+            recorder.kill()
+            break
+        if time.monotonic() > deadline:
+            log.warning("perf did not finish within %g s; stopping it", PERF_EXIT_TIMEOUT)
+            recorder.kill()
+            break
+    recorder.control.close()
+    return recorder.process.wait()
+
+
+def _perf_exit_problem(recorder: PerfRecorder, status: int, reason: str) -> str | None:
+    if status == 0 or status in (-signal.SIGINT, -signal.SIGTERM, 130, 143):
+        return None
+    text = recorder.log_text()
+    return f"perf exited with status {status}" + (
+        f": {_perf_error_line(text)}" if _perf_error_line(text) else ""
+    )
+
+
+def _save(
+    recorder: PerfRecorder,
+    options: SessionOptions,
+    command: list[str],
+    processes: dict[int, str],
+    threads: dict[int, str],
+    hits: list[Hit],
+    scope: str,
+    extra: dict[str, object],
+) -> Recording:
+    recording = Recording(
+        directory=recorder.directory,
+        backend=recorder.backend.name,
+        perf_data=perf_data_files(recorder.directory) or ["perf.data"],
+        command=command,
+        processes=processes,
+        threads=threads,
+        hits=[TriggerHit(h.time, h.pid, h.tid, h.ip, h.label) for h in hits],
+        perf_version=recorder.perf.version_text,
+        scope=scope,
+        notes={
+            "perf_record": recorder.argv,
+            "control": recorder.control.kind,
+            "snapshots": recorder.snapshots,
+            **recorder.backend.describe(),
+            **options.notes,
+            **extra,
+        },
+    )
+    recording.save()
+    return recording
+
+
+def _scope_of(backend: PerfBackend) -> str:
+    described = backend.describe().get("scope", "user")
+    return str(described)
+
+
+@contextlib.contextmanager
+def _hit_source(options: SessionOptions, pids: Sequence[int]) -> Iterator[HitSource | None]:
+    source = options.make_hit_source(pids) if options.make_hit_source else None
+    try:
+        yield source
+    finally:
+        if source is not None:
+            source.close()
+
+
+def run_program(
+    argv: Sequence[str],
+    perf: PerfTool,
+    backend: PerfBackend,
+    options: SessionOptions,
+    *,
+    use_ptrace: bool = True,
+) -> SessionResult:
+    """Record a program from its first instruction to its end (or Ctrl-C / a trigger)."""
+    t0 = time.perf_counter()
+    recorder = PerfRecorder(perf, backend, options.directory, print_commands=options.print_commands)
+    program = StoppedProgram.spawn(argv, use_ptrace=use_ptrace)
+    pid = program.pid
+    targets = Targets((pid,), all_threads=options.multi_thread)
+    try:
+        recorder.start(targets, ready_timeout=options.ready_timeout)
+    except BaseException:
+        program.kill()
+        recorder.kill()
+        raise
+    processes = {pid: shlex.join(argv)}
+    session = _Session(recorder, options, [pid], program)
+    with _SignalWatch() as signals, _hit_source(options, [pid]) as hits:
+        session.hit_source = hits
+        try:
+            program.release()
+        except BaseException:
+            program.kill()
+            recorder.kill()
+            raise
+        startup = time.perf_counter() - t0
+        if options.on_ready is not None:
+            options.on_ready(f"recording {shlex.join(argv)} (pid {pid})")
+        threads = _thread_names(pid)
+        reason = session.watch(signals)
+        if (
+            reason == "interrupted"
+            and program.process.poll() is None
+            and not _got_terminal_sigint()
+        ):
+            # A Ctrl-C typed in the terminal reached the program too (same process group);
+            # one sent to ptscope alone is passed on, as the program would have got it.
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGINT)
+        threads.update(_thread_names(pid))
+        status = _finish(session, signals, reason)
+        exit_code = _wait_program(program, signals, patience=5.0 if session.interrupted else None)
+    recording = _save(
+        recorder,
+        options,
+        list(argv),
+        processes,
+        threads,
+        session.hits,
+        _scope_of(backend),
+        {"exit_code": exit_code, "held_by": program.method},
+    )
+    result = SessionResult(
+        recording=recording,
+        reason=reason,
+        interrupted=session.interrupted,
+        exit_code=exit_code,
+        perf_status=status,
+        snapshots=recorder.snapshots,
+        hits=session.hits,
+        warnings=session.warnings,
+        startup_seconds=startup,
+    )
+    problem = _perf_exit_problem(recorder, status, reason)
+    if problem is not None:
+        result.warnings.append(problem)
+    return result
+
+
+def _got_terminal_sigint() -> bool:
+    """Whether ptscope runs in the terminal's foreground group (so its Ctrl-C hit both)."""
+    try:
+        fd = sys.stdin.fileno()
+        return os.isatty(fd) and os.tcgetpgrp(fd) == os.getpgrp()
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _wait_program(
+    program: StoppedProgram, signals: _SignalWatch, *, patience: float | None
+) -> int | None:
+    """Wait for the program to end; after an interrupt, ``patience`` seconds and then it is
+    killed (as it is when Ctrl-C is pressed again)."""
+    process = program.process
+    deadline = None if patience is None else time.monotonic() + patience
+    while process.poll() is None:
+        select.select([signals.read_fd], [], [], 0.05)
+        late = deadline is not None and time.monotonic() > deadline
+        if signals.received or late:
+            signals.received.clear()
+            signals.drain()
+            if deadline is None:
+                # First Ctrl-C after perf stopped: let the program handle it itself.
+                deadline = time.monotonic() + 5.0
+                continue
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(program.pid, signal.SIGKILL)
+            process.wait()
+    return process.returncode
+
+
+def attach_processes(
+    pids: Sequence[int],
+    perf: PerfTool,
+    backend: PerfBackend,
+    options: SessionOptions,
+) -> SessionResult:
+    """Record running processes until Ctrl-C, a trigger, or until they all exit."""
+    _check_pids(pids)
+    t0 = time.perf_counter()
+    processes = {pid: process_command_line(pid) for pid in pids}
+    threads: dict[int, str] = {}
+    for pid in pids:
+        threads.update(_thread_names(pid))
+    recorder = PerfRecorder(perf, backend, options.directory, print_commands=options.print_commands)
+    targets = Targets(tuple(pids), all_threads=options.multi_thread)
+    try:
+        recorder.start(targets, ready_timeout=options.ready_timeout)
+    except BaseException:
+        recorder.kill()
+        raise
+    session = _Session(recorder, options, pids, None)
+    with _SignalWatch() as signals, _hit_source(options, pids) as hits:
+        session.hit_source = hits
+        startup = time.perf_counter() - t0
+        if options.on_ready is not None:
+            names = ", ".join(f"{pid} ({processes[pid] or '?'})" for pid in pids)
+            options.on_ready(f"attached to {names}; press Ctrl-C to stop")
+        reason = session.watch(signals)
+        for pid in pids:
+            threads.update(_thread_names(pid))
+        status = _finish(session, signals, reason)
+    recording = _save(
+        recorder, options, [], processes, threads, session.hits, _scope_of(backend), {}
+    )
+    result = SessionResult(
+        recording=recording,
+        reason=reason,
+        interrupted=session.interrupted,
+        perf_status=status,
+        snapshots=recorder.snapshots,
+        hits=session.hits,
+        warnings=session.warnings,
+        startup_seconds=startup,
+    )
+    problem = _perf_exit_problem(recorder, status, reason)
+    if problem is not None:
+        result.warnings.append(problem)
+    if reason == "perf-exited" and not session.interrupted:
+        text = recorder.log_text()
+        if status != 0:
+            raise recorder.failure("perf stopped recording")
+        log.info("perf ended by itself: %s", _perf_error_line(text))
+    return result
