@@ -1,0 +1,352 @@
+"""Running ``perf script`` for the text decoder: its argv, and its output as a stream of lines.
+
+Two argvs: :func:`branch_script_argv` (Intel PT branches, errors and power events) and
+:func:`sampling_script_argv` (call-stack samples). :func:`stream_perf_script` runs one and
+yields its stdout in batches of lines while perf is still decoding (never the whole output
+in memory), and turns perf's failures into one-line :class:`~ptscope.errors.PtscopeError`s.
+:func:`read_text_lines` yields the same batches from a saved text file or stdin (``-``).
+:func:`decode_perf_data_text` and :func:`decode_text_file` put these together with the
+parser of :mod:`ptscope.decode.perf_text`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Final
+
+from ptscope.decode.perf_text import TextStats, parse_text
+from ptscope.errors import BadInputError, PtscopeError, ToolMissingError
+from ptscope.model import Event
+from ptscope.perftool import PerfTool, find_perf, perf_env
+
+__all__ = [
+    "BRANCH_FIELDS",
+    "BRANCH_ITRACE",
+    "SAMPLING_FIELDS",
+    "TimeWindow",
+    "branch_script_argv",
+    "decode_perf_data_text",
+    "decode_text_file",
+    "format_time",
+    "read_text_lines",
+    "sampling_script_argv",
+    "stream_perf_script",
+]
+
+BRANCH_FIELDS: Final = "pid,tid,time,flags,ip,addr,sym,symoff,dso,event,period"
+"""``-F`` for branch traces: what the text parser's fast path expects."""
+SAMPLING_FIELDS: Final = "pid,tid,time,ip,sym,symoff,dso,event,period"
+"""``-F`` for call-stack samples (perf prints the callchain under each sample)."""
+BRANCH_ITRACE: Final = "bep"
+"""Synthesize branches, errors and power events (cbr, psb)."""
+CHUNK_SIZE: Final = 1 << 20
+_STDERR_KEEP: Final = 16_384  # bytes of perf's stderr kept for error details
+
+TimeWindow = tuple[int | None, int | None]
+"""A (start, end) pair of perf times in ns; ``None`` leaves that side open."""
+
+
+# --------------------------------------------------------------------------- argv
+
+
+def format_time(ns: int) -> str:
+    """perf's ``SEC.NSEC`` spelling of a time in ns (what ``--time`` takes)."""
+    return f"{ns // 1_000_000_000}.{ns % 1_000_000_000:09d}"
+
+
+def _common_options(
+    *,
+    time_window: TimeWindow | None,
+    pids: Sequence[int],
+    tids: Sequence[int],
+    symfs: Path | str | None,
+    demangle: bool,
+    task_events: bool,
+) -> list[str]:
+    argv: list[str] = []
+    if time_window is not None:
+        start, end = time_window
+        if start is not None and end is not None and end < start:
+            raise ValueError(f"time window ends before it starts: {time_window}")
+        first = format_time(start) if start is not None else ""
+        last = format_time(end) if end is not None else ""
+        argv.append(f"--time={first},{last}")
+    if pids:
+        argv.append("--pid=" + ",".join(str(p) for p in pids))
+    if tids:
+        argv.append("--tid=" + ",".join(str(t) for t in tids))
+    if symfs is not None:
+        argv.append(f"--symfs={symfs}")
+    if not demangle:
+        argv.append("--no-demangle")
+    if task_events:
+        argv.append("--show-task-events")
+    return argv
+
+
+def branch_script_argv(
+    perf_data: Path | str,
+    *,
+    perf: str = "perf",
+    time_window: TimeWindow | None = None,
+    pids: Sequence[int] = (),
+    tids: Sequence[int] = (),
+    itrace_extra: str = "",
+    symfs: Path | str | None = None,
+    demangle: bool = True,
+    ipc: bool = False,
+    task_events: bool = False,
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """The ``perf script`` argv printing the branch trace of ``perf_data`` as text.
+
+    ``perf script -i PERF_DATA --ns --itrace=bep -F pid,tid,time,flags,ip,addr,sym,symoff,
+    dso,event,period`` plus: ``--time`` for ``time_window``, ``--pid`` / ``--tid``,
+    ``itrace_extra`` appended to the itrace letters, ``--symfs``, ``--no-demangle`` when
+    ``demangle`` is false, ``-F +ipc`` (instruction and cycle counts, with cycle-accurate
+    recordings), ``--show-task-events`` (thread names), then ``extra`` verbatim.
+    """
+    fields = BRANCH_FIELDS + (",ipc" if ipc else "")
+    return [
+        perf,
+        "script",
+        "-i",
+        str(perf_data),
+        "--ns",
+        f"--itrace={BRANCH_ITRACE}{itrace_extra}",
+        "-F",
+        fields,
+        *_common_options(
+            time_window=time_window,
+            pids=pids,
+            tids=tids,
+            symfs=symfs,
+            demangle=demangle,
+            task_events=task_events,
+        ),
+        *extra,
+    ]
+
+
+def sampling_script_argv(
+    perf_data: Path | str,
+    *,
+    perf: str = "perf",
+    time_window: TimeWindow | None = None,
+    pids: Sequence[int] = (),
+    tids: Sequence[int] = (),
+    symfs: Path | str | None = None,
+    demangle: bool = True,
+    stitch_lbr: bool = False,
+    task_events: bool = False,
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """The ``perf script`` argv printing the call-stack samples of ``perf_data`` as text.
+
+    ``perf script -i PERF_DATA --ns -F pid,tid,time,ip,sym,symoff,dso,event,period``: perf
+    prints each sample's callchain (leaf first) under it when the recording has them
+    (``perf record -g`` / ``--call-graph``); ``stitch_lbr`` adds ``--stitch-lbr`` for LBR
+    call graphs. The other options are those of :func:`branch_script_argv`.
+    """
+    argv = [perf, "script", "-i", str(perf_data), "--ns", "-F", SAMPLING_FIELDS]
+    argv += _common_options(
+        time_window=time_window,
+        pids=pids,
+        tids=tids,
+        symfs=symfs,
+        demangle=demangle,
+        task_events=task_events,
+    )
+    if stitch_lbr:
+        argv.append("--stitch-lbr")
+    return argv + list(extra)
+
+
+# ---------------------------------------------------------------------- streaming
+
+
+def _lines_of(chunks: Iterator[bytes]) -> Iterator[list[str]]:
+    """Batches of complete lines (without their newline) from byte chunks."""
+    rest = b""
+    for chunk in chunks:
+        data = rest + chunk if rest else chunk
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            rest = data
+            continue
+        rest = data[cut + 1 :]
+        yield data[:cut].decode("utf-8", "replace").split("\n")
+    if rest:
+        yield [rest.decode("utf-8", "replace")]
+
+
+def _read_chunks(fd: int) -> Iterator[bytes]:
+    while chunk := os.read(fd, CHUNK_SIZE):
+        yield chunk
+
+
+def read_text_lines(source: Path | str) -> Iterator[list[str]]:
+    """Batches of lines of saved ``perf script`` text: a file, or stdin for ``-``."""
+    if str(source) == "-":
+        yield from _lines_of(_read_chunks(sys.stdin.buffer.fileno()))
+        return
+    path = Path(source)
+    try:
+        f = open(path, "rb")  # noqa: SIM115 (closed below, also when the consumer stops)
+    except FileNotFoundError:
+        raise BadInputError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise BadInputError(f"{path} is a directory, not perf script text") from None
+    except OSError as e:
+        raise BadInputError(f"cannot read {path}: {e.strerror or e}") from None
+    with f:
+        yield from _lines_of(_read_chunks(f.fileno()))
+
+
+def stream_perf_script(
+    argv: Sequence[str],
+    *,
+    perf_data: Path | str | None = None,
+    on_stderr: Callable[[str], None] | None = None,
+) -> Iterator[list[str]]:
+    """Run ``perf script`` (``argv``) and yield its stdout in batches of lines as it comes.
+
+    perf's stderr goes to a temporary file (no pipe to fill up and stall perf); when perf
+    fails, that becomes a one-line :class:`~ptscope.errors.PtscopeError` (stderr as its
+    ``details``) raised after the output perf did print. ``on_stderr`` receives the
+    stderr of a successful run (perf's warnings). If the consumer stops early, perf is
+    stopped. ``perf_data`` names the input in messages.
+    """
+    what = str(perf_data) if perf_data is not None else "the recording"
+    with tempfile.TemporaryFile() as err_file:
+        try:
+            proc = subprocess.Popen(
+                list(argv), stdout=subprocess.PIPE, stderr=err_file, env=perf_env()
+            )
+        except OSError as e:
+            raise ToolMissingError(f"cannot run {argv[0]}: {e.strerror or e}") from e
+        assert proc.stdout is not None
+        done = False
+        try:
+            yield from _lines_of(_read_chunks(proc.stdout.fileno()))
+            done = True
+        finally:
+            proc.stdout.close()
+            if done:
+                rc = proc.wait()
+            else:
+                # The consumer went away or failed: perf's output is no longer wanted.
+                if proc.poll() is None:
+                    proc.kill()
+                proc.wait()
+        err_file.seek(0, os.SEEK_END)
+        size = err_file.tell()
+        err_file.seek(max(0, size - _STDERR_KEEP))
+        stderr = err_file.read().decode("utf-8", "replace")
+    if rc != 0:
+        raise perf_failure(list(argv), rc, stderr, what)
+    if on_stderr is not None and stderr.strip():
+        on_stderr(stderr)
+
+
+def perf_failure(argv: list[str], rc: int, stderr: str, what: str) -> PtscopeError:
+    """perf's failure as one line for the user; its stderr and argv as details."""
+    details = " ".join(argv) + "\n" + stderr
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    text = "\n".join(lines)
+    lowered = text.lower()
+    if rc < 0:
+        try:
+            name = signal.Signals(-rc).name
+        except ValueError:
+            name = f"signal {-rc}"
+        return BadInputError(
+            f"perf script crashed ({name}) while decoding {what}",
+            details=details,
+            hint="the recording may be damaged; run the command from -v to see perf's output",
+        )
+    if "no such file" in lowered:
+        return BadInputError(f"{what}: no such file", details=details)
+    if "permission denied" in lowered or "not owned by current user" in lowered:
+        return BadInputError(
+            f"{what}: permission denied",
+            details=details,
+            hint="run as the user who recorded it (or root), or fix the file's owner",
+        )
+    if "not a perf.data" in lowered or "incompatible file format" in lowered:
+        return BadInputError(
+            f"{what} is not a perf.data file (or was written by an incompatible perf)",
+            details=details,
+        )
+    if "do not have addr attribute set" in lowered or "cannot print 'flags'" in lowered:
+        return BadInputError(
+            f"{what} holds no branch trace (no Intel PT data)",
+            details=details,
+            hint="decode sampled call stacks with the sampling decoder instead",
+        )
+    first = next((ln for ln in lines if not ln.lower().startswith("warning")), "")
+    first = first or (lines[0] if lines else "")
+    message = f"perf script failed on {what} (exit {rc})"
+    if first:
+        message += f": {first[:200]}"
+    return BadInputError(message, details=details)
+
+
+# ----------------------------------------------------------------- whole decoders
+
+
+def decode_perf_data_text(
+    perf_data: Path | str,
+    *,
+    sampling: bool = False,
+    keep_all: bool = False,
+    time_window: TimeWindow | None = None,
+    pids: Sequence[int] = (),
+    tids: Sequence[int] = (),
+    symfs: Path | str | None = None,
+    task_events: bool = False,
+    extra: Sequence[str] = (),
+    perf: PerfTool | None = None,
+    on_stats: Callable[[TextStats], None] | None = None,
+    on_stderr: Callable[[str], None] | None = None,
+) -> Iterator[list[Event]]:
+    """Decode ``perf_data`` through ``perf script`` text: batches of events as perf prints.
+
+    Branch traces by default (:func:`branch_script_argv`), call-stack samples with
+    ``sampling`` (:func:`sampling_script_argv`); the options are theirs. ``keep_all``
+    keeps jumps inside one function (dropped by default, as the dlfilter decoder does).
+    ``on_stats`` receives the parser's :class:`TextStats` at the end.
+    """
+    path = Path(perf_data)
+    if not path.exists():
+        raise BadInputError(f"{path}: no such file")
+    tool = perf if perf is not None else find_perf()
+    build = sampling_script_argv if sampling else branch_script_argv
+    argv = build(
+        path,
+        perf=tool.path,
+        time_window=time_window,
+        pids=pids,
+        tids=tids,
+        symfs=symfs,
+        task_events=task_events,
+        extra=extra,
+    )
+    lines = stream_perf_script(argv, perf_data=path, on_stderr=on_stderr)
+    yield from parse_text(lines, keep_all=keep_all, on_stats=on_stats)
+
+
+def decode_text_file(
+    source: Path | str,
+    *,
+    keep_all: bool = False,
+    on_stats: Callable[[TextStats], None] | None = None,
+) -> Iterator[list[Event]]:
+    """Decode saved ``perf script`` text (a file, or ``-`` for stdin) into event batches."""
+    yield from parse_text(read_text_lines(source), keep_all=keep_all, on_stats=on_stats)

@@ -1,0 +1,865 @@
+"""Parsing ``perf script`` text into ``ptscope.model`` events, tolerantly and fast.
+
+The input is what :mod:`ptscope.decode.perf_script` asks perf for (``--ns -F
+pid,tid,time,flags,ip,addr,sym,symoff,dso,event,period`` for branch traces, the same
+without ``flags,addr`` plus callchains for sampling), from perf 5.x to 6.x. A branch line::
+
+    PID/TID  SEC.NSEC:  PERIOD  EVENT:  FLAGS  IP SYM+OFF (DSO) =>  ADDR SYM+OFF (DSO)
+
+Hot path: a branch line is cut with ``str.partition``/``str.split`` and everything that
+repeats (the flags-and-source text, the target text, ``PID/TID``) is looked up in dicts, so
+a typical line costs a few dict hits, one ``int()`` for the time and one event allocation.
+Everything else (and any cache miss) goes through slower, careful code that parses
+locations from the right (trailing ``(DSO)``, then ``+0xOFF``) so that symbols may hold
+spaces, ``=>``, ``+`` and parentheses.
+
+Conventions shared with the dlfilter decoder (:mod:`ptscope.decode.dlfilter_stream`), so
+that both produce equal events: an unresolved symbol is :data:`~ptscope.model.UNKNOWN_SYMBOL`
+with offset -1; a missing DSO is ``[unknown]``; address 0 with no symbol is
+:data:`~ptscope.model.NOWHERE`; jumps inside one function are dropped unless ``keep_all``;
+decode errors with time, ip or pid 0 / -1 have ``None`` there; offsets of 2**32 or more
+(perf's map-relative garbage for addresses past a symbol's end) are truncated to 32 bits,
+which is what perf hands a dlfilter.
+
+Nothing here raises on bad input: a line that is not understood is counted in
+:class:`TextStats` (with the first few kept as examples) and the decode goes on.
+"""
+
+from __future__ import annotations
+
+import gc
+import re
+import sys
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Final, cast
+
+from ptscope.model import (
+    NOWHERE,
+    UNKNOWN_SYMBOL,
+    BranchEvent,
+    BranchFlags,
+    BranchKind,
+    CommEvent,
+    DecodeError,
+    Event,
+    Location,
+    PowerEvent,
+    StackSample,
+    TraceState,
+    classify_flags,
+)
+
+__all__ = [
+    "FLAG_LETTERS",
+    "FLAG_NAMES",
+    "MAX_EXAMPLES",
+    "PerfTextParser",
+    "TextStats",
+    "parse_error_line",
+    "parse_flags",
+    "parse_lines",
+    "parse_location",
+    "parse_text",
+]
+
+MAX_EXAMPLES: Final = 8
+"""How many unrecognised lines (and unknown flag texts) :class:`TextStats` keeps."""
+
+_F = BranchFlags
+FLAG_NAMES: Final[dict[str, int]] = {
+    "call": _F.BRANCH | _F.CALL,
+    "return": _F.BRANCH | _F.RETURN,
+    "jcc": _F.BRANCH | _F.CONDITIONAL,
+    "jmp": _F.BRANCH,
+    "int": _F.BRANCH | _F.CALL | _F.INTERRUPT,
+    "iret": _F.BRANCH | _F.RETURN | _F.INTERRUPT,
+    "syscall": _F.BRANCH | _F.CALL | _F.SYSCALLRET,
+    "sysret": _F.BRANCH | _F.RETURN | _F.SYSCALLRET,
+    "async": _F.BRANCH | _F.ASYNC,
+    "hw int": _F.BRANCH | _F.CALL | _F.ASYNC | _F.INTERRUPT,
+    "tx abrt": _F.BRANCH | _F.TX_ABORT,
+    "vmentry": _F.BRANCH | _F.CALL | _F.VMENTRY,
+    "vmexit": _F.BRANCH | _F.CALL | _F.VMEXIT,
+    # perf >= 6.14 (Arm SPE): bit 15 is BRANCH_MISS, unnamed in our BranchFlags.
+    "br miss": _F.BRANCH | (1 << 15),
+}
+"""perf's names for whole flag combinations (``sample_flags[]`` in perf), without the
+``tr strt`` / ``tr end`` prefixes and the ``(x)`` suffix."""
+
+FLAG_LETTERS: Final = "bcrosyiABExghDtmn"
+"""perf's ``PERF_IP_FLAG_CHARS`` (plus the two newer bits): letter *i* is flag bit *i*. perf
+prints a combination as letters when it has no name for it."""
+
+_SUFFIX_LETTERS: Final[dict[str, int]] = {"x": _F.IN_TX, "D": _F.INTR_DISABLE, "t": _F.INTR_TOGGLE}
+_TRACE_PREFIXES: Final = (("tr strt", int(_F.TRACE_BEGIN)), ("tr end", int(_F.TRACE_END)))
+_JUMP_FLAGS: Final = (int(_F.BRANCH), int(_F.BRANCH | _F.CONDITIONAL))
+_IN_TX: Final = int(_F.IN_TX)
+_U32: Final = (1 << 32) - 1
+_NS: Final = 1_000_000_000
+
+_IGNORED_EVENTS: Final = frozenset(
+    {"instructions", "pwre", "pwrx", "exstop", "mwait", "ptwrite", "evt", "iflag", "psb"}
+)
+"""Intel PT synthesized events that carry nothing the model represents (counted, skipped).
+``psb`` is counted separately."""
+
+_MISSING: Final[Any] = object()
+_DROP: Final[Any] = object()
+_BODY_CACHE_LIMIT: Final = 1 << 18
+"""Entries per text cache before it is emptied: bounds memory (~50 MB) on huge traces with
+very many distinct branches; typical traces repeat a few thousand."""
+
+# Miss path only: the flags are the words before the first bare lowercase hex token.
+_SOURCE_RE: Final = re.compile(r"\s*(?P<flags>(?:\S+\s+)*?)(?P<loc>[0-9a-f]+(?:\s.*)?)\Z", re.S)
+
+
+# -------------------------------------------------------------------------- stats
+
+
+@dataclass
+class TextStats:
+    """What the text held: lines, events by type, and what could not be understood."""
+
+    lines: int = 0
+    branches: int = 0
+    branches_dropped: int = 0
+    """Jumps inside one function, dropped as the dlfilter does (unless ``keep_all``)."""
+    decode_errors: int = 0
+    power: int = 0
+    psb: int = 0
+    samples: int = 0
+    comms: int = 0
+    task_events: int = 0
+    """Other ``PERF_RECORD_*`` lines (fork, exit, mmap, switch...), skipped."""
+    ignored_events: Counter[str] = field(default_factory=Counter)
+    """Lines of events the model has no use for (``instructions``, ``pwre``...), by name."""
+    unknown_lines: int = 0
+    unknown_examples: list[str] = field(default_factory=list)
+    unknown_flags: Counter[str] = field(default_factory=Counter)
+    """Branch flag texts with words perf may have added since; the rest of the line was
+    still used (see :func:`parse_flags`)."""
+
+    @property
+    def events(self) -> int:
+        return self.branches + self.decode_errors + self.power + self.samples + self.comms
+
+    def summary(self) -> str:
+        """A few lines for the user: what was decoded and what was not understood."""
+        parts = [
+            f"{self.lines:,} lines: {self.branches:,} branches"
+            + (
+                f" (+{self.branches_dropped:,} jumps inside functions)"
+                if self.branches_dropped
+                else ""
+            )
+        ]
+        for count, what in (
+            (self.samples, "stack samples"),
+            (self.decode_errors, "decode errors"),
+            (self.power, "power events"),
+            (self.psb, "psb packets"),
+            (self.comms, "thread names"),
+        ):
+            if count:
+                parts.append(f"{count:,} {what}")
+        text = ", ".join(parts)
+        if self.unknown_lines:
+            text += f"\n{self.unknown_lines:,} lines not understood, e.g.:"
+            text += "".join(f"\n  {ex!r}" for ex in self.unknown_examples)
+        if self.unknown_flags:
+            text += "\nunknown branch flags: " + ", ".join(
+                f"{name!r} x{n}" for name, n in self.unknown_flags.most_common(MAX_EXAMPLES)
+            )
+        return text
+
+
+# --------------------------------------------------------------- pure line parts
+
+
+def parse_flags(text: str) -> tuple[int, bool]:
+    """perf's printed branch flags (``call``, ``tr end  syscall``, ``jcc   (x)``, ``bcyB``,
+    ``raw flags:0x...``) as ``(PERF_IP_FLAG_* bits, fully understood)``.
+
+    Words perf may add in future versions do not make the line unusable: the bits of the
+    words that are known are kept and the second value is ``False``.
+    """
+    words = text.split()
+    if not words:
+        return 0, True
+    flags = 0
+    ok = True
+    last = words[-1]
+    if last.startswith("(") and last.endswith(")"):
+        # The in-transaction / interrupt-state suffix: "(x)", "(xD)", "(Dt)".
+        for letter in last[1:-1]:
+            bit = _SUFFIX_LETTERS.get(letter)
+            if bit is None:
+                ok = False
+            else:
+                flags |= bit
+        words.pop()
+    phrase = " ".join(words)
+    if phrase.startswith("raw flags:"):
+        try:
+            return flags | int(phrase[10:].strip(), 16), ok
+        except ValueError:
+            return flags, False
+    prefixed = False
+    again = True
+    while again:
+        again = False
+        for prefix, bit in _TRACE_PREFIXES:
+            if phrase == prefix or phrase.startswith(prefix + " "):
+                flags |= bit
+                phrase = phrase[len(prefix) + 1 :]
+                prefixed = again = True
+    if not phrase:
+        # A bare "tr strt" / "tr end" is perf's name for BRANCH with that bit.
+        return (flags | _F.BRANCH if prefixed else flags), ok
+    named = FLAG_NAMES.get(phrase)
+    if named is not None:
+        return flags | named, ok
+    if " " not in phrase and all(c in FLAG_LETTERS or c == "?" for c in phrase):
+        for c in phrase:
+            if c != "?":
+                flags |= 1 << FLAG_LETTERS.index(c)
+        return flags, ok
+    return flags, False
+
+
+def _dso_start(text: str) -> int:
+    """Index of the ``(`` opening the trailing ``(DSO)`` of ``text`` (which ends with
+    ``)``); -1 if there is none. DSO paths may hold balanced parentheses."""
+    start = text.rfind(" (") + 1
+    if start == 0:
+        return 0 if text[0] == "(" else -1
+    if text.count("(", start) == text.count(")", start):
+        return start
+    # " (" inside the DSO path itself: match parentheses from the right.
+    depth = 0
+    for i in range(len(text) - 1, -1, -1):
+        c = text[i]
+        if c == ")":
+            depth += 1
+        elif c == "(":
+            depth -= 1
+            if depth == 0:
+                return i if i == 0 or text[i - 1] == " " else start
+    return start
+
+
+def _split_location(text: str) -> tuple[int, str | None, int, str | None] | None:
+    """``IP [SYM[+0xOFF]] [(DSO)]`` as (ip, symbol or None, offset, dso or None)."""
+    text = text.strip()
+    ip_text, _, rest = text.partition(" ")
+    if not _is_hex(ip_text):
+        return None
+    ip = int(ip_text, 16)
+    rest = rest.strip()
+    dso: str | None = None
+    if rest.endswith(")"):
+        start = _dso_start(rest)
+        if start >= 0:
+            dso = rest[start + 1 : -1]
+            rest = rest[:start].rstrip()
+    if not rest or rest == UNKNOWN_SYMBOL or rest.startswith("[0x"):
+        return ip, None, -1, dso
+    sym, plus, off_text = rest.rpartition("+0x")
+    if plus and sym and _is_hex(off_text):
+        offset = int(off_text, 16)
+        if offset > _U32:
+            offset &= _U32
+        return ip, sym, offset, dso
+    return ip, rest, -1, dso
+
+
+def _is_hex(text: str) -> bool:
+    """Whether ``text`` is a non-empty lowercase hex number as perf prints addresses."""
+    return bool(text) and not text.strip("0123456789abcdef")
+
+
+def parse_location(text: str) -> Location | None:
+    """One printed address (``401136 main+0x26 (/tmp/a.out)``) as a new :class:`Location`,
+    or ``None`` if ``text`` does not start with a hex address."""
+    parts = _split_location(text)
+    return None if parts is None else _make_location(*parts)
+
+
+def _make_location(ip: int, symbol: str | None, offset: int, dso: str | None) -> Location:
+    if symbol is None:
+        if ip == 0:
+            return NOWHERE
+        return Location(ip, UNKNOWN_SYMBOL, -1, dso if dso is not None else UNKNOWN_SYMBOL)
+    return Location(ip, symbol, offset, dso if dso is not None else UNKNOWN_SYMBOL)
+
+
+def _parse_time(text: str) -> int | None:
+    sec, dot, frac = text.partition(".")
+    if not sec.isdigit() or (dot and not frac.isdigit()):
+        return None
+    return int(sec) * _NS + int((frac + "000000000")[:9])
+
+
+def parse_error_line(line: str) -> DecodeError | None:
+    """A decode error line (`` instruction trace error type 1 time 1.2 cpu 0 pid 5 tid 5
+    ip 0x4011f6 code 6: Trace doesn't match instruction``) as an event, else ``None``.
+
+    Time, ip and pid/tid may be missing, ``0`` or ``-1`` (unknown): they become ``None``.
+    """
+    at = line.find("error type ")
+    if at < 0:
+        return None
+    code_at = line.find(" code ", at)
+    if code_at < 0:
+        return None
+    colon = line.find(":", code_at)
+    if colon < 0:
+        return None
+    code_text = line[code_at + 6 : colon].strip()
+    if not code_text.isdigit():
+        return None
+    tokens = line[at + 11 : code_at].split()
+    if not tokens or not tokens[0].isdigit():
+        return None
+    values: dict[str, str] = {}
+    # tokens[0] is the error type; the rest are "name value" pairs.
+    for i in range(1, len(tokens) - 1, 2):
+        values[tokens[i]] = tokens[i + 1]
+    try:
+        time = _parse_time(values.get("time", "0"))
+        ip = int(values.get("ip", "0"), 16)
+        pid = int(values.get("pid", "-1"))
+        tid = int(values.get("tid", "-1"))
+    except ValueError:
+        return None
+    if time is None:
+        return None
+    message = line[colon + 1 :]
+    if message[:1].isspace():
+        message = message[1:]
+    return DecodeError(
+        pid=pid if pid >= 0 else None,
+        tid=tid if tid >= 0 else None,
+        time=time or None,
+        ip=ip or None,
+        message=message.rstrip(),
+        code=int(code_text),
+    )
+
+
+@dataclass(slots=True)
+class _Header:
+    pid: int
+    tid: int
+    time: int | None
+    period: int
+    event: str
+    body: str
+
+
+def _parse_header(line: str) -> _Header | None:
+    """``[PID/TID] [SEC.NSEC:] [PERIOD] EVENT: BODY`` (the body keeps its spacing)."""
+    pos = 0
+    n = len(line)
+    tokens: list[tuple[str, int]] = []  # (token, end index), up to the event token
+    event = None
+    while pos < n and len(tokens) < 5:
+        while pos < n and line[pos] in " \t":
+            pos += 1
+        end = pos
+        while end < n and line[end] not in " \t":
+            end += 1
+        if end == pos:
+            break
+        tok = line[pos:end]
+        tokens.append((tok, end))
+        pos = end
+        if tok.endswith(":") and len(tok) > 1 and not _is_time(tok[:-1]):
+            event = tok[:-1]
+            break
+    if event is None:
+        return None
+    pid = tid = -1
+    time: int | None = None
+    period = 0
+    for tok, _ in tokens[:-1]:
+        if "/" in tok:
+            p, _, t = tok.partition("/")
+            if not (_is_int(p) and _is_int(t)):
+                return None
+            pid, tid = int(p), int(t)
+        elif tok.endswith(":") and _is_time(tok[:-1]):
+            time = _parse_time(tok[:-1])
+        elif tok.isdigit():
+            if time is None:
+                pid = tid = int(tok)
+            else:
+                period = int(tok)
+        else:
+            return None
+    body_start = tokens[-1][1]
+    if body_start < n and line[body_start] == " ":
+        body_start += 1
+    return _Header(pid, tid, time, period, event, line[body_start:])
+
+
+def _parse_ipc(text: str) -> tuple[int, int] | None:
+    """``1.23 (INSN/CYC) `` (what follows ``IPC:``) as (instructions, cycles)."""
+    _, _, counts = text.partition("(")
+    insn, slash, rest = counts.partition("/")
+    cycles = rest.partition(")")[0]
+    if slash and insn.isdigit() and cycles.isdigit():
+        return int(insn), int(cycles)
+    return None
+
+
+def _looks_like_target(text: str) -> bool:
+    # perf prints the target address right-aligned in 16 columns, then " SYM".
+    address = text[:16].lstrip(" ")
+    return _is_hex(address) and text[16:17] in ("", " ")
+
+
+def _is_int(text: str) -> bool:
+    return text.isdigit() or (text[:1] == "-" and text[1:].isdigit())
+
+
+def _is_time(text: str) -> bool:
+    sec, dot, frac = text.partition(".")
+    return sec.isdigit() and bool(dot) and frac.isdigit()
+
+
+# ------------------------------------------------------------------------ parser
+
+_Source = tuple[int, BranchKind, TraceState, bool, Location]
+"""A branch's flags, kind, trace state, in-transaction bit and source location."""
+
+
+class PerfTextParser:
+    """Incremental parser: lines (without their newline) in, events out, in order.
+
+    :meth:`feed` takes any batch of lines and returns the events they completed;
+    :meth:`finish` returns what the end of the input completes (a pending stack sample).
+    ``keep_all=False`` drops jumps whose source and target are in the same function, like
+    the dlfilter does; ``True`` keeps every branch.
+    """
+
+    def __init__(self, *, keep_all: bool = False) -> None:
+        self.keep_all = keep_all
+        self.stats = TextStats()
+        # Text -> parsed value. A branch line's body (flags, source and target) maps to
+        # the event's (kind, state, src, dst, in_tx), to _DROP, or to None (not a branch).
+        self._bodies: dict[str, Any] = {}
+        self._flag_texts: dict[str, tuple[int, bool]] = {}
+        self._sources: dict[str, _Source | None] = {}
+        self._loc_texts: dict[str, Location | None] = {}
+        self._threads: dict[str, tuple[int, int]] = {}
+        # One Location object per distinct (ip, symbol, offset, dso), and one string object
+        # per distinct name, for the life of the parser.
+        self._locations: dict[tuple[int, str, int, str], Location] = {}
+        self._strings: dict[str, str] = {}
+        self._pending: StackSample | None = None
+        self._frames: list[Location] = []
+        # Instructions / cycles of dropped jumps, carried to the thread's next kept branch
+        # (only known with ``-F +ipc``).
+        self._pending_counts: dict[tuple[int, int], tuple[int, int]] = {}
+        self._counting = False  # set by the first line with instruction/cycle counts
+
+    # ----------------------------------------------------------------- public
+
+    def feed(self, lines: Iterable[str]) -> list[Event]:
+        """Parse a batch of lines; return the events completed so far."""
+        out: list[Event] = []
+        was_enabled = gc.isenabled()
+        gc.disable()  # events hold no reference cycles: collecting while building is waste
+        try:
+            self._feed(lines, out)
+        finally:
+            if was_enabled:
+                gc.enable()
+        return out
+
+    def finish(self) -> list[Event]:
+        """The input ended: return the events it completes (a pending stack sample)."""
+        out: list[Event] = []
+        self._flush_sample(out)
+        return out
+
+    # ------------------------------------------------------------- hot path
+
+    def _feed(self, lines: Iterable[str], out: list[Event]) -> None:
+        append = out.append
+        body_get = self._bodies.get
+        thread_get = self._threads.get
+        other = self._other_line
+        missing = _MISSING
+        drop = _DROP
+        branches = dropped = count = 0
+        last_time_text = last_thread_text = ""
+        time = pid = tid = 0
+        # A stack sample being collected must be completed (by _other_line) before any
+        # other line is used, so the fast path is only taken when none is pending.
+        pending = self._pending is not None
+        counting = self._counting
+        for line in lines:
+            count += 1
+            parts = line.split(None, 4)
+            if pending or len(parts) != 5:
+                other(line, out)
+                pending = self._pending is not None
+                counting = self._counting
+                continue
+            thread_text, time_text, _period, event_text, body = parts
+            info = body_get(body, missing)
+            if info is missing:
+                info = self._body(body)
+            if info is None or event_text[-1] != ":":
+                other(line, out)
+                pending = self._pending is not None
+                counting = self._counting
+                continue
+            if time_text != last_time_text:
+                try:
+                    if time_text[-11] != "." or time_text[-1] != ":":
+                        raise ValueError
+                    time = int(time_text[:-1].replace(".", "", 1))
+                except (ValueError, IndexError):
+                    last_time_text = ""
+                    other(line, out)
+                    pending = self._pending is not None
+                    counting = self._counting
+                    continue
+                last_time_text = time_text
+            if thread_text != last_thread_text:
+                thread = thread_get(thread_text) or self._thread(thread_text)
+                if thread is None:
+                    other(line, out)
+                    pending = self._pending is not None
+                    counting = self._counting
+                    continue
+                pid, tid = thread
+                last_thread_text = thread_text
+            if info is drop:
+                dropped += 1
+                continue
+            kind, state, src, dst, in_tx = info
+            if counting:
+                insn, cycles = self._pending_counts.pop((pid, tid), (0, 0))
+                append(BranchEvent(pid, tid, time, kind, state, src, dst, in_tx, insn, cycles))
+            else:
+                append(BranchEvent(pid, tid, time, kind, state, src, dst, in_tx))
+            branches += 1
+        st = self.stats
+        st.lines += count
+        st.branches += branches
+        st.branches_dropped += dropped
+
+    # --------------------------------------------------------- cache misses
+
+    def _thread(self, text: str) -> tuple[int, int] | None:
+        p, slash, t = text.partition("/")
+        if not (slash and _is_int(p) and _is_int(t)):
+            return None
+        value = self._threads[text] = (int(p), int(t))
+        return value
+
+    def _body(self, body: str) -> Any:
+        """What a branch line's body (``FLAGS IP SYM (DSO) => ADDR SYM (DSO)``) becomes."""
+        if len(self._bodies) >= _BODY_CACHE_LIMIT:
+            self._bodies.clear()
+        at = body.find(" => ")
+        if at < 0:
+            self._bodies[body] = None
+            return None
+        if " IPC: " in body:
+            return None  # different on every line: parsed by _branch_line, not cached
+        if body.find(" => ", at + 4) < 0:
+            # The usual case, inline: one separator; source and target cached on their own.
+            src_text = body[:at]
+            dst_text = body[at + 4 :]
+            src = self._sources.get(src_text) or self._source(src_text)
+            dst = self._loc_texts.get(dst_text) or self._location_text(dst_text)
+            branch = None if src is None or dst is None else (src, dst)
+        else:
+            branch = self._split_branch(body)
+        value: Any = None
+        if branch is not None:
+            (flags, kind, state, in_tx, src_loc), dst_loc = branch
+            if not self.keep_all and flags in _JUMP_FLAGS and src_loc.function == dst_loc.function:
+                value = _DROP
+            else:
+                value = (kind, state, src_loc, dst_loc, in_tx)
+        self._bodies[body] = value
+        return value
+
+    def _split_branch(self, body: str) -> tuple[_Source, Location] | None:
+        """The source (with the flags) and target of a branch body; ``None`` if not one.
+
+        Symbols may contain `` => `` too: with several, the separator is the one followed
+        by perf's 16-column right-aligned target address.
+        """
+        at = body.find(" => ")
+        if at < 0:
+            return None
+        if body.find(" => ", at + 4) < 0:
+            return self._branch_parts(body[:at], body[at + 4 :])
+        candidates = []
+        while at >= 0:
+            candidates.append(at)
+            at = body.find(" => ", at + 1)
+        aligned = [a for a in candidates if _looks_like_target(body[a + 4 :])]
+        for a in aligned + [a for a in candidates if a not in aligned]:
+            parts = self._branch_parts(body[:a], body[a + 4 :])
+            if parts is not None:
+                return parts
+        return None
+
+    def _branch_parts(self, src_text: str, dst_text: str) -> tuple[_Source, Location] | None:
+        src = self._sources.get(src_text, _MISSING)
+        if src is _MISSING:
+            src = self._source(src_text)
+        dst = self._loc_texts.get(dst_text, _MISSING)
+        if dst is _MISSING:
+            dst = self._location_text(dst_text)
+        if src is None or dst is None:
+            return None
+        return src, dst
+
+    def _source(self, text: str) -> _Source | None:
+        """``FLAGS IP SYM+OFF (DSO)`` as (flags, kind, state, in_tx, location)."""
+        if len(self._sources) >= _BODY_CACHE_LIMIT:
+            self._sources.clear()
+        value = None
+        m = _SOURCE_RE.match(text)
+        if m is not None:
+            loc = self._location_text(m.group("loc"))
+            if loc is not None:
+                flags = self._flags(m.group("flags"))
+                kind, state = classify_flags(flags)
+                value = (flags, kind, state, bool(flags & _IN_TX), loc)
+        self._sources[text] = value
+        return value
+
+    def _flags(self, text: str) -> int:
+        found = self._flag_texts.get(text)
+        if found is None:
+            flags, understood = parse_flags(text)
+            found = self._flag_texts[text] = (int(flags), understood)
+        flags, understood = found
+        if not understood:
+            key = " ".join(text.split())
+            counter = self.stats.unknown_flags
+            if key in counter or len(counter) < 64:
+                counter[key] += 1
+        return flags
+
+    def _location_text(self, text: str) -> Location | None:
+        found = self._loc_texts.get(text, _MISSING)
+        if found is _MISSING:
+            if len(self._loc_texts) >= _BODY_CACHE_LIMIT:
+                self._loc_texts.clear()
+            parts = _split_location(text)
+            found = self._loc_texts[text] = None if parts is None else self._location(*parts)
+        return cast("Location | None", found)
+
+    def _location(self, ip: int, symbol: str | None, offset: int, dso: str | None) -> Location:
+        loc = _make_location(ip, symbol, offset, dso)
+        if loc is NOWHERE:
+            return loc
+        key = (loc.ip, loc.symbol, loc.offset, loc.dso)
+        found = self._locations.get(key)
+        if found is None:
+            intern = self._intern
+            loc.symbol = intern(loc.symbol)
+            loc.dso = intern(loc.dso)
+            loc.function = intern(loc.function)
+            found = self._locations[key] = loc
+        return found
+
+    def _intern(self, text: str) -> str:
+        return self._strings.setdefault(text, sys.intern(text))
+
+    # ------------------------------------------------------- other lines
+
+    def _other_line(self, line: str, out: list[Event]) -> None:
+        """Everything but a well-formed branch line: samples, errors, power, task events."""
+        if line.startswith("\t") and self._pending is not None:
+            loc = self._location_text(line)
+            if loc is None:
+                self._unknown(line)
+            elif loc is not NOWHERE:
+                # perf ends frame-pointer chains with address 0: never a real frame.
+                self._frames.append(loc)
+            return
+        self._flush_sample(out)
+        stripped = line.strip()
+        if not stripped:
+            return
+        if "error type " in line:
+            err = parse_error_line(line)
+            if err is not None:
+                out.append(err)
+                self.stats.decode_errors += 1
+                return
+        if "PERF_RECORD_" in line:
+            self._task_line(line, out)
+            return
+        header = _parse_header(line)
+        if header is None:
+            self._unknown(line)
+            return
+        body = header.body
+        name = header.event.partition(":")[0].partition("/")[0]
+        if " => " in body:
+            if not self._branch_line(header, body, out):
+                self._unknown(line)
+            return
+        if name == "cbr" or " cbr: " in body:
+            self._power(header, line, out)
+            return
+        if name == "psb" or body.lstrip().startswith("psb offs:"):
+            self.stats.psb += 1
+            return
+        if name in _IGNORED_EVENTS:
+            self.stats.ignored_events[name] += 1
+            return
+        text = body.strip()
+        self._pending = StackSample(
+            header.pid,
+            header.tid,
+            header.time if header.time is not None else 0,
+            (),
+            self._intern(header.event),
+            header.period,
+        )
+        self._frames = []
+        if text:
+            # A sample printed on one line (no callchain): its own address is the stack.
+            loc = self._location_text(text)
+            if loc is None:
+                self._pending = None
+                self._unknown(line)
+            elif loc is not NOWHERE:
+                self._frames.append(loc)
+
+    def _flush_sample(self, out: list[Event]) -> None:
+        sample = self._pending
+        if sample is None:
+            return
+        self._pending = None
+        self._frames.reverse()  # perf prints the leaf first
+        sample.frames = tuple(self._frames)
+        self._frames = []
+        out.append(sample)
+        self.stats.samples += 1
+
+    def _branch_line(self, header: _Header, body: str, out: list[Event]) -> bool:
+        """A branch line the fast path did not take: odd header fields, or ``IPC:``."""
+        if header.time is None:
+            return False
+        insn = cycles = 0
+        at = body.rfind(" IPC: ")
+        if at >= 0:
+            counts = _parse_ipc(body[at + 6 :])
+            if counts is None:
+                return False
+            insn, cycles = counts
+            body = body[:at]
+            self._counting = True
+        info = self._body(body.strip())
+        if info is None:
+            return False
+        key = (header.pid, header.tid)
+        if info is _DROP:
+            self.stats.branches_dropped += 1
+            if insn or cycles:
+                # As the dlfilter does: a dropped jump's counts go to the next branch kept.
+                old_insn, old_cycles = self._pending_counts.get(key, (0, 0))
+                self._pending_counts[key] = (old_insn + insn, old_cycles + cycles)
+            return True
+        if self._pending_counts:
+            old_insn, old_cycles = self._pending_counts.pop(key, (0, 0))
+            insn += old_insn
+            cycles += old_cycles
+        kind, state, src, dst, in_tx = info
+        out.append(
+            BranchEvent(
+                header.pid, header.tid, header.time, kind, state, src, dst, in_tx, insn, cycles
+            )
+        )
+        self.stats.branches += 1
+        return True
+
+    def _power(self, header: _Header, line: str, out: list[Event]) -> None:
+        words = header.body.split()
+        try:
+            at = words.index("freq:")
+            cbr = int(words[at - 1])
+            freq = int(words[at + 1])
+        except (ValueError, IndexError):
+            self._unknown(line)
+            return
+        time = header.time if header.time is not None else 0
+        out.append(PowerEvent(header.pid, header.tid, time, cbr, freq))
+        self.stats.power += 1
+
+    def _task_line(self, line: str, out: list[Event]) -> None:
+        # "PID/TID TIME: PERF_RECORD_COMM[ exec]: NAME:PID/TID"
+        at = line.find("PERF_RECORD_COMM")
+        if at < 0:
+            self.stats.task_events += 1
+            return
+        head, _, rest = line[at:].partition(": ")
+        name, colon, ids = rest.rstrip().rpartition(":")
+        pid_text, slash, tid_text = ids.partition("/")
+        if not (colon and slash and _is_int(pid_text) and _is_int(tid_text)):
+            self._unknown(line)
+            return
+        time = None
+        words = line[:at].split()
+        if words and words[-1].endswith(":") and _is_time(words[-1][:-1]):
+            time = _parse_time(words[-1][:-1]) or None
+        out.append(
+            CommEvent(int(pid_text), int(tid_text), time, self._intern(name), "exec" in head)
+        )
+        self.stats.comms += 1
+
+    def _unknown(self, line: str) -> None:
+        st = self.stats
+        st.unknown_lines += 1
+        if len(st.unknown_examples) < MAX_EXAMPLES:
+            st.unknown_examples.append(line if len(line) <= 300 else line[:300] + "...")
+
+
+# ------------------------------------------------------------------ conveniences
+
+
+def parse_lines(lines: Iterable[str], *, keep_all: bool = False) -> tuple[list[Event], TextStats]:
+    """Parse a whole (small) text at once (lines may keep their newline): events and stats."""
+    parser = PerfTextParser(keep_all=keep_all)
+    events = parser.feed(line.rstrip("\r\n") for line in lines)
+    events += parser.finish()
+    return events, parser.stats
+
+
+def parse_text(
+    batches: Iterable[list[str]],
+    *,
+    keep_all: bool = False,
+    on_stats: Callable[[TextStats], None] | None = None,
+) -> Iterator[list[Event]]:
+    """Parse batches of lines as they come (from a pipe or a file) into batches of events.
+
+    ``on_stats`` receives the final :class:`TextStats` once the input is exhausted.
+    """
+    parser = PerfTextParser(keep_all=keep_all)
+    for batch in batches:
+        events = parser.feed(batch)
+        if events:
+            yield events
+    tail = parser.finish()
+    if tail:
+        yield tail
+    if on_stats is not None:
+        on_stats(parser.stats)
