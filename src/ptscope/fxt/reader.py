@@ -130,12 +130,11 @@ class FxtTrace:
 
 
 def _open_stream(path: Path) -> BinaryIO:
-    raw = open(path, "rb")  # noqa: SIM115 (returned, closed by the caller)
-    head = raw.read(2)
-    raw.seek(0)
+    with open(path, "rb") as f:
+        head = f.read(2)
     if head == _GZIP_MAGIC:
-        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
-    return raw
+        return gzip.open(path, "rb")  # type: ignore[return-value]
+    return open(path, "rb")
 
 
 class _Framer:
@@ -181,6 +180,8 @@ class _Framer:
             if remaining < 8:
                 raise FxtFormatError(f"truncated record header ({remaining} bytes)", offset)
             header: int = _U64.unpack_from(self._buf, self._at)[0]
+            if offset == 0 and header != rec.MAGIC:
+                raise FxtFormatError("not a Fuchsia trace (no FXT magic record at the start)")
             if header & 0xF == rec.RecordType.LARGE:
                 words = (header >> 4) & 0xFFFFFFFF
             else:
@@ -202,43 +203,52 @@ class _Framer:
 
 # -- interpretation ------------------------------------------------------------------
 
+_STRUCTS: dict[int, struct.Struct] = {}
+
+
+def _words(raw: memoryview) -> tuple[int, ...]:
+    n = len(raw) // 8
+    unpacker = _STRUCTS.get(n)
+    if unpacker is None:
+        unpacker = _STRUCTS[n] = struct.Struct(f"<{n}Q")
+    return unpacker.unpack(raw)
+
 
 class _Cursor:
-    """Reads the words of one record, checking that nothing runs past its end."""
+    """Reads the words of one record in order, checking that nothing runs past its end."""
 
-    __slots__ = ("data", "offset", "pos")
+    __slots__ = ("offset", "pos", "raw", "words")
 
-    def __init__(self, data: memoryview, offset: int) -> None:
-        self.data = data
+    def __init__(self, raw: memoryview, offset: int) -> None:
+        self.raw = raw
+        self.words = _words(raw)
         self.offset = offset
-        self.pos = 8
+        self.pos = 1
+
+    def short(self) -> FxtFormatError:
+        return FxtFormatError(
+            f"record is shorter ({len(self.words)} words) than its contents", self.offset
+        )
 
     def u64(self) -> int:
-        if self.pos + 8 > len(self.data):
-            raise FxtFormatError("record is shorter than its contents", self.offset)
-        value: int = _U64.unpack_from(self.data, self.pos)[0]
-        self.pos += 8
-        return value
-
-    def i64(self) -> int:
-        return _I64.unpack(_U64.pack(self.u64()))[0]  # type: ignore[no-any-return]
-
-    def f64(self) -> float:
-        return _F64.unpack(_U64.pack(self.u64()))[0]  # type: ignore[no-any-return]
+        p = self.pos
+        if p >= len(self.words):
+            raise self.short()
+        self.pos = p + 1
+        return self.words[p]
 
     def stream(self, length: int) -> bytes:
-        padded = (length + 7) & ~7
-        if self.pos + padded > len(self.data):
-            raise FxtFormatError("string runs past the end of its record", self.offset)
-        data = bytes(self.data[self.pos : self.pos + length])
-        self.pos += padded
-        return data
+        p = self.pos
+        n = (length + 7) >> 3
+        if p + n > len(self.words):
+            raise self.short()
+        self.pos = p + n
+        return bytes(self.raw[p * 8 : p * 8 + length])
 
     def done(self) -> None:
-        if self.pos != len(self.data):
+        if self.pos != len(self.words):
             raise FxtFormatError(
-                f"record size field says {len(self.data) // 8} words, "
-                f"contents take {self.pos // 8}",
+                f"record size field says {len(self.words)} words, contents take {self.pos}",
                 self.offset,
             )
 
@@ -248,6 +258,10 @@ def _decode(data: bytes, offset: int) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise FxtFormatError(f"string is not valid UTF-8 ({e.reason})", offset) from e
+
+
+def _signed(word: int) -> int:
+    return word - (1 << 64) if word >> 63 else word
 
 
 @dataclass
@@ -261,19 +275,19 @@ class _Open:
     order: int
 
 
+_Interval = tuple[int, int, int, str, str, dict[str, ReadArg]]
+"""(start ticks, end ticks, record number, name, category, args)."""
+_BeginEnd = tuple[int, int, bool, str, str, dict[str, ReadArg], int]
+"""(ticks, record number, is begin, name, category, args, byte offset)."""
+
+
 class _Reader:
     def __init__(self) -> None:
         self.trace = FxtTrace()
         self.strings: dict[int, str] = {}
         self.thread_table: dict[int, tuple[int, int]] = {}
-        self.seen_init = False
-        # per thread: (start ticks, end ticks, order, name, category, args)
-        self.intervals: dict[
-            tuple[int, int], list[tuple[int, int, int, str, str, dict[str, ReadArg]]]
-        ] = {}
-        self.begin_end: dict[
-            tuple[int, int], list[tuple[int, int, bool, str, str, dict[str, ReadArg], int]]
-        ] = {}
+        self.intervals: dict[tuple[int, int], list[_Interval]] = {}
+        self.begin_end: dict[tuple[int, int], list[_BeginEnd]] = {}
         self.order = 0
         self.time_bases: set[int] = set()
 
@@ -299,40 +313,40 @@ class _Reader:
 
     def args(self, count: int, cur: _Cursor) -> dict[str, ReadArg]:
         out: dict[str, ReadArg] = {}
+        words = cur.words
         for _ in range(count):
             start = cur.pos
             header = cur.u64()
             arg_type = header & 0xF
-            words = (header >> 4) & 0xFFF
+            size = (header >> 4) & 0xFFF
             name = self.string((header >> 16) & 0xFFFF, cur)
             payload = header >> 32
             value: ReadArg
-            if arg_type == rec.ArgType.NULL:
-                value = None
+            if arg_type == rec.ArgType.I64:
+                value = _signed(cur.u64())
+            elif arg_type in (rec.ArgType.U64, rec.ArgType.POINTER, rec.ArgType.KOID):
+                value = cur.u64()
+            elif arg_type == rec.ArgType.STRING:
+                value = self.string(payload & 0xFFFF, cur)
             elif arg_type == rec.ArgType.I32:
                 value = payload - (1 << 32) if payload & 0x80000000 else payload
             elif arg_type == rec.ArgType.U32:
                 value = payload
-            elif arg_type == rec.ArgType.I64:
-                value = cur.i64()
-            elif arg_type in (rec.ArgType.U64, rec.ArgType.POINTER, rec.ArgType.KOID):
-                value = cur.u64()
             elif arg_type == rec.ArgType.DOUBLE:
-                value = cur.f64()
-            elif arg_type == rec.ArgType.STRING:
-                value = self.string(payload & 0xFFFF, cur)
+                value = _F64.unpack(_U64.pack(cur.u64()))[0]
+            elif arg_type == rec.ArgType.NULL:
+                value = None
             elif arg_type == rec.ArgType.BOOL:
                 value = bool(payload & 1)
-            else:  # unknown (blob, future types): framed by its size field
-                value = None
-                cur.pos = start + 8
-                if words == 0 or start + words * 8 > len(cur.data):
+            else:  # blob or a newer type: framed by its size field
+                if size == 0 or start + size > len(words):
                     raise FxtFormatError(f"argument {name!r} has a bad size", cur.offset)
-                cur.pos = start + words * 8
-            if cur.pos - start != words * 8:
+                value = None
+                cur.pos = start + size
+            if cur.pos - start != size:
                 raise FxtFormatError(
-                    f"argument {name!r} of type {arg_type} says {words} words, "
-                    f"takes {(cur.pos - start) // 8}",
+                    f"argument {name!r} of type {arg_type} says {size} words, "
+                    f"takes {cur.pos - start}",
                     cur.offset,
                 )
             out[name] = value
@@ -340,41 +354,45 @@ class _Reader:
 
     # -- records --
 
-    def record(self, offset: int, header: int, data: memoryview) -> None:
+    def record(self, offset: int, header: int, raw: memoryview) -> None:
         kind = header & 0xF
-        words = len(data) // 8
-        if kind != rec.RecordType.LARGE:
-            self.trace.max_record_words = max(self.trace.max_record_words, words)
-        cur = _Cursor(data, offset)
         counts = self.trace.record_counts
-        if kind == rec.RecordType.METADATA:
-            self.metadata(header, cur)
-        elif kind == rec.RecordType.INITIALIZATION:
-            tps = cur.u64()
-            if tps == 0:
-                raise FxtFormatError("zero ticks per second", offset)
-            self.trace.ticks_per_second = tps
-            counts["initialization"] += 1
+        if kind == rec.RecordType.LARGE:
+            counts["skipped:large"] += 1
+            return
+        self.trace.max_record_words = max(self.trace.max_record_words, len(raw) // 8)
+        if kind == rec.RecordType.EVENT:
+            cur = _Cursor(raw, offset)
+            self.event(header, cur)
             cur.done()
         elif kind == rec.RecordType.STRING:
+            cur = _Cursor(raw, offset)
             index = (header >> 16) & 0x7FFF
-            length = (header >> 32) & 0x7FFF
             if index == 0:
                 raise FxtFormatError("string record for index 0", offset)
-            self.strings[index] = _decode(cur.stream(length), offset)
+            self.strings[index] = _decode(cur.stream((header >> 32) & 0x7FFF), offset)
             counts["string"] += 1
             cur.done()
         elif kind == rec.RecordType.THREAD:
+            cur = _Cursor(raw, offset)
             index = (header >> 16) & 0xFF
             if index == 0:
                 raise FxtFormatError("thread record for index 0", offset)
             self.thread_table[index] = (_signed(cur.u64()), _signed(cur.u64()))
             counts["thread"] += 1
             cur.done()
-        elif kind == rec.RecordType.EVENT:
-            self.event(header, cur)
+        elif kind == rec.RecordType.METADATA:
+            self.metadata(header, _Cursor(raw, offset))
+        elif kind == rec.RecordType.INITIALIZATION:
+            cur = _Cursor(raw, offset)
+            tps = cur.u64()
+            if tps == 0:
+                raise FxtFormatError("zero ticks per second", offset)
+            self.trace.ticks_per_second = tps
+            counts["initialization"] += 1
             cur.done()
         elif kind == rec.RecordType.KERNEL_OBJECT:
+            cur = _Cursor(raw, offset)
             self.kernel_object(header, cur)
             cur.done()
         else:
@@ -386,8 +404,7 @@ class _Reader:
         if mtype == rec.MetadataType.TRACE_INFO:
             if (header >> 20) & 0xF == 0 and header != rec.MAGIC:
                 raise FxtFormatError(f"bad magic record {header:#018x}", cur.offset)
-            counts["magic" if header == rec.MAGIC else "trace-info"] += 1
-            cur.pos = len(cur.data)
+            counts["magic" if header == rec.MAGIC else "skipped:trace-info"] += 1
         elif mtype == rec.MetadataType.PROVIDER_INFO:
             provider = (header >> 20) & 0xFFFFFFFF
             name = _decode(cur.stream((header >> 52) & 0xFF), cur.offset)
@@ -402,11 +419,9 @@ class _Reader:
 
     def kernel_object(self, header: int, cur: _Cursor) -> None:
         otype = (header >> 16) & 0xFF
-        name_ref = (header >> 24) & 0xFFFF
-        nargs = (header >> 40) & 0xF
         koid = _signed(cur.u64())
-        name = self.string(name_ref, cur)
-        args = self.args(nargs, cur)
+        name = self.string((header >> 24) & 0xFFFF, cur)
+        args = self.args((header >> 40) & 0xF, cur)
         counts = self.trace.record_counts
         if otype == rec.KernelObjectType.PROCESS:
             self.trace.processes[koid] = name
@@ -426,21 +441,21 @@ class _Reader:
     def event(self, header: int, cur: _Cursor) -> None:
         etype = (header >> 16) & 0xF
         nargs = (header >> 20) & 0xF
-        thread_ref = (header >> 24) & 0xFF
         ticks = cur.u64()
-        key = self.thread(thread_ref, cur)
+        key = self.thread((header >> 24) & 0xFF, cur)
         category = self.string((header >> 32) & 0xFFFF, cur)
-        name = self.string((header >> 48) & 0xFFFF, cur)
-        args = self.args(nargs, cur)
+        name = self.string(header >> 48, cur)
+        args = self.args(nargs, cur) if nargs else {}
         counts = self.trace.record_counts
         self.order += 1
         if etype == rec.EventType.DURATION_COMPLETE:
             end = cur.u64()
             if end < ticks:
                 raise FxtFormatError(f"slice {name!r} ends before it starts", cur.offset)
-            self.intervals.setdefault(key, []).append(
-                (ticks, end, self.order, name, category, args)
-            )
+            intervals = self.intervals.get(key)
+            if intervals is None:
+                intervals = self.intervals[key] = []
+            intervals.append((ticks, end, self.order, name, category, args))
             counts["complete"] += 1
         elif etype in (rec.EventType.DURATION_BEGIN, rec.EventType.DURATION_END):
             is_begin = etype == rec.EventType.DURATION_BEGIN
@@ -463,7 +478,7 @@ class _Reader:
             cur.u64()
             counts[f"skipped:event-{etype}"] += 1
         else:  # a newer event type: framed by the record size
-            cur.pos = len(cur.data)
+            cur.pos = len(cur.words)
             counts[f"skipped:event-{etype}"] += 1
 
     # -- the end --
@@ -549,10 +564,6 @@ def _nest(
     return out
 
 
-def _signed(word: int) -> int:
-    return word - (1 << 64) if word >> 63 else word
-
-
 def _kind_name(kind: int) -> str:
     try:
         return rec.RecordType(kind).name.lower().replace("_", "-")
@@ -577,14 +588,8 @@ def read_trace(source: str | Path | bytes) -> FxtTrace:
         stream = _open_stream(Path(source))
     reader = _Reader()
     with stream:
-        first = True
         for offset, header, data in _Framer(stream):
-            if first and header != rec.MAGIC:
-                raise FxtFormatError(
-                    "not a Fuchsia trace: it does not start with the magic record", 0
-                )
-            first = False
             reader.record(offset, header, data)
-        if first:
-            raise FxtFormatError("empty file: not a Fuchsia trace", 0)
+        if not reader.trace.record_counts:
+            raise FxtFormatError("empty file: not a Fuchsia trace")
     return reader.finish()

@@ -195,7 +195,7 @@ class _StringTable:
         clock, stamp = self.clock, self._stamp
         if len(missing) > self._free:
             # Entries will be reused: keep the ones this chunk refers to.
-            present = np.unique(slots[slots > 0])
+            present = np.unique(slots[slots >= self._lo])
             if len(present) + len(missing) > self.dynamic_capacity:
                 return None
             for slot in present.tolist():
@@ -291,7 +291,12 @@ class FxtWriter:
 
     @classmethod
     def open(
-        cls, path: str | Path, *, compress: bool | None = None, time_base: int = 0
+        cls,
+        path: str | Path,
+        *,
+        compress: bool | None = None,
+        time_base: int = 0,
+        gzip_level: int = GZIP_LEVEL,
     ) -> FxtWriter:
         """A writer on a new file; gzip-compressed when ``compress`` says so or, when it
         is None, when the name ends in ``.gz``."""
@@ -309,7 +314,7 @@ class FxtWriter:
         if compress:
             # mtime=0 and no file name: the same trace gives the same bytes.
             stream = gzip.GzipFile(  # type: ignore[assignment]
-                filename="", mode="wb", fileobj=raw, compresslevel=GZIP_LEVEL, mtime=0
+                filename="", mode="wb", fileobj=raw, compresslevel=gzip_level, mtime=0
             )
         writer = cls(stream, time_base=time_base)
         writer._owned = [stream, raw] if compress else [raw]
@@ -651,9 +656,42 @@ class FxtWriter:
         out[pos] = end
         return out
 
+    def timeline(self, timeline: Timeline) -> None:
+        """Write a whole Timeline: a process record per pid, then per thread its name,
+        slices, instants and counters. Its times must not be before ``time_base``."""
+        pids = sorted(set(timeline.processes) | {t.pid for t in timeline.threads})
+        for pid in pids:
+            self.process(pid, timeline.processes.get(pid, ""))
+        for thread in timeline.threads:
+            pid, tid = thread.pid, thread.tid
+            if thread.name:
+                self.thread_name(pid, tid, thread.name)
+            self.slices(
+                pid,
+                tid,
+                timeline.names,
+                thread.start,
+                thread.end,
+                thread.name_id,
+                address=thread.address,
+                instructions=thread.instructions,
+                cycles=thread.cycles,
+                flags=thread.flags,
+            )
+            for instant in thread.instants:
+                self.instant(pid, tid, instant.time, instant.name, instant.args)
+            for sample in thread.counters:
+                self.counter(
+                    pid, tid, sample.time, sample.name, {rec.ARG_COUNTER_VALUE: sample.value}
+                )
+
 
 def write_timeline(
-    timeline: Timeline, path: str | Path, *, compress: bool | None = None
+    timeline: Timeline,
+    path: str | Path,
+    *,
+    compress: bool | None = None,
+    gzip_level: int = GZIP_LEVEL,
 ) -> WriteStats:
     """Write ``timeline`` to ``path`` (``.fxt``, or gzip for ``.gz`` unless ``compress``
     says otherwise), streaming. Times are rebased to the timeline's earliest time."""
@@ -661,32 +699,10 @@ def write_timeline(
     time_range = timeline.time_range()
     base = time_range[0] if time_range is not None else 0
     try:
-        with FxtWriter.open(path, compress=compress, time_base=base) as writer:
-            pids = sorted(set(timeline.processes) | {t.pid for t in timeline.threads})
-            for pid in pids:
-                writer.process(pid, timeline.processes.get(pid, ""))
-            for thread in timeline.threads:
-                pid, tid = thread.pid, thread.tid
-                if thread.name:
-                    writer.thread_name(pid, tid, thread.name)
-                writer.slices(
-                    pid,
-                    tid,
-                    timeline.names,
-                    thread.start,
-                    thread.end,
-                    thread.name_id,
-                    address=thread.address,
-                    instructions=thread.instructions,
-                    cycles=thread.cycles,
-                    flags=thread.flags,
-                )
-                for instant in thread.instants:
-                    writer.instant(pid, tid, instant.time, instant.name, instant.args)
-                for sample in thread.counters:
-                    writer.counter(
-                        pid, tid, sample.time, sample.name, {rec.ARG_COUNTER_VALUE: sample.value}
-                    )
+        with FxtWriter.open(
+            path, compress=compress, time_base=base, gzip_level=gzip_level
+        ) as writer:
+            writer.timeline(timeline)
         stats = writer.stats
         stats.file_bytes = path.stat().st_size
     except OSError as e:
