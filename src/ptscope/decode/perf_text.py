@@ -137,9 +137,9 @@ class TextStats:
     """Lines of events the model has no use for (``instructions``, ``pwre``...), by name."""
     unknown_lines: int = 0
     unknown_examples: list[str] = field(default_factory=list)
-    unknown_flags: Counter[str] = field(default_factory=Counter)
-    """Branch flag texts with words perf may have added since; the rest of the line was
-    still used (see :func:`parse_flags`)."""
+    unknown_flags: list[str] = field(default_factory=list)
+    """Distinct branch flag texts with words perf may have added since (the first few):
+    the known words in them were still used (see :func:`parse_flags`)."""
 
     @property
     def events(self) -> int:
@@ -169,9 +169,7 @@ class TextStats:
             text += f"\n{self.unknown_lines:,} lines not understood, e.g.:"
             text += "".join(f"\n  {ex!r}" for ex in self.unknown_examples)
         if self.unknown_flags:
-            text += "\nunknown branch flags: " + ", ".join(
-                f"{name!r} x{n}" for name, n in self.unknown_flags.most_common(MAX_EXAMPLES)
-            )
+            text += "\nunknown branch flags: " + ", ".join(map(repr, self.unknown_flags))
         return text
 
 
@@ -226,6 +224,17 @@ def parse_flags(text: str) -> tuple[int, bool]:
             if c != "?":
                 flags |= 1 << FLAG_LETTERS.index(c)
         return flags, ok
+    # Words perf added after this was written: keep the names among them that we know.
+    words = phrase.split(" ")
+    i = 0
+    while i < len(words):
+        pair = FLAG_NAMES.get(" ".join(words[i : i + 2])) if i + 1 < len(words) else None
+        if pair is not None:
+            flags |= pair
+            i += 2
+            continue
+        flags |= FLAG_NAMES.get(words[i], 0)
+        i += 1
     return flags, False
 
 
@@ -649,9 +658,9 @@ class PerfTextParser:
         flags, understood = found
         if not understood:
             key = " ".join(text.split())
-            counter = self.stats.unknown_flags
-            if key in counter or len(counter) < 64:
-                counter[key] += 1
+            seen = self.stats.unknown_flags
+            if key not in seen and len(seen) < MAX_EXAMPLES:
+                seen.append(key)
         return flags
 
     def _location_text(self, text: str) -> Location | None:
