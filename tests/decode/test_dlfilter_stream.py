@@ -13,17 +13,14 @@ from hypothesis import strategies as st
 from ptscope import _native
 from ptscope.decode import dlfilter_stream as ds
 from ptscope.decode import record_format as rf
-from ptscope.decode.dlfilter_stream import (
-    RecordStreamParser,
-    choose_decoder,
-    make_location,
-    parse_error_line,
-)
+from ptscope.decode.dlfilter_stream import RecordStreamParser, choose_decoder, make_location
+from ptscope.decode.perf_text import parse_location
 from ptscope.errors import BadInputError, ToolMissingError
 from ptscope.model import (
     NOWHERE,
     BranchEvent,
     BranchKind,
+    CommEvent,
     DecodeError,
     Event,
     PowerEvent,
@@ -206,8 +203,18 @@ def test_text_lines_that_are_not_errors_are_counted(stream: bytes) -> None:
     parser = RecordStreamParser("t")
     parser.feed(stream[:at] + b"Warning: something odd\n\n" + stream[at:])
     parser.close()
-    assert parser.stats.unknown_lines == 1
-    assert parser.stats.unknown_examples == ["Warning: something odd"]
+    assert parser.stats.text.unknown_lines == 1
+    assert parser.stats.text.unknown_examples == ["Warning: something odd"]
+
+
+def test_task_events_become_comm_events(stream: bytes) -> None:
+    out = split_stream(stream)
+    at = out.offsets[3]
+    line = b" 4242/4242      0.999990000: PERF_RECORD_COMM exec: prog:4242/4242\n"
+    events = parse(stream[:at] + line + stream[at:])
+    comms = [e for e in events if isinstance(e, CommEvent)]
+    assert len(comms) == 1
+    assert (comms[0].pid, comms[0].tid, comms[0].comm) == (4242, 4242, "prog")
 
 
 @settings(
@@ -243,42 +250,7 @@ def test_repeated_cbr_at_a_window_start_is_dropped(stream: bytes) -> None:
     assert second.stats.power_repeats == 1
 
 
-# ------------------------------------------------------------------ error lines
-
-
-@pytest.mark.parametrize(
-    ("line", "expected"),
-    [
-        (
-            ERROR_LINE,
-            DecodeError(100, 100, 1_000_001_688, 0x401029, "Trace doesn't match instruction", 6),
-        ),
-        (
-            " instruction trace error type 1 time 0 cpu 2 pid -1 tid -1 ip 0 code 3: "
-            "Overflow packet",
-            DecodeError(None, None, None, None, "Overflow packet", 3),
-        ),
-        (
-            " instruction trace error type 1 time 12.5 machine_pid 7 cpu 0 pid 5 tid 6 ip 0x10 "
-            "code 9: "
-            "Never-ending loop (refer perf config intel-pt.max-loops)",
-            DecodeError(
-                5,
-                6,
-                12_500_000_000,
-                0x10,
-                "Never-ending loop (refer perf config intel-pt.max-loops)",
-                9,
-            ),
-        ),
-    ],
-)
-def test_parse_error_line(line: str, expected: DecodeError) -> None:
-    assert parse_error_line(line) == expected
-
-
-def test_parse_error_line_rejects_other_text() -> None:
-    assert parse_error_line("Warning: 1 instruction trace errors") is None
+# ------------------------------------------------------------------ locations
 
 
 def test_locations_follow_the_text_decoders_conventions() -> None:
@@ -291,6 +263,15 @@ def test_locations_follow_the_text_decoders_conventions() -> None:
         f"[unknown] ({EXE})",
     )
     assert make_location(0x5000, None, -1, None).dso == "[unknown]"
+    # The same as the text decoder's locations for what perf prints.
+    for text, args in (
+        ("401136 main+0x26 (/tmp/a.out)", (0x401136, "main", 0x26, "/tmp/a.out")),
+        ("5000 [unknown] (/tmp/a.out)", (0x5000, None, -1, "/tmp/a.out")),
+        ("7f00 [unknown] ([unknown])", (0x7F00, None, -1, None)),
+        ("0 [unknown] ([unknown])", (0, None, -1, None)),
+    ):
+        assert make_location(*args) == parse_location(text), text
+        assert make_location(*args).function == parse_location(text).function  # type: ignore[union-attr]
 
 
 # ------------------------------------------------------------------ choice

@@ -17,7 +17,6 @@ import contextlib
 import fcntl
 import gc
 import os
-import re
 import subprocess
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -29,7 +28,9 @@ import numpy as np
 
 from ptscope import _native
 from ptscope.decode import record_format as rf
-from ptscope.errors import BadInputError, PtscopeError, ToolMissingError
+from ptscope.decode.perf_script import perf_failure
+from ptscope.decode.perf_text import PerfTextParser, TextStats
+from ptscope.errors import BadInputError, ToolMissingError
 from ptscope.model import (
     NOWHERE,
     UNKNOWN_SYMBOL,
@@ -54,7 +55,6 @@ __all__ = [
     "decode_with_dlfilter",
     "dlfilter_command",
     "make_location",
-    "parse_error_line",
     "read_record_stream",
 ]
 
@@ -85,47 +85,6 @@ def make_location(ip: int, symbol: str | None, offset: int, dso: str | None) -> 
     return Location(ip, symbol, offset, dso if dso is not None else UNKNOWN_SYMBOL)
 
 
-# ------------------------------------------------------------------- error lines
-
-_ERROR_RE: Final = re.compile(
-    r"^\s*(?P<kind>[\w ]*?)\s*error type (?P<type>\d+)(?P<fields>.*?)\s+code (?P<code>\d+):"
-    r"\s?(?P<msg>.*?)\s*$"
-)
-_FIELD_RE: Final = re.compile(r"(\w+) (\S+)")
-
-
-def parse_error_line(line: str) -> DecodeError | None:
-    """A ``perf script`` decode error line (``instruction trace error type ...``) as an event.
-
-    perf writes ``time 0`` when it does not know the time and ``ip 0`` when it does not
-    know the address; both become ``None``, as do a negative pid or tid.
-    """
-    m = _ERROR_RE.match(line)
-    if m is None:
-        return None
-    values = dict(_FIELD_RE.findall(m.group("fields")))
-    try:
-        time = _parse_time(values.get("time", "0"))
-        ip = int(values.get("ip", "0"), 16)
-        pid = int(values.get("pid", "-1"))
-        tid = int(values.get("tid", "-1"))
-    except ValueError:
-        return None
-    return DecodeError(
-        pid=pid if pid >= 0 else None,
-        tid=tid if tid >= 0 else None,
-        time=time or None,
-        ip=ip or None,
-        message=m.group("msg"),
-        code=int(m.group("code")),
-    )
-
-
-def _parse_time(text: str) -> int:
-    sec, _, frac = text.partition(".")
-    return int(sec) * 1_000_000_000 + int((frac + "000000000")[:9])
-
-
 # ------------------------------------------------------------------------ parser
 
 
@@ -141,8 +100,9 @@ class StreamStats:
     locations: int = 0
     strings: int = 0
     text_lines: int = 0
-    unknown_lines: int = 0
-    unknown_examples: list[str] = field(default_factory=list)
+    """Lines of perf's text between the records (errors, task events, anything else)."""
+    text: TextStats = field(default_factory=TextStats)
+    """The text decoder's account of those lines (``unknown_lines``, examples...)."""
     bytes: int = 0
     trailer: dict[str, int] | None = None
     """The dlfilter's own counters (samples, dropped branches...), once the stream ended."""
@@ -170,7 +130,9 @@ class RecordStreamParser:
         # a window, which a single decode would not, so such a repeat is dropped.
         self._power_state = power_state
         self._power_keys: set[tuple[int, int, int]] = set()
-        self.stats = StreamStats()
+        # perf's own lines (decode errors, task events) are the text decoder's business.
+        self._text = PerfTextParser(keep_all=True)
+        self.stats = StreamStats(text=self._text.stats)
         self._buf = b""
         self._offset = 0  # stream offset of _buf[0], for error messages
         self._header_seen = False
@@ -204,9 +166,7 @@ class RecordStreamParser:
         if self._buf:
             if self._buf[0] in _TAGS:
                 self._fail(f"ends inside a record ({len(self._buf)} bytes left over)")
-            events: list[Event] = []
-            self._text_line(self._buf.decode("utf-8", "replace"), events)
-            self._buf = b""
+            self._fail("ends inside a line of text")
         if not self._header_seen:
             self._fail("holds no records (the dlfilter did not run?)")
         if not self._ended:
@@ -413,24 +373,20 @@ class RecordStreamParser:
         self.stats.branches += n
 
     def _text_line(self, line: str, events: list[Event]) -> None:
+        """A line perf printed between our records: parsed as the text decoder does."""
         self.stats.text_lines += 1
         if any(c < " " and c != "\t" for c in line.rstrip("\r")):
-            raise BadInputError(f"{self.source} is corrupted (control bytes in a text line)")
-        err = parse_error_line(line) if "error type" in line else None
-        if err is not None:
-            if self._error_window is not None and err.time is not None:
-                lo, hi = self._error_window
-                if (lo is not None and err.time < lo) or (hi is not None and err.time > hi):
-                    self.stats.errors_outside_window += 1
-                    return
-            events.append(err)
-            self.stats.decode_errors += 1
-            return
-        if not line.strip():
-            return
-        self.stats.unknown_lines += 1
-        if len(self.stats.unknown_examples) < _MAX_EXAMPLES:
-            self.stats.unknown_examples.append(line)
+            self._fail("is corrupted (control bytes in a text line)")
+        for ev in self._text.feed([line]):
+            if type(ev) is DecodeError:
+                window = self._error_window
+                if window is not None and ev.time is not None:
+                    lo, hi = window
+                    if (lo is not None and ev.time < lo) or (hi is not None and ev.time > hi):
+                        self.stats.errors_outside_window += 1
+                        continue
+                self.stats.decode_errors += 1
+            events.append(ev)
 
 
 def read_record_stream(
@@ -555,7 +511,7 @@ class DlfilterProcess:
             rc = proc.wait() if done else self.kill()
             self._cleanup()
         if rc != 0:
-            raise _perf_failure(self.argv, rc, self.stderr, self.perf_data)
+            raise perf_failure(self.argv, rc, self.stderr, str(self.perf_data))
         try:
             parser.close()
         except BadInputError as e:
@@ -630,18 +586,6 @@ def _popen(argv: list[str], stdout: Any, stderr: Any) -> subprocess.Popen[bytes]
         return subprocess.Popen(argv, stdout=stdout, stderr=stderr, env=perf_env())
     except OSError as e:
         raise ToolMissingError(f"cannot run {argv[0]}: {e.strerror or e}") from e
-
-
-def _perf_failure(argv: list[str], rc: int, stderr: str, perf_data: Path) -> PtscopeError:
-    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
-    first = next((ln for ln in lines if not ln.startswith("Warning")), lines[0] if lines else "")
-    if rc < 0:
-        what = f"perf script was killed by signal {-rc} while decoding {perf_data}"
-    else:
-        what = f"perf script failed on {perf_data} (exit {rc})"
-    if first:
-        what += f": {first}"
-    return BadInputError(what, details=" ".join(argv) + "\n" + stderr)
 
 
 # ----------------------------------------------------------------- decoder choice
