@@ -1,18 +1,101 @@
-"""`ptscope decode` (work in progress)."""
+"""``ptscope decode``: a recording (or perf script text) → a Fuchsia trace."""
 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
-from ptscope.errors import PtscopeError
+from ptscope.cli.output import print_summary
+from ptscope.errors import UsageError
+from ptscope.pipeline import (
+    DecodeOptions,
+    decode_perf_script_text,
+    decode_recording,
+    parse_id_list,
+)
+from ptscope.reconstruct.region_filter import parse_filter
+from ptscope.recording import Recording
 
 
 class DecodeCommand:
     name = "decode"
-    help = "(not implemented yet)"
+    help = "decode a recording (or perf script text) into a Fuchsia trace"
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        pass
+        parser.add_argument(
+            "recording",
+            nargs="?",
+            type=Path,
+            help="a recording directory (from run/attach --keep-recording) or a perf.data",
+        )
+        parser.add_argument(
+            "--perf-script",
+            metavar="FILE",
+            help="decode the text of `perf script --ns --itrace=bep -F pid,tid,time,flags,"
+            "ip,addr,sym,symoff,dso,event,period` from FILE ('-' for stdin) instead",
+        )
+        parser.add_argument(
+            "-o",
+            "--output",
+            type=Path,
+            default=Path("trace.fxt.gz"),
+            help="trace to write; .fxt.gz (default trace.fxt.gz) or .fxt",
+        )
+        add_decode_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
-        raise PtscopeError("decode is not implemented yet")
+        options = decode_options(args)
+        if args.perf_script is not None:
+            if args.recording is not None:
+                raise UsageError("give either a recording or --perf-script, not both")
+            summary = decode_perf_script_text(args.perf_script, args.output, options)
+        else:
+            if args.recording is None:
+                raise UsageError(
+                    "what should I decode? give a recording, a perf.data or --perf-script FILE"
+                )
+            summary = decode_recording(Recording.find(args.recording), args.output, options)
+        print_summary(summary, sys.stdout)
+        return 0
+
+
+def add_decode_options(parser: argparse.ArgumentParser) -> None:
+    """Decode options shared by `decode`, `run` and `attach`."""
+    group = parser.add_argument_group("decoding")
+    group.add_argument(
+        "--decoder",
+        choices=("auto", "dlfilter", "text"),
+        default="auto",
+        help="auto: the C dlfilter when perf supports it (>= 5.14), else perf script text",
+    )
+    group.add_argument(
+        "-j",
+        "--jobs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="decode N time windows in parallel (default: number of cores)",
+    )
+    group.add_argument("--pid", metavar="PID[,PID...]", help="only these processes")
+    group.add_argument("--tid", metavar="TID[,TID...]", help="only these threads")
+    group.add_argument(
+        "--filter",
+        dest="region",
+        metavar="START,STOP",
+        help="keep only what happens between calls of START and STOP",
+    )
+    group.add_argument("--symfs", type=Path, help="look for binaries under this directory")
+
+
+def decode_options(args: argparse.Namespace) -> DecodeOptions:
+    if args.jobs is not None and args.jobs < 1:
+        raise UsageError("--jobs must be at least 1")
+    return DecodeOptions(
+        decoder=args.decoder,
+        jobs=args.jobs,
+        pids=parse_id_list(args.pid, "--pid") if args.pid else (),
+        tids=parse_id_list(args.tid, "--tid") if args.tid else (),
+        region=parse_filter(args.region) if args.region else None,
+        symfs=args.symfs,
+    )

@@ -1,0 +1,41 @@
+"""How commands report a finished decode to the user."""
+
+from __future__ import annotations
+
+from typing import TextIO
+
+from ptscope.pipeline import DecodeSummary
+
+PERFETTO_URL = "https://ui.perfetto.dev"
+
+
+def _ns(ns: int) -> str:
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
+        if ns >= scale:
+            return f"{ns / scale:.3g} {unit}"
+    return f"{ns} ns"
+
+
+def print_summary(summary: DecodeSummary, out: TextIO, *, top: int = 0) -> None:
+    """One line on what was written, warnings, optionally the top functions."""
+    size = summary.write.file_bytes
+    out.write(
+        f"wrote {summary.output}: {summary.threads} thread{'s' * (summary.threads != 1)}, "
+        f"{summary.slices:,} slices, {size / 1024:.0f} KiB "
+        f"({summary.decoder} decoder, {summary.seconds:.1f} s)\n"
+    )
+    if summary.decode_errors:
+        out.write(
+            f"  {summary.decode_errors} decode error{'s' * (summary.decode_errors != 1)}: "
+            "shown as [decode error] markers; stacks were stitched across them where they agree\n"
+        )
+    if summary.unknown_lines:
+        out.write(f"  {summary.unknown_lines} lines of perf output not understood, e.g.:\n")
+        for example in summary.unknown_examples:
+            out.write(f"    {example[:160]}\n")
+    if top and summary.top_functions:
+        out.write("  top functions (total time in calls, calls):\n")
+        width = max(len(f.name[:60]) for f in summary.top_functions[:top])
+        for f in summary.top_functions[:top]:
+            out.write(f"    {f.name[:60]:<{width}}  {_ns(f.total_ns):>9}  {f.calls:>7,}\n")
+    out.write(f"  open it in {PERFETTO_URL} (Open trace file)\n")
