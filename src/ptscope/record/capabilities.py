@@ -199,16 +199,18 @@ def probe(
     sys_root: Path = Path("/sys"),
     proc_root: Path = Path("/proc"),
     perf: PerfTool | None = None,
+    dlfilter_path: Path | None = None,
 ) -> Capabilities:
-    """Read everything once. Never raises: what is missing is reported in the result."""
+    """Read everything once. Never raises: what is missing is reported in the result.
+
+    ``dlfilter_path`` is where the decode stage's dlfilter would be (the CLI knows it).
+    """
     perf_problem: str | None = None
     if perf is None:
         try:
             perf = find_perf()
         except PtscopeError as e:
             perf_problem = e.message
-    from ptscope import _native
-
     vendor, lbr = _cpu_info(proc_root)
     kernel = proc_root / "sys" / "kernel"
     return Capabilities(
@@ -228,8 +230,8 @@ def probe(
         cpu_vendor=vendor,
         lbr=lbr and vendor == "GenuineIntel" and _has_pmu(sys_root, "cpu", "cpu_core"),
         qemu=shutil.which("qemu-x86_64"),
-        dlfilter_built=_native.is_available(),
-        dlfilter_path=str(_native.dlfilter_path()),
+        dlfilter_built=dlfilter_path is not None and dlfilter_path.is_file(),
+        dlfilter_path=str(dlfilter_path or ""),
     )
 
 

@@ -22,10 +22,11 @@ import select
 import shlex
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -66,7 +67,13 @@ PERF_EXIT_TIMEOUT: Final = 120.0  # perf writes the snapshot, kcore and build-id
 _STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 _PTRACE_TRACEME: Final = 0
+_PTRACE_PEEKTEXT: Final = 1
+_PTRACE_POKETEXT: Final = 4
+_PTRACE_CONT: Final = 7
+_PTRACE_GETREGS: Final = 12
+_PTRACE_SETREGS: Final = 13
 _PTRACE_DETACH: Final = 17
+_AT_ENTRY: Final = 9
 _PR_SET_PDEATHSIG: Final = 1
 _WALL: Final = 0x40000000
 
@@ -215,6 +222,51 @@ class StoppedProgram:
             os.close(read_end)
         return cls(process, "gate", write_end)
 
+    def advance_to_entry(self) -> None:
+        """Run the dynamic loader up to the program's entry point, so that its shared
+        libraries are mapped (a trigger in a library needs their addresses).
+
+        A one-shot ``int3`` at ``AT_ENTRY``: ptrace writes it, continues, and restores the
+        instruction and the instruction pointer when the program stops there.
+        """
+        if self.method != "ptrace" or self.released:
+            raise RecordingError("cannot wait for shared libraries: the program is not held")
+        pid = self.pid
+        entry = _auxv_entry(pid)
+        libc = _libc()
+        libc.ptrace.restype = ctypes.c_long
+        ctypes.set_errno(0)
+        word = libc.ptrace(_PTRACE_PEEKTEXT, pid, ctypes.c_void_p(entry), None)
+        if word == -1 and ctypes.get_errno():
+            raise RecordingError(
+                f"cannot read the program's entry point: {os.strerror(ctypes.get_errno())}"
+            )
+        original = word & 0xFFFFFFFFFFFFFFFF
+        trap = (original & ~0xFF) | 0xCC
+        _ptrace_ok(
+            libc.ptrace(_PTRACE_POKETEXT, pid, ctypes.c_void_p(entry), ctypes.c_void_p(trap))
+        )
+        deliver = 0
+        while True:
+            _ptrace_ok(libc.ptrace(_PTRACE_CONT, pid, None, ctypes.c_void_p(deliver)))
+            _pid, status = os.waitpid(pid, _WALL)
+            if not os.WIFSTOPPED(status):
+                self.process.returncode = os.waitstatus_to_exitcode(status)
+                self.released = True
+                raise RecordingError("the program ended before reaching its entry point")
+            if os.WSTOPSIG(status) == signal.SIGTRAP:
+                break
+            deliver = os.WSTOPSIG(status)  # a signal of its own: deliver it and go on
+        regs = _UserRegs()
+        _ptrace_ok(libc.ptrace(_PTRACE_GETREGS, pid, None, ctypes.byref(regs)))
+        if regs.rip != entry + 1:
+            raise RecordingError(f"the program stopped at {regs.rip:#x}, not at its entry point")
+        regs.rip = entry
+        _ptrace_ok(libc.ptrace(_PTRACE_SETREGS, pid, None, ctypes.byref(regs)))
+        _ptrace_ok(
+            libc.ptrace(_PTRACE_POKETEXT, pid, ctypes.c_void_p(entry), ctypes.c_void_p(original))
+        )
+
     def release(self) -> None:
         """Let the program run."""
         if self.released:
@@ -242,6 +294,35 @@ class StoppedProgram:
         if self._gate >= 0:
             os.close(self._gate)
             self._gate = -1
+
+
+_USER_REGS: Final = (
+    *("r15", "r14", "r13", "r12", "rbp", "rbx", "r11", "r10", "r9", "r8", "rax", "rcx"),
+    *("rdx", "rsi", "rdi", "orig_rax", "rip", "cs", "eflags", "rsp", "ss", "fs_base"),
+    *("gs_base", "ds", "es", "fs", "gs"),
+)
+
+
+class _UserRegs(ctypes.Structure):
+    """``struct user_regs_struct`` (x86-64)."""
+
+    _fields_ = tuple((name, ctypes.c_ulonglong) for name in _USER_REGS)
+
+
+def _ptrace_ok(result: int) -> None:
+    if result == -1:
+        err = ctypes.get_errno()
+        raise RecordingError(f"ptrace failed: {os.strerror(err)}")
+
+
+def _auxv_entry(pid: int) -> int:
+    """The program's entry point (``AT_ENTRY``) from ``/proc/PID/auxv``."""
+    data = Path(f"/proc/{pid}/auxv").read_bytes()
+    for i in range(0, len(data) - 15, 16):
+        key, value = struct.unpack_from("<QQ", data, i)
+        if key == _AT_ENTRY:
+            return int(value)
+    raise RecordingError("cannot find the program's entry point")
 
 
 def _find_program(name: str) -> str:
@@ -431,6 +512,7 @@ class SessionOptions:
     ready_timeout: float = DEFAULT_READY_TIMEOUT
     on_ready: Callable[[str], None] | None = None
     make_hit_source: Callable[[Sequence[int]], HitSource | None] | None = None
+    wait_for_libraries: bool = False
     notes: dict[str, object] = field(default_factory=dict)
 
 
@@ -639,6 +721,9 @@ def _save(
     scope: str,
     extra: dict[str, object],
 ) -> Recording:
+    perf_maps = _keep_perf_maps(recorder.directory, processes)
+    if perf_maps:
+        extra = {**extra, "perf_maps": perf_maps}
     recording = Recording(
         directory=recorder.directory,
         backend=recorder.backend.name,
@@ -662,19 +747,29 @@ def _save(
     return recording
 
 
+def _keep_perf_maps(directory: Path, pids: dict[int, str]) -> list[str]:
+    """Copy JIT perf maps (/tmp/perf-PID.map) into the recording: /tmp does not last."""
+    kept: list[str] = []
+    for pid in pids:
+        source = Path(f"/tmp/perf-{pid}.map")
+        if source.is_file():
+            try:
+                shutil.copyfile(source, directory / source.name)
+            except OSError as e:
+                log.warning("cannot keep %s: %s", source, e.strerror)
+                continue
+            kept.append(source.name)
+    return kept
+
+
 def _scope_of(backend: PerfBackend) -> str:
     described = backend.describe().get("scope", "user")
     return str(described)
 
 
-@contextlib.contextmanager
-def _hit_source(options: SessionOptions, pids: Sequence[int]) -> Iterator[HitSource | None]:
-    source = options.make_hit_source(pids) if options.make_hit_source else None
-    try:
-        yield source
-    finally:
-        if source is not None:
-            source.close()
+def _close_hits(source: HitSource | None) -> None:
+    if source is not None:
+        source.close()
 
 
 def run_program(
@@ -691,16 +786,25 @@ def run_program(
     program = StoppedProgram.spawn(argv, use_ptrace=use_ptrace)
     pid = program.pid
     targets = Targets((pid,), all_threads=options.multi_thread)
+    hits: HitSource | None = None
     try:
+        if options.wait_for_libraries:
+            log.info("running the dynamic loader first: the trigger is in a shared library")
+            program.advance_to_entry()
         recorder.start(targets, ready_timeout=options.ready_timeout)
+        if options.make_hit_source is not None:
+            hits = options.make_hit_source([pid])
     except BaseException:
+        _close_hits(hits)
         program.kill()
         recorder.kill()
         raise
     processes = {pid: shlex.join(argv)}
     session = _Session(recorder, options, [pid], program)
-    with _SignalWatch() as signals, _hit_source(options, [pid]) as hits:
-        session.hit_source = hits
+    session.hit_source = hits
+    with contextlib.ExitStack() as cleanup:
+        signals = cleanup.enter_context(_SignalWatch())
+        cleanup.callback(_close_hits, hits)
         try:
             program.release()
         except BaseException:
@@ -798,14 +902,20 @@ def attach_processes(
         threads.update(_thread_names(pid))
     recorder = PerfRecorder(perf, backend, options.directory, print_commands=options.print_commands)
     targets = Targets(tuple(pids), all_threads=options.multi_thread)
+    hits: HitSource | None = None
     try:
         recorder.start(targets, ready_timeout=options.ready_timeout)
+        if options.make_hit_source is not None:
+            hits = options.make_hit_source(pids)
     except BaseException:
+        _close_hits(hits)
         recorder.kill()
         raise
     session = _Session(recorder, options, pids, None)
-    with _SignalWatch() as signals, _hit_source(options, pids) as hits:
-        session.hit_source = hits
+    session.hit_source = hits
+    with contextlib.ExitStack() as cleanup:
+        signals = cleanup.enter_context(_SignalWatch())
+        cleanup.callback(_close_hits, hits)
         startup = time.perf_counter() - t0
         if options.on_ready is not None:
             names = ", ".join(f"{pid} ({processes[pid] or '?'})" for pid in pids)

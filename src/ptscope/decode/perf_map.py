@@ -1,0 +1,127 @@
+"""JIT perf maps (``/tmp/perf-PID.map``): names for code perf has no symbol for.
+
+JIT compilers (the JVM with ``-XX:+DumpPerfMapAtExit``, .NET with
+``DOTNET_PerfMapEnabled=1``, node ``--perf-basic-prof``) append one line per compiled
+function: ``START SIZE NAME`` with hexadecimal START and SIZE, ``0x`` optional (``jcmd
+Compiler.perfmap`` writes it). A map is only consulted for locations perf left unresolved;
+when regions overlap (code freed and reused), the line written last wins.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from dataclasses import dataclass
+from itertools import pairwise
+from pathlib import Path
+from typing import Final
+
+from ptscope.errors import BadInputError
+from ptscope.model import UNKNOWN_SYMBOL, Location
+
+__all__ = ["PerfMap", "perf_map_path", "resolve_location"]
+
+_PID_RE: Final = re.compile(r"perf-(\d+)\.map$")
+
+
+def perf_map_path(pid: int, directory: Path = Path("/tmp")) -> Path:
+    return directory / f"perf-{pid}.map"
+
+
+def _hex(text: str) -> int:
+    return int(text[2:] if text[:2].lower() == "0x" else text, 16)
+
+
+@dataclass(frozen=True)
+class PerfMap:
+    """Sorted, non-overlapping ``[start, end)`` ranges with names."""
+
+    starts: tuple[int, ...]
+    ends: tuple[int, ...]
+    names: tuple[str, ...]
+    skipped: int = 0
+
+    @classmethod
+    def parse(cls, text: str) -> PerfMap:
+        """Parse map text; malformed lines are counted in ``skipped``, never fatal."""
+        entries: list[tuple[int, int, str]] = []
+        skipped = 0
+        for line in text.splitlines():
+            parts = line.strip().split(maxsplit=2)
+            if len(parts) < 3:
+                skipped += bool(line.strip())
+                continue
+            try:
+                start, size = _hex(parts[0]), _hex(parts[1])
+            except ValueError:
+                skipped += 1
+                continue
+            if size <= 0:
+                skipped += 1
+                continue
+            entries.append((start, start + size, parts[2]))
+        return cls._from_entries(entries, skipped)
+
+    @classmethod
+    def _from_entries(cls, entries: list[tuple[int, int, str]], skipped: int) -> PerfMap:
+        ordered = sorted(entries)
+        if all(a[1] <= b[0] for a, b in pairwise(ordered)):
+            return cls(
+                tuple(e[0] for e in ordered),
+                tuple(e[1] for e in ordered),
+                tuple(e[2] for e in ordered),
+                skipped,
+            )
+        # Overlaps (code freed and reused): later lines win, each laid over the others.
+        starts: list[int] = []
+        ends: list[int] = []
+        names: list[str] = []
+        for start, end, name in entries:
+            i = bisect.bisect_right(ends, start)
+            j = bisect.bisect_left(starts, end)
+            pieces: list[tuple[int, int, str]] = []
+            if i < j:
+                if starts[i] < start:
+                    pieces.append((starts[i], start, names[i]))
+                if ends[j - 1] > end:
+                    pieces.append((end, ends[j - 1], names[j - 1]))
+            new = sorted([*pieces, (start, end, name)])
+            starts[i:j] = [p[0] for p in new]
+            ends[i:j] = [p[1] for p in new]
+            names[i:j] = [p[2] for p in new]
+        return cls(tuple(starts), tuple(ends), tuple(names), skipped)
+
+    @classmethod
+    def load(cls, path: Path) -> PerfMap:
+        try:
+            return cls.parse(path.read_text(errors="replace"))
+        except OSError as e:
+            raise BadInputError(f"cannot read perf map {path}: {e.strerror or e}") from e
+
+    def lookup(self, ip: int) -> tuple[str, int] | None:
+        """(name, start) of the function containing ``ip``."""
+        i = bisect.bisect_right(self.starts, ip) - 1
+        if i >= 0 and ip < self.ends[i]:
+            return self.names[i], self.starts[i]
+        return None
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    @staticmethod
+    def pid_of(path: Path) -> int | None:
+        """The PID a perf map belongs to, from its name (``perf-PID.map``)."""
+        m = _PID_RE.search(path.name)
+        return int(m.group(1)) if m else None
+
+
+def resolve_location(location: Location, perf_map: PerfMap) -> Location:
+    """``location`` itself when perf resolved it or the map does not know the address;
+    otherwise a new Location named from the map (offset from the JIT function's start)."""
+    if location.symbol and location.symbol != UNKNOWN_SYMBOL:
+        return location
+    found = perf_map.lookup(location.ip)
+    if found is None:
+        return location
+    name, start = found
+    return Location(location.ip, name, location.ip - start, location.dso)
