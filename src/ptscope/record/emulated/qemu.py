@@ -1,0 +1,298 @@
+"""Run a program under ``qemu-x86_64``, its trace log streamed through a FIFO; split the log.
+
+QEMU user mode logs (``-d exec,nochain,in_asm,page,strace``) one line per executed
+translation block (``Trace CPU: HOST [CS_BASE/PC/FLAGS/CFLAGS] SYMBOL``), the instructions of
+every newly translated block (``in_asm``), the initial memory layout (``page``) and every
+system call (``strace``). The log goes to a FIFO that this process reads while QEMU runs, so
+nothing is written to disk and memory stays bounded.
+
+:class:`LogSplitter` cuts the byte stream into lines with numpy and decodes the block lines
+(the vast majority) in bulk, column by column; everything else is handed on as raw lines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import functools
+import itertools
+import os
+import re
+import select
+import shutil
+import signal
+import subprocess
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+
+from ptscope.errors import RecordingError, ToolMissingError
+
+__all__ = [
+    "REQUIRED_LOG_ITEMS",
+    "BlockRun",
+    "LogSplitter",
+    "QemuProcess",
+    "QemuTool",
+    "find_qemu",
+]
+
+REQUIRED_LOG_ITEMS: Final = ("exec", "nochain", "in_asm", "page", "strace")
+_INSTALL_HINT: Final = "install it with: sudo apt-get install qemu-user (or set PTSCOPE_QEMU)"
+_F_SETPIPE_SZ: Final = 1031
+_PIPE_SIZE: Final = 1 << 20
+_READ_SIZE: Final = 1 << 20
+
+U8Array = npt.NDArray[np.uint8]
+U64Array = npt.NDArray[np.uint64]
+I64Array = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class QemuTool:
+    """A located ``qemu-x86_64`` and the spelling of its options."""
+
+    path: str
+    version: tuple[int, ...]
+    single_step_flag: str
+    """``-singlestep`` (QEMU < 8.1) or ``-one-insn-per-tb`` (QEMU >= 8.1)."""
+
+
+def _run_text(args: list[str]) -> str:
+    try:
+        out = subprocess.run(args, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise ToolMissingError(f"cannot run {args[0]}: {e}", hint=_INSTALL_HINT) from e
+    return out.stdout + out.stderr
+
+
+@functools.cache
+def find_qemu() -> QemuTool:
+    """Locate qemu-x86_64 and check it can log what the tracer needs, or raise."""
+    name = os.environ.get("PTSCOPE_QEMU", "qemu-x86_64")
+    path = shutil.which(name) if os.sep not in name else (name if os.path.exists(name) else None)
+    if path is None:
+        raise ToolMissingError(f"qemu-x86_64 not found ({name})", hint=_INSTALL_HINT)
+    version_text = _run_text([path, "--version"])
+    m = re.search(r"version (\d+)\.(\d+)(?:\.(\d+))?", version_text)
+    if not m:
+        raise ToolMissingError(
+            f"{path} does not look like qemu-x86_64 (`--version` said {version_text[:60]!r})",
+            hint=_INSTALL_HINT,
+        )
+    version = tuple(int(g) for g in m.groups() if g is not None)
+    help_text = _run_text([path, "-h"])
+    if re.search(r"^-one-insn-per-tb\b", help_text, re.M):
+        flag = "-one-insn-per-tb"
+    elif re.search(r"^-singlestep\b", help_text, re.M):
+        flag = "-singlestep"
+    else:
+        raise ToolMissingError(
+            f"{path} (QEMU {'.'.join(map(str, version))}) has neither -singlestep nor "
+            "-one-insn-per-tb",
+            hint=_INSTALL_HINT,
+        )
+    items = set(re.findall(r"^(\w+)\s", _run_text([path, "-d", "help"]), re.M))
+    missing = [i for i in REQUIRED_LOG_ITEMS if i not in items]
+    if missing:
+        raise ToolMissingError(
+            f"{path} (QEMU {'.'.join(map(str, version))}) cannot log {', '.join(missing)} "
+            "(`-d help` does not list them)",
+            hint=_INSTALL_HINT,
+        )
+    return QemuTool(path=path, version=version, single_step_flag=flag)
+
+
+class QemuProcess:
+    """QEMU running one program, its log readable as a stream of byte chunks."""
+
+    def __init__(
+        self,
+        tool: QemuTool,
+        program: Path,
+        argv: Sequence[str],
+        *,
+        single_step: bool,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> None:
+        self._tmp = tempfile.TemporaryDirectory(prefix="ptscope-qemu-")
+        fifo = os.path.join(self._tmp.name, "log")
+        os.mkfifo(fifo, 0o600)
+        # Our own write end keeps the FIFO from reporting end-of-file before QEMU opens it;
+        # the end of the stream is "QEMU exited and the FIFO is empty".
+        self._fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        self._keepalive = os.open(fifo, os.O_WRONLY)
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(self._fd, _F_SETPIPE_SZ, _PIPE_SIZE)
+        cmd = [tool.path]
+        if single_step:
+            cmd.append(tool.single_step_flag)
+        cmd += ["-d", ",".join(REQUIRED_LOG_ITEMS), "-D", fifo, "-0", argv[0], str(program)]
+        cmd += list(argv[1:])
+        self.command = cmd
+        try:
+            self.proc = subprocess.Popen(cmd, env=env, cwd=cwd)
+        except OSError as e:
+            self.close()
+            raise RecordingError(f"cannot start {tool.path}: {e.strerror or e}") from e
+        self.killed = False
+
+    def chunks(self) -> Iterator[bytes]:
+        """Log data as it arrives, until QEMU has exited and everything it wrote is read."""
+        fd = self._fd
+        exited = False
+        while True:
+            try:
+                data = os.read(fd, _READ_SIZE)
+            except BlockingIOError:
+                data = b""
+            if data:
+                yield data
+                continue
+            if exited:
+                return
+            if self.proc.poll() is not None:
+                exited = True  # drain what is left, then stop
+                continue
+            select.select([fd], [], [], 0.05)
+
+    def stop(self) -> None:
+        """Kill QEMU (the program has run long enough)."""
+        if self.proc.poll() is None:
+            self.killed = True
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signal.SIGKILL)
+
+    def wait(self) -> int:
+        return self.proc.wait()
+
+    def close(self) -> None:
+        for fd in (getattr(self, "_fd", -1), getattr(self, "_keepalive", -1)):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._fd = self._keepalive = -1
+        self._tmp.cleanup()
+
+
+# -- splitting the log -------------------------------------------------------------------
+
+_HEX = np.full(256, 255, dtype=np.uint8)
+for _i, _c in enumerate(b"0123456789abcdef"):
+    _HEX[_c] = _i
+for _i, _c in enumerate(b"ABCDEF"):
+    _HEX[_c] = 10 + _i
+_PC_COLUMNS: Final = np.arange(18, 34)
+_CFLAGS_COLUMNS: Final = np.arange(44, 52)
+
+
+def _hex_columns(buf: U8Array, starts: I64Array, columns: npt.NDArray[np.int64]) -> U8Array:
+    digits = _HEX[buf[starts[:, None] + columns[None, :]]]
+    if digits.size and digits.max() == 255:
+        raise ValueError("not a hex digit")
+    packed = (digits[:, 0::2] << 4) | digits[:, 1::2]
+    return np.ascontiguousarray(packed)
+
+
+@dataclass(frozen=True)
+class BlockRun:
+    """Consecutive ``Trace`` lines: which CPU (thread slot) ran which block."""
+
+    cpu: I64Array
+    pc: U64Array
+    cflags: npt.NDArray[np.uint32]
+
+
+class LogFormatError(RecordingError):
+    """QEMU's log does not look like what this version of ptscope understands."""
+
+
+class LogSplitter:
+    """Cuts the log stream into :class:`BlockRun` arrays and other (raw) lines, in order."""
+
+    def __init__(self) -> None:
+        self._tail = b""
+
+    def feed(self, data: bytes) -> list[BlockRun | bytes]:
+        data = self._tail + data
+        end = data.rfind(b"\n") + 1
+        self._tail = data[end:]
+        return self._split(data[:end]) if end else []
+
+    def finish(self) -> list[BlockRun | bytes]:
+        data, self._tail = self._tail, b""
+        return self._split(data + b"\n") if data else []
+
+    def _split(self, data: bytes) -> list[BlockRun | bytes]:
+        buf = np.frombuffer(data, dtype=np.uint8)
+        ends = np.flatnonzero(buf == 10)
+        starts = np.empty_like(ends)
+        starts[0] = 0
+        starts[1:] = ends[:-1] + 1
+        lengths = ends - starts
+        first = buf[starts]
+        second = buf[np.minimum(starts + 1, len(buf) - 1)]
+        is_block = (first == ord("T")) & (second == ord("r")) & (lengths > 60)
+        out: list[BlockRun | bytes] = []
+        if not is_block.any():
+            out.extend(data[s:e] for s, e in zip(starts.tolist(), ends.tolist(), strict=True))
+            return out
+        # Runs of equal is_block values.
+        change = np.flatnonzero(np.diff(is_block.astype(np.int8))) + 1
+        bounds = [0, *change.tolist(), len(starts)]
+        brackets = np.flatnonzero(buf == ord("["))
+        for lo, hi in itertools.pairwise(bounds):
+            if not is_block[lo]:
+                out.extend(
+                    data[s:e]
+                    for s, e in zip(starts[lo:hi].tolist(), ends[lo:hi].tolist(), strict=True)
+                )
+                continue
+            out.append(self._blocks(data, buf, starts[lo:hi], ends[lo:hi], brackets))
+        return out
+
+    @staticmethod
+    def _blocks(
+        data: bytes, buf: U8Array, starts: I64Array, ends: I64Array, brackets: I64Array
+    ) -> BlockRun:
+        b = brackets[np.searchsorted(brackets, starts)]
+        ok = (
+            (b + 52 < ends)
+            & (buf[np.minimum(b + 17, len(buf) - 1)] == ord("/"))
+            & (buf[np.minimum(b + 34, len(buf) - 1)] == ord("/"))
+            & (buf[np.minimum(b + 43, len(buf) - 1)] == ord("/"))
+            & (buf[np.minimum(b + 52, len(buf) - 1)] == ord("]"))
+        )
+        if not ok.all():
+            bad = int(np.flatnonzero(~ok)[0])
+            line = data[starts[bad] : ends[bad]].decode(errors="replace")
+            raise LogFormatError(f"QEMU's exec log line is not in the expected format: {line!r}")
+        try:
+            pc = _hex_columns(buf, b, _PC_COLUMNS).view(">u8").ravel().astype(np.uint64)
+            cflags = _hex_columns(buf, b, _CFLAGS_COLUMNS).view(">u4").ravel().astype(np.uint32)
+        except ValueError:
+            raise LogFormatError("QEMU's exec log has a non-hex program counter") from None
+        # "Trace N:" - N is QEMU's CPU index (one per guest thread alive at the same time).
+        colon = buf[starts + 7] == ord(":")
+        cpu = buf[starts + 6].astype(np.int64) - ord("0")
+        if not colon.all():
+            for i in np.flatnonzero(~colon).tolist():
+                head = data[starts[i] : starts[i] + 24]
+                m = re.match(rb"Trace (\d+):", head)
+                if not m:
+                    raise LogFormatError(
+                        f"QEMU's exec log line is not in the expected format: {head!r}"
+                    )
+                cpu[i] = int(m.group(1))
+        return BlockRun(cpu=cpu, pc=pc, cflags=cflags)
+
+
+def read_errno_name(code: int) -> str:
+    return errno.errorcode.get(code, str(code))

@@ -1,0 +1,688 @@
+"""Turn QEMU's block log into per-thread PT streams and perf sideband (the emulation state machine).
+
+Input, in log order: runs of executed blocks (CPU slot, PC, cflags) and raw lines (``in_asm``
+block listings, the ``page`` dump, ``strace`` lines, signal notes). Output: calls on a
+:class:`~.perf_data.PerfDataWriter` — COMM / FORK / MMAP2 / ITRACE_START / EXIT records and
+per-thread AUXTRACE buffers produced by one :class:`~.pt_encoder.PtEncoder` per thread.
+
+How control reached each block is derived from the previous block of the same thread:
+
+* the previous block's last instruction decides what was expected (fall-through, the
+  direct target, either for a conditional jump, anything after an indirect branch);
+* a ``rep`` string instruction repeats as the same one-instruction block: counted once;
+* a block starting inside the previous one (at an instruction boundary) means the previous
+  block stopped early (QEMU leaves a block before an exclusive atomic instruction);
+* a signal is delivered where QEMU logged ``--- SIGxxx`` and the thread's next block is not
+  where the program was going: FUP(interrupted IP) + TIP.PGD, then TIP.PGE at the handler.
+  When the interrupted branch's outcome is unknown (a conditional or indirect branch ended
+  the block), the thread's blocks are held back until ``rt_sigreturn`` reveals where the
+  program resumed;
+* after a system call the trace restarts where the thread continues (its next instruction,
+  a signal handler, or the point a signal handler returns to).
+
+Threads: QEMU numbers the CPUs of live guest threads (``Trace N``); a slot is bound to the
+tid returned by the ``clone`` that created it, and freed by the thread's ``exit``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Final
+
+from ptscope.errors import RecordingError
+from ptscope.record.emulated.cycle_model import CycleModel
+from ptscope.record.emulated.elf_image import ElfImage, read_elf
+from ptscope.record.emulated.perf_data import BuildId, PerfDataWriter
+from ptscope.record.emulated.pt_encoder import PtEncoder
+from ptscope.record.emulated.qemu import BlockRun, LogFormatError
+from ptscope.record.emulated.x86 import InsnKind, classify
+
+__all__ = ["EmulationState", "Ending", "ThreadInfo"]
+
+log = logging.getLogger(__name__)
+
+_OTHER, _COND, _JUMP, _CALL = InsnKind.OTHER, InsnKind.COND, InsnKind.JUMP, InsnKind.CALL
+_JUMP_IND, _CALL_IND, _RET = InsnKind.JUMP_INDIRECT, InsnKind.CALL_INDIRECT, InsnKind.RET
+_SYSCALL, _OTHER_IND = InsnKind.SYSCALL, InsnKind.OTHER_INDIRECT
+_REP, _ZERO_CALL = 1, 2
+_AUX_CHUNK: Final = 1 << 20
+_STASH_LIMIT: Final = 1 << 20
+_SIDEBAND_LEAD_NS: Final = 10_000
+_FAULT_SIGNALS: Final = frozenset({"SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGTRAP", "SIGSYS"})
+
+_STRACE_RE: Final = re.compile(rb"^(\d+) (\w+)\(")
+_RESULT_RE: Final = re.compile(rb"^ = (-?\w+)")
+_SIGNAL_RE: Final = re.compile(rb"^--- (SIG\w+) \{(.*)\} ---")
+_PATH_ARG_RE: Final = re.compile(rb'"((?:[^"\\]|\\.)*)"')
+
+
+class Arrival(IntEnum):
+    """How control reached a block (see the module docstring)."""
+
+    NORMAL = 0
+    DELIVERY = 1
+    """A signal handler starts here."""
+    RESUME = 2
+    """After a system call (``rt_sigreturn`` or a plain return elsewhere)."""
+    DISCONTINUITY = 3
+    """Unexplained jump with no branch: encoded like an interrupt."""
+
+
+@dataclass
+class ThreadInfo:
+    """One traced guest thread: its identity, PT stream and bookkeeping."""
+
+    pid: int
+    tid: int
+    ptid: int
+    name: str
+    queue: int
+    enc: PtEncoder
+    start_ns: int
+    prev: int = -1
+    insns: int = 0
+    in_syscall: bool = False
+    syscall_seq: int = 0
+    exited: bool = False
+    sig_depth: int = 0
+    aux_offset: int = 0
+    stash: list[tuple[int, Arrival]] | None = None
+    deferred: tuple[int, int] | None = None
+    stash_depth: int = 0
+    end_ns: int = 0
+
+
+@dataclass
+class Ending:
+    """How the traced program ended, as far as the log tells."""
+
+    exit_code: int | None = None
+    fatal_signal: str | None = None
+    fault: bool = False
+    signals_seen: list[str] = field(default_factory=list)
+
+
+class EmulationState:
+    """Consumes the split QEMU log of one process and writes its perf.data records."""
+
+    def __init__(
+        self,
+        writer: PerfDataWriter,
+        model: CycleModel,
+        *,
+        pid: int,
+        program: ElfImage,
+        comm: str,
+        cwd: str,
+        psb_period: int = 4096,
+        max_instructions: int | None = None,
+    ) -> None:
+        self.writer = writer
+        self.model = model
+        self.pid = pid
+        self.program = program
+        self.comm = comm
+        self.cwd = cwd
+        self.psb_period = psb_period
+        self.max_instructions = max_instructions
+        self.cpi = model.cycles_per_insn
+        self.t0_ns = model.tsc_to_ns(model.start_tsc)
+        # blocks
+        self.tb_index: dict[tuple[int, int], int] = {}
+        self.tb_pc: list[int] = []
+        self.tb_n: list[int] = []
+        self.tb_kind: list[int] = []
+        self.tb_last: list[int] = []
+        self.tb_end: list[int] = []
+        self.tb_target: list[int] = []
+        self.tb_flags: list[int] = []
+        self.tb_insns: list[tuple[int, ...]] = []
+        self._pending_tb: dict[int, list[tuple[int, bytes]]] = {}
+        self._asm: list[tuple[int, bytes]] | None = None
+        # threads
+        self.threads: list[ThreadInfo] = []
+        self.by_cpu: dict[int, ThreadInfo] = {}
+        self._clone_tids: deque[int] = deque()
+        self._unnamed: deque[ThreadInfo] = deque()
+        self._next_placeholder = -1
+        # process sideband
+        self._page: dict[str, int] = {}
+        self._started = False
+        self._fds: dict[int, str] = {}
+        self._pending_call: tuple[bytes, bytes] | None = None
+        self._signal_hint: str | None = None
+        self._sigreturn_hint = False
+        self.handler_entries: set[int] = set()
+        self.mappings: list[tuple[int, int, int, str]] = []
+        self.images: dict[str, ElfImage] = {}
+        self.insns = 0
+        self.stopped_at_limit = False
+        self.ending = Ending()
+        self.progress: Callable[[int], None] | None = None
+        self._syscall_seq = 0
+
+    # -- blocks ------------------------------------------------------------------------
+
+    def _define(self, key: tuple[int, int], asm: list[tuple[int, bytes]]) -> int:
+        tb = len(self.tb_pc)
+        insns = [classify(pc, code) for pc, code in asm]
+        last = insns[-1]
+        self.tb_index[key] = tb
+        self.tb_pc.append(insns[0].pc)
+        self.tb_n.append(len(insns))
+        self.tb_kind.append(int(last.kind))
+        self.tb_last.append(last.pc)
+        self.tb_end.append(last.end)
+        self.tb_target.append(-1 if last.target is None else last.target)
+        self.tb_flags.append((_REP if last.rep else 0) | (_ZERO_CALL if last.zero_call else 0))
+        self.tb_insns.append(tuple(i.pc for i in insns))
+        return tb
+
+    def _lookup_missing(self, pc: int, cflags: int) -> int:
+        asm = self._pending_tb.pop(pc, None)
+        if asm is None:
+            # No listing: QEMU re-used a translation under new flags; the code is the same.
+            for (kpc, _), tb in self.tb_index.items():
+                if kpc == pc:
+                    self.tb_index[(pc, cflags)] = tb
+                    return tb
+            raise LogFormatError(
+                f"QEMU executed a block at {pc:#x} that its in_asm log never listed"
+            )
+        return self._define((pc, cflags), asm)
+
+    # -- raw lines -----------------------------------------------------------------------
+
+    def line(self, raw: bytes) -> None:
+        asm = self._asm
+        if asm is not None:
+            if raw.startswith(b"0x"):
+                colon = raw.find(b":")
+                pc = int(raw[2:colon], 16)
+                field_ = raw[colon + 3 : colon + 26]
+                text = raw[colon + 28 :].strip()
+                code = bytes.fromhex(field_.decode())
+                if not text and asm and asm[-1][0] + len(asm[-1][1]) == pc:
+                    asm[-1] = (asm[-1][0], asm[-1][1] + code)  # a long instruction, wrapped
+                else:
+                    if not code:
+                        raise LogFormatError(
+                            "QEMU's in_asm log shows no instruction bytes "
+                            f"(line {raw[:60]!r}); a QEMU built with capstone is needed"
+                        )
+                    asm.append((pc, code))
+                return
+            if not raw.strip():
+                if asm:
+                    self._pending_tb[asm[0][0]] = asm
+                self._asm = None
+                return
+            # Anything else ends the listing (defensive: QEMU always ends it with a blank line).
+            if asm:
+                self._pending_tb[asm[0][0]] = asm
+            self._asm = None
+        if raw.startswith(b"IN:"):
+            self._asm = []
+            return
+        c = raw[:1]
+        if c.isdigit():
+            self._strace(raw)
+        elif raw.startswith(b" = "):
+            self._strace_result(raw)
+        elif raw.startswith(b"--- SIG"):
+            self._signal(raw)
+        elif not self._started and (raw.startswith(b"start_code") or raw.startswith(b"entry")):
+            name, _, value = raw.partition(b" ")
+            self._page[name.decode()] = int(value.strip(), 16)
+
+    def _signal(self, raw: bytes) -> None:
+        m = _SIGNAL_RE.match(raw)
+        if not m:
+            return
+        name = m.group(1).decode()
+        self._signal_hint = name
+        self.ending.signals_seen.append(name)
+        info = m.group(2)
+        code = re.search(rb"si_code=(-?\w+)", info)
+        # si_code > 0 (or a SEGV_/BUS_/FPE_/ILL_ name): a fault raised by an instruction.
+        if name in _FAULT_SIGNALS and code is not None and not code.group(1).startswith(b"SI_"):
+            try:
+                fault = int(code.group(1)) > 0
+            except ValueError:
+                fault = True
+            if fault:
+                self.ending.fault = True
+                self.ending.fatal_signal = name
+
+    def _strace(self, raw: bytes) -> None:
+        m = _STRACE_RE.match(raw)
+        if not m or int(m.group(1)) != self.pid:
+            return  # not a system call line, or one of a forked child
+        name = m.group(2)
+        rest = raw[m.end() :]
+        close = rest.find(b") = ")
+        if close >= 0:
+            args, result = rest[:close], rest[close + 4 :].split(b" ", 1)[0]
+        else:
+            args, result = rest[: rest.rfind(b")")], None
+        if result is None:
+            self._pending_call = (name, args)
+            if name in (b"exit", b"exit_group"):
+                self._thread_exit(name == b"exit_group", args)
+            elif name == b"rt_sigreturn":
+                self._sigreturn_hint = True
+            return
+        self._syscall_done(name, args, result)
+
+    def _strace_result(self, raw: bytes) -> None:
+        m = _RESULT_RE.match(raw)
+        if m and self._pending_call is not None:
+            name, args = self._pending_call
+            self._pending_call = None
+            self._syscall_done(name, args, m.group(1))
+
+    def _syscall_done(self, name: bytes, args: bytes, result: bytes) -> None:
+        self._pending_call = None
+        if name == b"rt_sigreturn":
+            self._sigreturn_hint = True
+            return
+        try:
+            value = int(result, 0)
+        except ValueError:
+            return
+        if name in (b"openat", b"open"):
+            m = _PATH_ARG_RE.search(args)
+            if m and value >= 0:
+                path = m.group(1).decode(errors="surrogateescape")
+                self._fds[value] = os.path.normpath(os.path.join(self.cwd, path))
+        elif name == b"close":
+            with contextlib.suppress(ValueError):
+                self._fds.pop(int(args, 0), None)
+        elif name == b"mmap" and value >= 0:
+            parts = args.split(b",")
+            if len(parts) == 6 and b"PROT_EXEC" in parts[2]:
+                try:
+                    fd, offset, length = int(parts[4], 0), int(parts[5], 0), int(parts[1], 0)
+                except ValueError:
+                    return
+                path = self._fds.get(fd)
+                if fd >= 0 and path:
+                    self._map_file(value, length, offset, path)
+        elif name == b"clone" and value > 0:
+            if b"CLONE_THREAD" in args:
+                self._clone_tids.append(value)
+                while self._unnamed and self._clone_tids:
+                    self._name_thread(self._unnamed.popleft(), self._clone_tids.popleft())
+        elif name == b"exit_group" or name == b"exit":
+            pass
+
+    # -- mappings --------------------------------------------------------------------------
+
+    def _image(self, path: str) -> ElfImage | None:
+        image = self.images.get(path)
+        if image is None:
+            try:
+                image = read_elf(path)
+            except Exception as e:
+                log.debug("cannot read %s: %s", path, e)
+                return None
+            self.images[path] = image
+        return image
+
+    def _mmap_time(self) -> int:
+        live = [t.enc.now for t in self.threads if not t.exited]
+        now = min(live) if live else 0
+        return self.model.tsc_to_ns(self.model.start_tsc + now) - 1
+
+    def _map_file(self, addr: int, length: int, offset: int, path: str) -> None:
+        if self._image(path) is None:
+            return
+        start = addr & ~4095
+        end = -(-(addr + length) // 4096) * 4096
+        self.mappings.append((start, end - start, offset & ~4095, path))
+        tid = self.threads[0].tid if self.threads else self.pid
+        self.writer.mmap2(
+            self.pid, tid, start, end - start, offset & ~4095, path, self._mmap_time()
+        )
+
+    def _map_image(self, image: ElfImage, bias: int, time_ns: int) -> None:
+        self.images[image.path] = image
+        for seg in image.exec_segments:
+            start = seg.vaddr + bias
+            self.mappings.append((start, seg.size, seg.offset, image.path))
+            self.writer.mmap2(self.pid, self.pid, start, seg.size, seg.offset, image.path, time_ns)
+
+    def _start_process(self) -> None:
+        if "start_code" not in self._page or "entry" not in self._page:
+            raise LogFormatError(
+                "QEMU's page log did not show start_code and entry before the first block"
+            )
+        self._started = True
+        t = self.t0_ns - _SIDEBAND_LEAD_NS
+        self.writer.comm(self.pid, self.pid, self.comm, t, exec_=True)
+        exe = self.program
+        bias = self._page["start_code"] - exe.lowest_exec_vaddr if exe.pie else 0
+        self._map_image(exe, bias, t)
+        if exe.interpreter:
+            interp = self._image(exe.interpreter)
+            if interp is not None:
+                self._map_image(interp, self._page["entry"] - interp.entry, t)
+
+    # -- threads ---------------------------------------------------------------------------
+
+    def _new_thread(self, cpu: int, creator: ThreadInfo | None) -> ThreadInfo:
+        now = max((t.enc.now for t in self.threads if not t.exited), default=0)
+        if creator is None and not self.threads:
+            tid, ptid = self.pid, self.pid
+        elif self._clone_tids:
+            tid, ptid = self._clone_tids.popleft(), self.pid
+        else:
+            tid, ptid = self._next_placeholder, self.pid
+            self._next_placeholder -= 1
+        enc = PtEncoder(self.model, psb_period=self.psb_period)
+        enc.now = now
+        start_ns = self.model.tsc_to_ns(self.model.start_tsc + now)
+        t = ThreadInfo(self.pid, tid, ptid, self.comm, len(self.threads), enc, start_ns)
+        self.threads.append(t)
+        self.by_cpu[cpu] = t
+        if tid < 0:
+            self._unnamed.append(t)
+        else:
+            self._announce(t)
+        return t
+
+    def _announce(self, t: ThreadInfo) -> None:
+        w = self.writer
+        if t.queue > 0:
+            w.fork(t.pid, t.pid, t.tid, t.ptid, t.start_ns - 2)
+            w.comm(t.pid, t.tid, t.name, t.start_ns - 1, exec_=False)
+        w.itrace_start(t.pid, t.tid, t.start_ns - 1)
+
+    def _name_thread(self, t: ThreadInfo, tid: int) -> None:
+        t.tid = tid
+        self._announce(t)
+
+    def _thread_exit(self, group: bool, args: bytes) -> None:
+        if group:
+            with contextlib.suppress(ValueError):
+                self.ending.exit_code = int(args, 0)
+            return
+        # The thread that made this call: the most recent one to enter a system call.
+        candidates = [t for t in self.threads if t.in_syscall and not t.exited]
+        if candidates:
+            t = max(candidates, key=lambda t: t.syscall_seq)
+            t.exited = True
+            for cpu, other in list(self.by_cpu.items()):
+                if other is t:
+                    del self.by_cpu[cpu]
+
+    # -- the main loop ---------------------------------------------------------------------
+
+    def blocks(self, run: BlockRun) -> bool:
+        """Process executed blocks; returns False once ``max_instructions`` is reached."""
+        if not self._started:
+            self._start_process()
+        tb_index = self.tb_index
+        by_cpu = self.by_cpu
+        limit = self.max_instructions
+        for cpu, pc, cflags in zip(
+            run.cpu.tolist(), run.pc.tolist(), run.cflags.tolist(), strict=True
+        ):
+            tb = tb_index.get((pc, cflags))
+            if tb is None:
+                tb = self._lookup_missing(pc, cflags)
+            t = by_cpu.get(cpu)
+            if t is None:
+                t = self._new_thread(cpu, None)
+            n = self._arrive(t, tb)
+            self.insns += n
+            if limit is not None and self.insns >= limit:
+                self.stopped_at_limit = True
+                return False
+        if self.progress is not None:
+            self.progress(self.insns)
+        return True
+
+    def _classify_arrival(self, t: ThreadInfo, tb: int) -> Arrival | None:
+        """How control reached ``tb`` from the thread's previous block (None: a rep repeat)."""
+        p = t.prev
+        pc = self.tb_pc[tb]
+        kind = self.tb_kind[p]
+        end = self.tb_end[p]
+        if kind == _OTHER:
+            consistent = pc == end
+            if not consistent and self.tb_flags[p] & _REP and pc == self.tb_last[p]:
+                return None
+        elif kind == _COND:
+            consistent = pc == end or pc == self.tb_target[p]
+        elif kind in (_JUMP, _CALL):
+            consistent = pc == self.tb_target[p]
+        elif kind == _SYSCALL:
+            consistent = pc == end
+        else:
+            consistent = True
+        hint = self._signal_hint
+        if hint is not None and (
+            not consistent or len(self.by_cpu) == 1 or pc in self.handler_entries
+        ):
+            self._signal_hint = None
+            self.handler_entries.add(pc)
+            t.sig_depth += 1
+            return Arrival.DELIVERY
+        if consistent:
+            return Arrival.NORMAL
+        if kind == _SYSCALL:
+            if self._sigreturn_hint or t.sig_depth:
+                self._sigreturn_hint = False
+                t.sig_depth = max(0, t.sig_depth - 1)
+            return Arrival.RESUME
+        return Arrival.DISCONTINUITY
+
+    def _arrive(self, t: ThreadInfo, tb: int) -> int:
+        """Account for thread ``t`` executing block ``tb``; returns instructions counted."""
+        if t.prev < 0:
+            pc = self.tb_pc[tb]
+            t.enc.start(pc)
+        else:
+            how = self._classify_arrival(t, tb)
+            if how is None:  # another iteration of a rep string instruction
+                t.prev = tb
+                return 0
+            if t.stash is not None:
+                self._stash(t, tb, how)
+                return self.tb_n[tb]
+            if not self._transfer(t, tb, how):
+                return self.tb_n[tb]
+        return self._execute(t, tb)
+
+    def _execute(self, t: ThreadInfo, tb: int) -> int:
+        n = self.tb_n[tb]
+        t.prev = tb
+        t.insns += n
+        t.enc.now += n * self.cpi
+        if self.tb_kind[tb] == _SYSCALL:
+            t.enc.disable()
+            t.in_syscall = True
+            self._syscall_seq += 1
+            t.syscall_seq = self._syscall_seq
+        return n
+
+    def _truncate_prev(self, t: ThreadInfo, pc: int) -> bool:
+        """Did the previous block stop before ``pc``, one of its instructions? Un-count the rest."""
+        p = t.prev
+        insns = self.tb_insns[p]
+        if pc == insns[0] or pc not in insns:
+            return False
+        dropped = len(insns) - insns.index(pc)
+        t.insns -= dropped
+        t.enc.now -= dropped * self.cpi
+        self.insns -= dropped
+        return True
+
+    def _transfer(self, t: ThreadInfo, tb: int, how: Arrival) -> bool:
+        """Write the packets for the previous block's exit to ``tb``; False if held back."""
+        enc = t.enc
+        p = t.prev
+        pc = self.tb_pc[tb]
+        kind = self.tb_kind[p]
+        if kind == _SYSCALL:
+            t.in_syscall = False
+            enc.now += self.model.syscall_cycles
+            others = max(
+                (o.enc.now for o in self.threads if o is not t and not o.exited), default=0
+            )
+            enc.now = max(enc.now, others)
+            enc.start(pc)
+            return True
+        if how == Arrival.NORMAL:
+            self._branch(t, p, pc)
+        elif how == Arrival.DISCONTINUITY and self._truncate_prev(t, pc):
+            pass  # the block simply ended early; control falls through to pc
+        else:
+            resume = self._known_resume(p)
+            if resume is None and how == Arrival.DELIVERY:
+                t.stash = []
+                t.deferred = (p, tb)
+                t.stash_depth = 1
+                return False
+            if resume is None:
+                resume = self.tb_last[p]
+            else:
+                self._branch(t, p, resume)
+            enc.interrupt(resume)
+            enc.now += self.model.syscall_cycles
+            enc.start(pc)
+            return True
+        if enc.enabled:
+            enc.maybe_psb(pc)
+        return True
+
+    def _known_resume(self, p: int) -> int | None:
+        kind = self.tb_kind[p]
+        if kind == _OTHER:
+            return self.tb_end[p]
+        if kind in (_JUMP, _CALL):
+            return self.tb_target[p]
+        return None
+
+    def _branch(self, t: ThreadInfo, p: int, dest: int) -> None:
+        enc = t.enc
+        kind = self.tb_kind[p]
+        if kind == _COND:
+            enc.cond(dest == self.tb_target[p] and dest != self.tb_end[p])
+        elif kind == _CALL:
+            if not self.tb_flags[p] & _ZERO_CALL:
+                enc.call(self.tb_end[p])
+        elif kind == _RET:
+            enc.ret(dest)
+        elif kind == _CALL_IND:
+            enc.indirect(dest)
+            enc.call(self.tb_end[p])
+        elif kind in (_JUMP_IND, _OTHER_IND):
+            enc.indirect(dest)
+
+    # -- held back: a signal came right after a branch whose outcome is not known yet ------
+
+    def _stash(self, t: ThreadInfo, tb: int, how: Arrival) -> None:
+        assert t.stash is not None and t.deferred is not None
+        if how == Arrival.DELIVERY:
+            t.stash_depth += 1
+        elif how == Arrival.RESUME and self.tb_kind[t.prev] == _SYSCALL:
+            t.stash_depth -= 1
+            if t.stash_depth == 0:
+                self._release(t, self.tb_pc[tb], tb, how)
+                return
+        t.stash.append((tb, how))
+        t.prev = tb
+        if len(t.stash) >= _STASH_LIMIT:
+            self._release(t, None, -1, how)
+
+    def _release(self, t: ThreadInfo, resume: int | None, tb: int, how: Arrival) -> None:
+        """Write the held-back interruption now that the resume point is known (or given up)."""
+        assert t.stash is not None and t.deferred is not None
+        stash, (p, handler) = t.stash, t.deferred
+        t.stash, t.deferred = None, None
+        enc = t.enc
+        if resume is None:
+            resume = self.tb_last[p]
+        else:
+            self._branch(t, p, resume)
+        enc.interrupt(resume)
+        enc.now += self.model.syscall_cycles
+        enc.start(self.tb_pc[handler])
+        t.prev = -2  # replaying: the handler block is entered directly
+        self._execute(t, handler)
+        for s_tb, s_how in stash:
+            if t.stash is not None:
+                self._stash(t, s_tb, s_how)
+                continue
+            if s_how is not None and self._transfer(t, s_tb, s_how):
+                self._execute(t, s_tb)
+        if tb >= 0:
+            if t.stash is not None:
+                self._stash(t, tb, how)
+            elif self._transfer(t, tb, how):
+                self._execute(t, tb)
+
+    # -- the end ---------------------------------------------------------------------------
+
+    def _end_thread(self, t: ThreadInfo) -> None:
+        if t.stash is not None:
+            self._release(t, None, -1, Arrival.NORMAL)
+        enc = t.enc
+        if enc.enabled and t.prev >= 0:
+            # The last block was logged before it ran; where (or whether) it stopped is
+            # unknown, so the trace ends at its first instruction.
+            p = t.prev
+            n = self.tb_n[p]
+            t.insns -= n
+            self.insns -= n
+            enc.now -= n * self.cpi
+            enc.interrupt(self.tb_pc[p])
+        self._flush(t, final=True)
+        t.end_ns = self.model.tsc_to_ns(self.model.start_tsc + enc.now) + 1
+        t.exited = True
+
+    def _flush(self, t: ThreadInfo, *, final: bool = False) -> None:
+        enc = t.enc
+        data = enc.finish() if final else enc.take()
+        if not data:
+            return
+        tsc = self.model.start_tsc + enc.now
+        time_ns = self.model.tsc_to_ns(tsc)
+        self.writer.aux(t.pid, t.tid, time_ns, t.aux_offset, len(data))
+        t.aux_offset += self.writer.auxtrace(t.queue, t.tid, t.aux_offset, data, tsc)
+
+    def flush_buffers(self) -> None:
+        """Move full PT buffers to the file (keeps memory bounded during long runs)."""
+        for t in self.threads:
+            if len(t.enc.out) >= _AUX_CHUNK:
+                self._flush(t)
+
+    def finish(self) -> list[BuildId]:
+        """End every thread's stream, write EXIT records; returns the build-ids to record."""
+        for t in list(self._unnamed):
+            # A thread whose clone result never showed up: name it after its slot.
+            self._name_thread(t, abs(t.tid) + (1 << 22))
+        self._unnamed.clear()
+        for t in self.threads:
+            self._end_thread(t)
+        for t in self.threads:
+            self.writer.exit(t.pid, t.ptid if t.queue else os.getpid(), t.tid, t.ptid, t.end_ns)
+        self.writer.finished_round()
+        ids = []
+        for path, image in sorted(self.images.items()):
+            if image.build_id:
+                ids.append(BuildId(path, image.build_id))
+        return ids
+
+
+def no_blocks_error(command: str) -> RecordingError:
+    return RecordingError(f"QEMU ran {command} but logged no executed instructions")
