@@ -10,7 +10,8 @@ are counted and skipped.
 
 It reads like Perfetto: a complete event's last word is its end time, an end event closes
 the innermost open begin of its thread whatever its name, times are ``ticks * 1e9 /
-ticks_per_second`` (1 tick = 1 ns without an initialization record). Times are returned
+ticks_per_second`` (1 tick = 1 ns without an initialization record), slices nest as in
+Perfetto's slice tracker (see :func:`_nest`). Times are returned
 as perf nanoseconds: the ``time_base_ns`` argument of the process records is added back.
 """
 
@@ -542,23 +543,22 @@ def _nest(
     intervals: list[tuple[int, int, int, str, str, dict[str, ReadArg]]],
     ns: Callable[[int], int],
 ) -> list[TraceSlice]:
-    """Slices with their depth: a slice is a child of the innermost earlier slice that
-    contains it (in time order, ties in record order), as ``timeline.check_nesting``
-    defines containment; a slice that overlaps another without nesting is an error."""
+    """Slices with their depth, nested as Perfetto nests them: in time order (ties in
+    record order), a slice starts by closing every open slice that ends at or before its
+    start, and is the child of the innermost one still open (so a slice of length 0 never
+    has children). A slice that ends after the one it starts in is an error."""
     intervals.sort(key=lambda s: (s[0], s[2]))
     out: list[TraceSlice] = []
     stack: list[tuple[int, int]] = []  # (start, end) of the open ancestors
     for start, end, _, name, category, args in intervals:
-        while stack:
-            ps, pe = stack[-1]
-            if end <= pe and (start < pe or start == ps):
-                break
-            if start < pe:
-                raise FxtFormatError(
-                    f"slice {name!r} [{ns(start)}, {ns(end)}] on thread {key} overlaps "
-                    f"[{ns(ps)}, {ns(pe)}] without nesting in it"
-                )
+        while stack and stack[-1][1] <= start:
             stack.pop()
+        if stack and end > stack[-1][1]:
+            ps, pe = stack[-1]
+            raise FxtFormatError(
+                f"slice {name!r} [{ns(start)}, {ns(end)}] on thread {key} overlaps "
+                f"[{ns(ps)}, {ns(pe)}] without nesting in it"
+            )
         out.append(TraceSlice(ns(start), ns(end), len(stack), name, category, args))
         stack.append((start, end))
     return out

@@ -1,0 +1,334 @@
+"""Write -> read round trips of random Timelines, checked by our strict reader and by the
+third-party ``fxt`` reader; the format's limits (string and thread tables, long strings,
+record size) at their real values."""
+
+from __future__ import annotations
+
+import io
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ptscope.fxt import FxtWriter, read_trace, write_timeline
+from ptscope.fxt import records as rec
+from ptscope.timeline import (
+    CounterSample,
+    Instant,
+    SliceFlags,
+    ThreadTimeline,
+    Timeline,
+    check_nesting,
+)
+from support.fxt_check import check_against_timeline
+
+NAME_TEXT = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=12)
+ADDRESSES = st.sampled_from([0, 1, 0x401000, 0x7FFF_FFFF_F000, (1 << 64) - 1])
+COUNTS = st.one_of(st.just(-1), st.integers(0, (1 << 63) - 1))
+FLAGS = st.sampled_from([0, 0, 0, 1, 2, 3, 4, 7, 0x80])
+
+
+@st.composite
+def thread_columns(draw: st.DrawFn, pid: int, tid: int, n_names: int, base: int) -> ThreadTimeline:
+    """A properly nested random call tree: push/pop operations with small time steps
+    (0 included, so slices can share start times and be empty)."""
+    ops = draw(
+        st.lists(
+            st.tuples(
+                st.booleans(),
+                st.integers(0, 4),
+                st.integers(0, n_names - 1),
+                ADDRESSES,
+                COUNTS,
+                COUNTS,
+                FLAGS,
+            ),
+            max_size=40,
+        )
+    )
+    now = base + draw(st.integers(0, 1000))
+    # (start, has children, (name, address, instructions, cycles, flags))
+    stack: list[tuple[int, list[bool], tuple[int, int, int, int, int]]] = []
+    rows: list[tuple[int, int, int, int, int, int, int, int]] = []
+
+    def pop() -> None:
+        nonlocal now
+        start, has_children, (name, address, instructions, cycles, flags) = stack.pop()
+        if start == now and (has_children[0] or (stack and stack[-1][0] != now)):
+            # As the engine does (every call lasts at least 1 ns): an empty slice may
+            # neither sit exactly at its parent's end nor have children (Perfetto would
+            # show them as its siblings).
+            now += 1
+        rows.append((start, now, len(stack), name, address, instructions, cycles, flags))
+
+    for push, step, name, address, instructions, cycles, flags in ops:
+        now += step
+        if push:
+            if stack:
+                stack[-1][1][0] = True
+            stack.append((now, [False], (name, address, instructions, cycles, flags)))
+        elif stack:
+            pop()
+    while stack:
+        now += draw(st.integers(0, 3))
+        pop()
+    rows.sort(key=lambda r: (r[0], r[2]))  # stable: equal (start, depth) keep pop order
+    cols = list(zip(*rows, strict=True)) if rows else [()] * 8
+    thread = ThreadTimeline(
+        pid=pid,
+        tid=tid,
+        name=draw(st.one_of(st.just(""), NAME_TEXT)),
+        start=np.array(cols[0], dtype=np.int64),
+        end=np.array(cols[1], dtype=np.int64),
+        depth=np.array(cols[2], dtype=np.int32),
+        name_id=np.array(cols[3], dtype=np.int32),
+        address=np.array(cols[4], dtype=np.uint64),
+        instructions=np.array(cols[5], dtype=np.int64),
+        cycles=np.array(cols[6], dtype=np.int64),
+        flags=np.array(cols[7], dtype=np.uint8),
+    )
+    check_nesting(thread)
+    end = now + 5
+    for _ in range(draw(st.integers(0, 3))):
+        args = draw(
+            st.dictionaries(
+                st.sampled_from(["code", "ip", "why"]),
+                st.one_of(st.integers(-(1 << 63), (1 << 63) - 1), NAME_TEXT),
+                max_size=2,
+            )
+        )
+        name = "[decode error: " + draw(NAME_TEXT) + "]"
+        thread.instants.append(Instant(draw(st.integers(base, end)), name, args))
+    for _ in range(draw(st.integers(0, 3))):
+        value = draw(st.integers(-(1 << 63), (1 << 63) - 1))
+        name = draw(st.sampled_from(["cbr", "MHz"]))
+        thread.counters.append(CounterSample(draw(st.integers(base, end)), name, value))
+    return thread
+
+
+@st.composite
+def timelines(draw: st.DrawFn, max_threads: int = 4) -> Timeline:
+    names = draw(st.lists(NAME_TEXT, min_size=1, max_size=30))  # repeats and "" included
+    base = draw(st.one_of(st.integers(0, 10**6), st.integers(0, 1 << 62)))
+    n_threads = draw(st.integers(0, max_threads))
+    pids = draw(st.lists(st.sampled_from([0, 1, 4242, (1 << 31) - 1]), min_size=n_threads,
+                         max_size=n_threads))  # fmt: skip
+    threads = [draw(thread_columns(pid, 100 + i, len(names), base)) for i, pid in enumerate(pids)]
+    threads.sort(key=lambda t: (t.pid, t.tid))
+    processes = draw(
+        st.dictionaries(st.sampled_from([1, 4242, 7]), st.one_of(NAME_TEXT, st.just("")))
+    )
+    return Timeline(names=names, threads=threads, processes=processes)
+
+
+def check_roundtrip(timeline: Timeline, path: Path) -> None:
+    """Our strict reader gets back exactly the Timeline's slices, instants, counters and
+    names; the third-party reader sees the same slices, instants and counters."""
+    trace = read_trace(path)
+    time_range = timeline.time_range()
+    assert trace.time_base == (time_range[0] if time_range else 0)
+    assert trace.max_record_words <= rec.MAX_RECORD_WORDS
+
+    def cut(text: str) -> str:
+        return rec.truncate_utf8(text).decode()
+
+    for th in timeline.threads:
+        key = (th.pid, th.tid)
+        want = list(th.slices(timeline.names))
+        for s in want:
+            s.name = cut(s.name)
+        got = [s.to_slice() for s in trace.slices.get(key, [])]
+        assert got == want
+        assert all(s.category == rec.CATEGORY for s in trace.slices.get(key, []))
+        got_instants = [(i.time, i.name, i.args) for i in trace.instants.get(key, [])]
+        want_instants = sorted(
+            ((i.time, cut(i.name), {k: v if isinstance(v, int) else cut(v) for k, v in
+                                    i.args.items()}) for i in th.instants),
+            key=lambda i: i[0],
+        )  # fmt: skip
+        assert got_instants == want_instants
+        got_counters = [(c.time, c.name, c.values) for c in trace.counters.get(key, [])]
+        want_counters = sorted(
+            ((c.time, c.name, {rec.ARG_COUNTER_VALUE: c.value}) for c in th.counters),
+            key=lambda c: c[0],
+        )
+        assert got_counters == want_counters
+        assert trace.threads.get(key, "") == cut(th.name)
+    assert set(trace.thread_keys()) <= {(t.pid, t.tid) for t in timeline.threads}
+    pids = {t.pid for t in timeline.threads} | set(timeline.processes)
+    assert trace.processes == {p: cut(timeline.processes.get(p, "")) for p in pids}
+    check_against_timeline(path, timeline)
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(timeline=timelines(), gz=st.booleans())
+def test_roundtrip(tmp_path: Path, timeline: Timeline, gz: bool) -> None:
+    path = tmp_path / ("t.fxt.gz" if gz else "t.fxt")
+    stats = write_timeline(timeline, path)
+    assert stats.slices == timeline.slice_count()
+    assert stats.file_bytes == path.stat().st_size
+    assert (path.read_bytes()[:2] == b"\x1f\x8b") == gz
+    check_roundtrip(timeline, path)
+
+
+@settings(
+    max_examples=100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    timeline=timelines(max_threads=6),
+    string_slots=st.sampled_from([5, 6, 9]),
+    thread_slots=st.sampled_from([1, 2, 3]),
+)
+def test_roundtrip_with_tiny_tables(
+    tmp_path: Path, timeline: Timeline, string_slots: int, thread_slots: int
+) -> None:
+    """Tables far smaller than the trace needs: entries are reused all the time (5 is
+    the least an instant with two string args needs: its name, 2 keys, 2 values)."""
+    path = tmp_path / "t.fxt"
+    time_range = timeline.time_range()
+    base = time_range[0] if time_range else 0
+    with open(path, "wb") as f:
+        writer = FxtWriter(f, time_base=base, string_slots=string_slots, thread_slots=thread_slots)
+        writer.timeline(timeline)
+        writer.close()
+    check_roundtrip(timeline, path)
+
+
+def walk_records(data: bytes) -> list[tuple[int, int]]:
+    """(record type, size in words) of every record, framed independently of the reader."""
+    out = []
+    at = 0
+    while at < len(data):
+        header = struct.unpack_from("<Q", data, at)[0]
+        words = (header >> 4) & 0xFFF
+        assert words > 0
+        out.append((header & 0xF, words))
+        at += words * 8
+    assert at == len(data)
+    return out
+
+
+def test_more_names_than_the_string_table_holds(tmp_path: Path) -> None:
+    """40,000 distinct names on one thread (then again on a second): the table's 32,767
+    entries are reused, every slice keeps its own name."""
+    n = 40_000
+    names = [f"function_{i}" for i in range(n)]
+    threads = []
+    for tid in (1, 2):
+        start = np.arange(n, dtype=np.int64) * 10 + 1_000_000_000_000
+        threads.append(
+            ThreadTimeline(
+                pid=1, tid=tid, start=start, end=start + 5,
+                depth=np.zeros(n, dtype=np.int32),
+                name_id=np.arange(n, dtype=np.int32)[:: 1 if tid == 1 else -1].copy(),
+                address=np.zeros(n, dtype=np.uint64),
+                instructions=np.full(n, -1, dtype=np.int64),
+                cycles=np.full(n, -1, dtype=np.int64),
+                flags=np.zeros(n, dtype=np.uint8),
+            )
+        )  # fmt: skip
+    timeline = Timeline(names=names, threads=threads, processes={1: "prog"})
+    path = tmp_path / "many.fxt"
+    stats = write_timeline(timeline, path)
+    assert stats.string_records > n  # entries were reused and strings written again
+    kinds = walk_records(path.read_bytes())
+    assert max(w for _, w in kinds) <= rec.MAX_RECORD_WORDS
+    check_roundtrip(timeline, path)
+
+
+def test_more_threads_than_the_thread_table_holds(tmp_path: Path) -> None:
+    """300 threads in 3 processes, then the first ones again (instants written after all
+    slices refer to threads whose table entries were reused)."""
+    threads = []
+    for i in range(300):
+        start = np.array([1000 + i, 1001 + i], dtype=np.int64)
+        threads.append(
+            ThreadTimeline(
+                pid=1 + i % 3, tid=10_000 + i, name=f"worker {i}",
+                start=start, end=start + np.array([10, 2]),
+                depth=np.array([0, 1], dtype=np.int32),
+                name_id=np.array([i % 2, 2], dtype=np.int32),
+                address=np.array([0x1000, 0], dtype=np.uint64),
+                instructions=np.array([5, -1], dtype=np.int64),
+                cycles=np.array([-1, 7], dtype=np.int64),
+                flags=np.array([0, 1], dtype=np.uint8),
+                instants=[Instant(1005 + i, "[decode error: overflow]")],
+            )
+        )  # fmt: skip
+    threads.sort(key=lambda t: (t.pid, t.tid))
+    timeline = Timeline(names=["main", "run", "leaf"], threads=threads,
+                        processes={1: "a", 2: "b", 3: "c"})  # fmt: skip
+    path = tmp_path / "threads.fxt.gz"
+    stats = write_timeline(timeline, path)
+    assert stats.thread_records == 300
+    check_roundtrip(timeline, path)
+
+
+def test_long_strings_are_cut_at_a_character_boundary(tmp_path: Path) -> None:
+    long_name = "x" * 31_999 + "é" + "y" * 10_000  # é is 2 bytes: bytes 31,999..32,000
+    long_error = "[decode error: " + "€" * 20_000 + "]"  # 3 bytes each
+    start = np.array([10, 12], dtype=np.int64)
+    thread = ThreadTimeline(
+        pid=5, tid=6, name="t" * 40_000, start=start, end=np.array([20, 15]),
+        depth=np.array([0, 1], dtype=np.int32), name_id=np.array([0, 1], dtype=np.int32),
+        address=np.zeros(2, dtype=np.uint64), instructions=np.full(2, -1),
+        cycles=np.full(2, -1), flags=np.zeros(2, dtype=np.uint8),
+        instants=[Instant(11, long_error, {"detail": "z" * 50_000})],
+    )  # fmt: skip
+    timeline = Timeline(names=[long_name, "short"], threads=[thread], processes={5: "p" * 33_000})
+    path = tmp_path / "long.fxt"
+    write_timeline(timeline, path)
+    trace = read_trace(path)
+    slices = trace.slices[(5, 6)]
+    assert slices[0].name == "x" * 31_999  # the 2-byte character did not fit
+    assert slices[1].name == "short"
+    assert trace.instants[(5, 6)][0].name == "[decode error: " + "€" * 10_661
+    assert len(trace.instants[(5, 6)][0].name.encode()) <= rec.MAX_STRING_BYTES
+    assert trace.instants[(5, 6)][0].args == {"detail": "z" * 32_000}
+    assert trace.threads[(5, 6)] == "t" * 32_000
+    assert trace.processes[5] == "p" * 32_000
+    kinds = walk_records(path.read_bytes())
+    assert max(w for _, w in kinds) == 1 + 32_000 // 8  # the longest string record
+    check_roundtrip(timeline, path)
+
+
+def test_empty_timeline(tmp_path: Path) -> None:
+    path = tmp_path / "empty.fxt"
+    write_timeline(Timeline(), path)
+    trace = read_trace(path)
+    assert trace.slices == {} and trace.processes == {} and trace.time_base == 0
+    check_against_timeline(path, Timeline())
+
+
+def test_negative_pid_and_tid_round_trip() -> None:
+    """perf reports pid/tid -1 for samples it cannot attribute."""
+    buf = io.BytesIO()
+    writer = FxtWriter(buf, time_base=100)
+    writer.process(-1, "unknown")
+    writer.thread_name(-1, -1, "unknown thread")
+    writer.complete(-1, -1, 100, 200, "f")
+    writer.close()
+    trace = read_trace(buf.getvalue())
+    assert trace.processes == {-1: "unknown"}
+    assert trace.threads == {(-1, -1): "unknown thread"}
+    assert [(s.start, s.end, s.name) for s in trace.slices[(-1, -1)]] == [(100, 200, "f")]
+
+
+def test_flag_words_cover_every_slice_flag() -> None:
+    for flag in SliceFlags:
+        if flag:
+            assert rec.flags_text(flag) == flag.name.lower()  # type: ignore[union-attr]
+            assert rec.parse_flags_text(rec.flags_text(flag)) == flag
+    assert rec.flags_text(0x85) == "inferred_start|synthetic|bit7"
+    assert rec.parse_flags_text("inferred_start|synthetic|bit7") == 0x85
+    with pytest.raises(ValueError, match="unknown slice flag"):
+        rec.parse_flags_text("sideways")
