@@ -505,7 +505,7 @@ class PerfTextParser:
         missing = _MISSING
         drop = _DROP
         branches = dropped = count = 0
-        last_time_text = last_thread_text = ""
+        last_time_text = last_thread_text = last_event_text = ""
         time = pid = tid = 0
         # A stack sample being collected must be completed (by _other_line) before any
         # other line is used, so the fast path is only taken when none is pending.
@@ -523,11 +523,20 @@ class PerfTextParser:
             info = body_get(body, missing)
             if info is missing:
                 info = self._body(body)
-            if info is None or event_text[-1] != ":":
+            if info is None:
                 other(line, out)
                 pending = self._pending is not None
                 counting = self._counting
                 continue
+            if event_text != last_event_text:
+                # Only "branches" events take the fast path (a cbr line's symbol may hold
+                # " => " too); anything else is sorted out by _other_line.
+                if not (event_text.startswith("branches") and event_text[-1] == ":"):
+                    other(line, out)
+                    pending = self._pending is not None
+                    counting = self._counting
+                    continue
+                last_event_text = event_text
             if time_text != last_time_text:
                 try:
                     if time_text[-11] != "." or time_text[-1] != ":":
@@ -720,18 +729,18 @@ class PerfTextParser:
             return
         body = header.body
         name = header.event.partition(":")[0].partition("/")[0]
-        if " => " in body:
-            if not self._branch_line(header, body, out):
-                self._unknown(line)
-            return
-        if name == "cbr" or " cbr: " in body:
+        if name == "cbr":
             self._power(header, line, out)
             return
-        if name == "psb" or body.lstrip().startswith("psb offs:"):
+        if name == "psb":
             self.stats.psb += 1
             return
         if name in _IGNORED_EVENTS:
             self.stats.ignored_events[name] += 1
+            return
+        if " => " in body:
+            if not self._branch_line(header, body, out):
+                self._unknown(line)
             return
         text = body.strip()
         self._pending = StackSample(
