@@ -23,9 +23,12 @@ log = logging.getLogger("ptscope")
 def _commands() -> list[Command]:
     # Imported here so that `ptscope --help` stays fast and a broken optional module
     # cannot stop the others from working.
-    from ptscope.cli import decode, demo, dump
+    from ptscope.cli import attach, decode, demo, doctor, dump, run
 
-    return [decode.DecodeCommand(), dump.DumpCommand(), demo.DemoCommand()]
+    return [
+        *(decode.DecodeCommand(), dump.DumpCommand(), demo.DemoCommand()),
+        *(run.RunCommand(), attach.AttachCommand(), doctor.DoctorCommand()),
+    ]
 
 
 def _build_parser(commands: Sequence[Command]) -> argparse.ArgumentParser:

@@ -1,0 +1,99 @@
+"""`ptscope attach -p PID[,PID...]`: trace running processes until Ctrl-C, a trigger, or
+their exit (no ``-p`` on a terminal: pick processes with a fuzzy finder)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from ptscope.cli.run import (
+    RecordingPlace,
+    add_record_arguments,
+    build_perf_backend,
+    check_output,
+    choose_backend,
+    decode_step,
+    hit_source_factory,
+    prepare_trigger,
+    probe_capabilities,
+    report_session,
+    require_perf,
+    session_options,
+)
+from ptscope.errors import BadInputError, UsageError
+
+__all__ = ["AttachCommand", "parse_pids"]
+
+
+def parse_pids(text: str) -> list[int]:
+    """``12,34`` → [12, 34]; duplicates and non-numbers are usage errors."""
+    try:
+        pids = [int(p) for p in text.split(",") if p.strip()]
+    except ValueError:
+        raise UsageError(f"-p {text!r}: expected PIDs separated by commas") from None
+    if not pids:
+        raise UsageError("-p: no PID given")
+    if len(set(pids)) != len(pids):
+        raise UsageError(f"-p {text}: a PID is given twice")
+    return pids
+
+
+def _executable(pid: int) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
+    except FileNotFoundError:
+        raise BadInputError(f"no process with PID {pid}") from None
+    except PermissionError:
+        raise BadInputError(
+            f"cannot read the executable of process {pid}: permission denied",
+            hint="attach to your own processes, or run as root",
+        ) from None
+    except OSError as e:
+        raise BadInputError(f"process {pid}: {e.strerror}") from None
+
+
+class AttachCommand:
+    name = "attach"
+    help = "trace running processes (Ctrl-C takes the snapshot)"
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "-p", "--pid", metavar="PID[,PID...]", help="processes to trace (default: pick)"
+        )
+        add_record_arguments(parser, run=False)
+
+    def run(self, args: argparse.Namespace) -> int:
+        output = check_output(args.output)
+        if args.pid:
+            pids = parse_pids(args.pid)
+        else:
+            from ptscope.record.picker import pick_processes
+
+            pids = pick_processes()
+        for pid in pids:
+            if pid <= 0 or not os.path.isdir(f"/proc/{pid}"):
+                raise BadInputError(f"no process with PID {pid}")
+        caps = probe_capabilities()
+        backend = choose_backend(args.backend, caps.intel_pt.present, run=False)
+        trigger = None
+        if args.trigger:
+            # Symbols come from the first process's executable (and its libraries).
+            trigger = prepare_trigger(args.trigger, _executable(pids[0]))
+        if args.multi_snapshot and trigger is None:
+            raise UsageError("--multi-snapshot needs --trigger")
+        perf_backend, warnings = build_perf_backend(
+            args, backend, caps, has_trigger=trigger is not None
+        )
+        for warning in warnings:
+            print(f"ptscope: warning: {warning}", file=sys.stderr)
+        place = RecordingPlace(args.keep_recording)
+        options = session_options(args, place)
+        if trigger is not None:
+            options.make_hit_source = hit_source_factory(trigger)
+        from ptscope.record.session import attach_processes
+
+        with place.recording():
+            result = attach_processes(pids, require_perf(caps), perf_backend, options)
+        report_session(result)
+        return decode_step(result.recording, output, args, place)

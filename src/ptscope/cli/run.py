@@ -1,0 +1,477 @@
+"""`ptscope run -- CMD ARGS`: record a program from its start, then decode it into a trace.
+
+Also holds what ``attach`` shares with ``run``: the recording options, the backend choice,
+the trigger set-up and the decode step (one call into :mod:`ptscope.pipeline`), with the
+rule that a recording is never lost: when decoding fails or is interrupted, its directory
+is kept and the command says how to decode it again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ptscope.errors import PtscopeError, RecordingError, UsageError
+from ptscope.recording import Recording
+
+if TYPE_CHECKING:
+    from ptscope.perftool import PerfTool
+    from ptscope.record.capabilities import Capabilities
+    from ptscope.record.session import HitSource, PerfBackend, SessionOptions, SessionResult
+    from ptscope.record.symbols import Selection
+
+log = logging.getLogger("ptscope")
+
+__all__ = ["RecordingPlace", "RunCommand", "add_record_arguments", "kept_message"]
+
+BACKENDS = ("auto", "intel-pt", "emulated", "sampling")
+PERFETTO_UI = "https://ui.perfetto.dev"
+
+
+def add_record_arguments(parser: argparse.ArgumentParser, *, run: bool) -> None:
+    """Options common to ``run`` and ``attach``."""
+    parser.add_argument(
+        "--backend",
+        choices=BACKENDS if run else ("auto", "intel-pt", "sampling"),
+        default="auto",
+        help="intel-pt (hardware), emulated (QEMU, run only) or sampling (perf -g); "
+        "auto: intel-pt where the CPU has it, else " + ("emulated" if run else "sampling"),
+    )
+    parser.add_argument(
+        "-o", "--output", type=Path, default=Path("trace.fxt.gz"), help="trace file to write"
+    )
+    parser.add_argument(
+        "--keep-recording",
+        metavar="DIR",
+        type=Path,
+        help="keep perf.data and metadata in DIR (decode again with: ptscope decode DIR)",
+    )
+    trig = parser.add_argument_group("snapshots and triggers")
+    trig.add_argument(
+        "--trigger",
+        metavar="SEL",
+        help="take the snapshot when this runs, on any thread: SYMBOL, 0xADDR, FILE:LINE, "
+        "or ? to pick (default: snapshot at exit or Ctrl-C)",
+    )
+    trig.add_argument(
+        "--multi-snapshot",
+        action="store_true",
+        help="a snapshot at every trigger hit (each in its own perf.data)",
+    )
+    trig.add_argument(
+        "--filter",
+        metavar="START,STOP",
+        help="keep only what happens between a call of START and the next call of STOP",
+    )
+    pt = parser.add_argument_group("Intel PT")
+    pt.add_argument(
+        "--snapshot-size",
+        metavar="SIZE",
+        help="ring buffer size (e.g. 4M; rounded to a power-of-two number of pages)",
+    )
+    pt.add_argument(
+        "--full-execution",
+        action="store_true",
+        help="record everything instead of the last SIZE bytes (hundreds of MB/s)",
+    )
+    pt.add_argument(
+        "--timer-resolution",
+        metavar="R",
+        default="normal",
+        help="low, normal, high, or Intel PT terms like cyc=1,mtc_period=3 "
+        "(terms: cyc, cyc_thresh, mtc, mtc_period, noretcomp, psb_period); "
+        "sampling: low=1kHz, normal=10kHz, high=the machine's maximum",
+    )
+    scope = pt.add_mutually_exclusive_group()
+    scope.add_argument("--kernel", action="store_true", help="trace the kernel too (root)")
+    scope.add_argument("--kernel-only", action="store_true", help="trace only the kernel (root)")
+    pt.add_argument(
+        "--no-kcore", action="store_true", help="do not copy /proc/kcore with kernel traces"
+    )
+    parser.add_argument(
+        "--multi-thread",
+        action="store_true",
+        help="trace every thread (default: the main thread only, with the whole buffer)",
+    )
+    samp = parser.add_argument_group("sampling")
+    samp.add_argument(
+        "--callgraph",
+        choices=("auto", "fp", "dwarf", "lbr"),
+        default="auto",
+        help="how perf unwinds stacks (auto: lbr if the CPU has it, else dwarf)",
+    )
+    samp.add_argument("--frequency", type=int, metavar="HZ", help="samples per second")
+    parser.add_argument(
+        "--print-perf-commands", action="store_true", help="print the perf command lines"
+    )
+    if run:
+        parser.add_argument(
+            "--max-instructions",
+            type=int,
+            metavar="N",
+            help="emulated backend: stop after N instructions",
+        )
+
+
+def choose_backend(requested: str, intel_pt_present: bool, *, run: bool) -> str:
+    """The backend for ``--backend``; ``auto`` says what it picked on one line."""
+    if requested != "auto":
+        return requested
+    if intel_pt_present:
+        return "intel-pt"
+    fallback = "emulated" if run else "sampling"
+    why = "exact, under QEMU" if run else "attach cannot emulate a running process"
+    print(
+        f"ptscope: no Intel PT on this machine: using the {fallback} backend ({why})",
+        file=sys.stderr,
+    )
+    return fallback
+
+
+def kept_message(directory: Path) -> str:
+    return f"recording kept at {directory}; decode again with: ptscope decode {directory}"
+
+
+class RecordingPlace:
+    """The recording directory: the user's (kept) or a temporary one (deleted after a
+    successful decode, kept whenever something went wrong)."""
+
+    def __init__(self, keep: Path | None) -> None:
+        self.keep = keep is not None
+        if keep is not None:
+            try:
+                keep.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise UsageError(f"--keep-recording {keep}: {e.strerror}") from e
+            if any(keep.iterdir()) and not (keep / "ptscope-recording.json").exists():
+                raise UsageError(
+                    f"--keep-recording {keep}: the directory is not empty",
+                    hint="give a new or empty directory (or a previous recording's)",
+                )
+            self.directory = keep.resolve()
+        else:
+            self.directory = Path(tempfile.mkdtemp(prefix="ptscope-"))
+
+    def has_data(self) -> bool:
+        return any(
+            p.name.startswith("perf.data") and (p.is_dir() or p.stat().st_size > 0)
+            for p in self.directory.iterdir()
+        )
+
+    def discard(self) -> None:
+        if not self.keep:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[None]:
+        """Recording stage: on failure, keep what was recorded (and say where)."""
+        try:
+            yield
+        except (PtscopeError, KeyboardInterrupt):
+            if self.has_data():
+                print(f"ptscope: {kept_message(self.directory)}", file=sys.stderr)
+            else:
+                self.discard()
+            raise
+
+    @contextlib.contextmanager
+    def decoding(self) -> Iterator[None]:
+        """Decode stage: on failure or Ctrl-C the recording stays, with how to decode it."""
+        try:
+            yield
+        except BaseException:
+            print(f"ptscope: {kept_message(self.directory)}", file=sys.stderr)
+            raise
+        if self.keep:
+            print(f"ptscope: {kept_message(self.directory)}", file=sys.stderr)
+        else:
+            self.discard()
+
+
+def _stderr_is_terminal() -> bool:
+    return sys.stderr.isatty()
+
+
+@contextlib.contextmanager
+def status(message: str) -> Iterator[Callable[[str], None]]:
+    """A rich spinner on stderr when it is a terminal; a no-op otherwise."""
+    if not _stderr_is_terminal():
+        yield lambda _text: None
+        return
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    with console.status(message) as live:
+        yield lambda text: live.update(text)
+
+
+def decode_step(
+    recording: Recording, output: Path, args: argparse.Namespace, place: RecordingPlace
+) -> int:
+    """Decode a recording into ``output`` (one call into the pipeline)."""
+    from ptscope import pipeline
+
+    region = None
+    if args.filter:
+        from ptscope.reconstruct.region_filter import parse_filter
+
+        region = parse_filter(args.filter)
+    options = pipeline.DecodeOptions(region=region)
+    with place.decoding(), status("decoding…") as update:
+
+        def progress(events: int) -> None:
+            update(f"decoding… {events:,} events")
+
+        summary = pipeline.decode_recording(recording, output, options, progress=progress)
+    print(
+        f"ptscope: wrote {output} ({summary.slices:,} calls on {summary.threads} thread(s), "
+        f"{summary.seconds:.1f} s)",
+        file=sys.stderr,
+    )
+    if summary.decode_errors:
+        print(
+            f"ptscope: {summary.decode_errors} decode error(s) are marked in the trace",
+            file=sys.stderr,
+        )
+    print(f"ptscope: open it at {PERFETTO_UI}", file=sys.stderr)
+    return 0
+
+
+@dataclass
+class _Trigger:
+    selection: Selection
+    executable: str
+
+
+def prepare_trigger(text: str | None, executable: str) -> _Trigger | None:
+    """Parse ``--trigger`` (asking with the picker for ``?``)."""
+    if not text:
+        return None
+    from ptscope.record.symbols import parse_selection
+
+    selection = parse_selection(text)
+    if selection.kind == "pick":
+        from ptscope.record.picker import pick_function
+
+        selection = pick_function(executable, selection)
+    return _Trigger(selection, executable)
+
+
+def hit_source_factory(trigger: _Trigger) -> Callable[[Sequence[int]], HitSource | None]:
+    """Resolve the trigger in the first target (its maps) and arm it on every target."""
+
+    def make(pids: Sequence[int]) -> HitSource | None:
+        from ptscope.record.breakpoints import BreakpointSet
+        from ptscope.record.symbols import read_maps, resolve_selection
+
+        breakpoints = resolve_selection(trigger.selection, trigger.executable, read_maps(pids[0]))
+        for bp in breakpoints:
+            log.info("trigger %s at %#x", bp.label, bp.address)
+        source = BreakpointSet(breakpoints)
+        try:
+            source.arm(pids)
+        except BaseException:
+            source.close()
+            raise
+        return source
+
+    return make
+
+
+def build_perf_backend(
+    args: argparse.Namespace, backend: str, caps: Capabilities, *, has_trigger: bool
+) -> tuple[PerfBackend, list[str]]:
+    """The perf-based backend object for the options, adapted to the machine."""
+    from ptscope.record.perf_commands import (
+        CallgraphMode,
+        TraceScope,
+        parse_size,
+        parse_timer_resolution,
+        snapshot_pages,
+    )
+
+    scope = (
+        TraceScope.KERNEL
+        if args.kernel_only
+        else TraceScope.BOTH
+        if args.kernel
+        else TraceScope.USER
+    )
+    timer = parse_timer_resolution(args.timer_resolution)
+    warnings: list[str] = []
+    if backend == "intel-pt":
+        from ptscope.record.intel_pt import IntelPtBackend
+
+        size = None
+        if args.snapshot_size:
+            size = snapshot_pages(parse_size(args.snapshot_size))
+            if size.warning():
+                warnings.append(str(size.warning()))
+        pt = IntelPtBackend(
+            scope=scope,
+            timer=timer,
+            snapshot_size=size,
+            full_execution=args.full_execution,
+            multi_snapshot=args.multi_snapshot,
+            kcore=not args.no_kcore,
+            has_trigger=has_trigger,
+        )
+        prepared, more = pt.prepare(caps)
+        return prepared, warnings + more
+    from ptscope.record.sampling import SamplingBackend
+
+    if args.snapshot_size or args.full_execution:
+        warnings.append("--snapshot-size/--full-execution do not apply to sampling: ignored")
+    if args.multi_snapshot:
+        warnings.append("--multi-snapshot does not apply to sampling: trigger hits are marked")
+    callgraph = None if args.callgraph == "auto" else CallgraphMode(args.callgraph)
+    sampling = SamplingBackend(
+        scope=scope, timer=timer, callgraph=callgraph, frequency=args.frequency
+    )
+    prepared_s, more = sampling.prepare(caps)
+    return prepared_s, warnings + more
+
+
+def probe_capabilities() -> Capabilities:
+    from ptscope import _native
+    from ptscope.record.capabilities import probe
+
+    return probe(dlfilter_path=_native.dlfilter_path())
+
+
+def require_perf(caps: Capabilities) -> PerfTool:
+    if caps.perf is None:  # the backends' prepare() refuses first; this is for the types
+        raise RecordingError(caps.perf_problem or "perf not found")
+    return caps.perf
+
+
+def check_output(output: Path) -> Path:
+    parent = output.parent if str(output.parent) else Path(".")
+    if not parent.is_dir():
+        raise UsageError(f"-o {output}: directory {parent} does not exist")
+    if output.exists() and output.is_dir():
+        raise UsageError(f"-o {output} is a directory")
+    return output
+
+
+def session_options(args: argparse.Namespace, place: RecordingPlace) -> SessionOptions:
+    from ptscope.record.session import SessionOptions
+
+    def show(text: str) -> None:
+        print(f"ptscope: {text}", file=sys.stderr)
+
+    return SessionOptions(
+        directory=place.directory,
+        multi_thread=args.multi_thread,
+        multi_snapshot=args.multi_snapshot,
+        print_commands=(lambda cmd: print(cmd, file=sys.stderr))
+        if args.print_perf_commands
+        else None,
+        on_ready=show,
+    )
+
+
+def report_session(result: SessionResult) -> None:
+    for warning in result.warnings:
+        print(f"ptscope: warning: {warning}", file=sys.stderr)
+    if result.hits:
+        print(f"ptscope: trigger hit {len(result.hits)} time(s)", file=sys.stderr)
+    if result.reason == "interrupted":
+        print("ptscope: stopped; decoding what was recorded", file=sys.stderr)
+    elif result.reason == "perf-exited":
+        print("ptscope: warning: perf stopped before the program ended", file=sys.stderr)
+
+
+class RunCommand:
+    name = "run"
+    help = "run a program and trace it (Ctrl-C or its exit takes the snapshot)"
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        add_record_arguments(parser, run=True)
+        parser.add_argument("command", nargs=argparse.REMAINDER, help="-- PROGRAM [ARGS...]")
+
+    def run(self, args: argparse.Namespace) -> int:
+        command = list(args.command)
+        if command and command[0] == "--":
+            command = command[1:]
+        if not command:
+            raise UsageError("no program given", hint="ptscope run [options] -- PROGRAM [ARGS]")
+        output = check_output(args.output)
+        caps = probe_capabilities()
+        backend = choose_backend(args.backend, caps.intel_pt.present, run=True)
+        if args.max_instructions is not None and backend != "emulated":
+            raise UsageError("--max-instructions only applies to --backend emulated")
+        if backend == "emulated":
+            return self._run_emulated(args, command, output)
+        executable = shutil.which(command[0]) or command[0]
+        trigger = prepare_trigger(args.trigger, executable) if args.trigger else None
+        if args.multi_snapshot and trigger is None:
+            raise UsageError("--multi-snapshot needs --trigger")
+        perf_backend, warnings = build_perf_backend(
+            args, backend, caps, has_trigger=trigger is not None
+        )
+        for warning in warnings:
+            print(f"ptscope: warning: {warning}", file=sys.stderr)
+        place = RecordingPlace(args.keep_recording)
+        options = session_options(args, place)
+        if trigger is not None:
+            from ptscope.record.symbols import needs_libraries
+
+            options.make_hit_source = hit_source_factory(trigger)
+            options.wait_for_libraries = needs_libraries(trigger.selection, executable)
+        from ptscope.record.session import run_program
+
+        with place.recording():
+            result = run_program(
+                command, require_perf(caps), perf_backend, options, use_ptrace=caps.can_ptrace
+            )
+        report_session(result)
+        if result.exit_code not in (0, None):
+            log.info("the program exited with status %s", result.exit_code)
+        return decode_step(result.recording, output, args, place)
+
+    def _run_emulated(self, args: argparse.Namespace, command: list[str], output: Path) -> int:
+        unsupported = [
+            flag
+            for flag, value in (
+                ("--trigger", args.trigger),
+                ("--multi-snapshot", args.multi_snapshot),
+                ("--kernel", args.kernel or args.kernel_only),
+                ("--snapshot-size", args.snapshot_size),
+            )
+            if value
+        ]
+        if unsupported:
+            raise UsageError(
+                f"{', '.join(unsupported)}: not available with the emulated backend",
+                hint="the emulated backend records the whole user-space run",
+            )
+        try:
+            from ptscope.record import emulated
+        except ImportError as e:
+            raise RecordingError("the emulated backend is not available in this build") from e
+        place = RecordingPlace(args.keep_recording)
+        with place.recording(), status("emulating…") as update:
+
+            def progress(n: int) -> None:
+                update(f"emulating… {n:,} instructions")
+
+            result = emulated.record(
+                command,
+                place.directory,
+                max_instructions=args.max_instructions,
+                progress=progress,
+            )
+        if result.stopped_at_limit:
+            print(f"ptscope: stopped after {result.instructions:,} instructions", file=sys.stderr)
+        elif result.crashed:
+            print(f"ptscope: the program crashed (signal {result.signal})", file=sys.stderr)
+        return decode_step(result.recording, output, args, place)
