@@ -39,6 +39,8 @@ class PerfMap:
     starts: tuple[int, ...]
     ends: tuple[int, ...]
     names: tuple[str, ...]
+    entries: tuple[int, ...]
+    """Each range's function start (a range can be the remnant of a function overlaid)."""
     skipped: int = 0
 
     @classmethod
@@ -66,30 +68,30 @@ class PerfMap:
     def _from_entries(cls, entries: list[tuple[int, int, str]], skipped: int) -> PerfMap:
         ordered = sorted(entries)
         if all(a[1] <= b[0] for a, b in pairwise(ordered)):
+            firsts = tuple(e[0] for e in ordered)
             return cls(
-                tuple(e[0] for e in ordered),
-                tuple(e[1] for e in ordered),
-                tuple(e[2] for e in ordered),
-                skipped,
+                firsts, tuple(e[1] for e in ordered), tuple(e[2] for e in ordered), firsts, skipped
             )
         # Overlaps (code freed and reused): later lines win, each laid over the others.
         starts: list[int] = []
         ends: list[int] = []
         names: list[str] = []
+        origins: list[int] = []
         for start, end, name in entries:
             i = bisect.bisect_right(ends, start)
             j = bisect.bisect_left(starts, end)
-            pieces: list[tuple[int, int, str]] = []
+            pieces: list[tuple[int, int, str, int]] = []
             if i < j:
                 if starts[i] < start:
-                    pieces.append((starts[i], start, names[i]))
+                    pieces.append((starts[i], start, names[i], origins[i]))
                 if ends[j - 1] > end:
-                    pieces.append((end, ends[j - 1], names[j - 1]))
-            new = sorted([*pieces, (start, end, name)])
+                    pieces.append((end, ends[j - 1], names[j - 1], origins[j - 1]))
+            new = sorted([*pieces, (start, end, name, start)])
             starts[i:j] = [p[0] for p in new]
             ends[i:j] = [p[1] for p in new]
             names[i:j] = [p[2] for p in new]
-        return cls(tuple(starts), tuple(ends), tuple(names), skipped)
+            origins[i:j] = [p[3] for p in new]
+        return cls(tuple(starts), tuple(ends), tuple(names), tuple(origins), skipped)
 
     @classmethod
     def load(cls, path: Path) -> PerfMap:
@@ -102,7 +104,7 @@ class PerfMap:
         """(name, start) of the function containing ``ip``."""
         i = bisect.bisect_right(self.starts, ip) - 1
         if i >= 0 and ip < self.ends[i]:
-            return self.names[i], self.starts[i]
+            return self.names[i], self.entries[i]
         return None
 
     def __len__(self) -> int:
