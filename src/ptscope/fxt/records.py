@@ -159,9 +159,18 @@ def record_header(record_type: int, size_words: int, fields: int = 0) -> int:
     return record_type | (size_words << 4) | fields
 
 
+_PACKERS: dict[int, struct.Struct] = {}
+
+
 def pack_words(words: Sequence[int]) -> bytes:
     """Little-endian 64-bit words (negative values are written as two's complement)."""
-    return struct.pack(f"<{len(words)}Q", *[w & _MASK64 for w in words])
+    packer = _PACKERS.get(len(words))
+    if packer is None:
+        packer = _PACKERS[len(words)] = struct.Struct(f"<{len(words)}Q")
+    try:
+        return packer.pack(*words)
+    except struct.error:  # a negative value (rare: masking every word costs more)
+        return packer.pack(*[w & _MASK64 for w in words])
 
 
 def padded(data: bytes) -> bytes:
