@@ -224,7 +224,10 @@ def main() -> None:
         secs = time.perf_counter() - t0
         got = sum(len(s) for s in trace.slices.values())
         assert got == n, (got, n)
-        print(f"read_trace (strict, raw file): {secs:.2f} s, {n / secs / 1e3:.0f} k slices/s")
+        print(
+            f"read_trace (strict, raw file): {secs:.2f} s, {n / secs / 1e3:.0f} k slices/s, "
+            f"peak RSS {rss_mb():.0f} MB"
+        )
 
 
 if __name__ == "__main__":

@@ -58,7 +58,7 @@ class FxtFormatError(ValueError):
         self.offset = offset
 
 
-@dataclass
+@dataclass(slots=True)
 class TraceSlice:
     """A slice as read: times in perf ns, depth from how it nests on its thread."""
 
@@ -89,7 +89,7 @@ class TraceSlice:
         )
 
 
-@dataclass
+@dataclass(slots=True)
 class TraceInstant:
     time: int
     name: str
@@ -97,7 +97,7 @@ class TraceInstant:
     args: dict[str, ReadArg] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(slots=True)
 class TraceCounter:
     time: int
     name: str
@@ -527,6 +527,7 @@ class _Reader:
                 )
         for key, intervals in self.intervals.items():
             trace.slices[key] = _nest(key, intervals, ns)
+            intervals.clear()  # one thread's raw tuples alive at a time
         for instants in trace.instants.values():
             instants.sort(key=lambda i: i.time)
             for instant in instants:
