@@ -48,7 +48,7 @@ def test_branch_argv_default() -> None:
         "--ns",
         "--itrace=bep",
         "-F",
-        "pid,tid,time,flags,ip,addr,sym,symoff,dso,event,period",
+        "pid,tid,time,flags,ip,addr,sym,symoff,synth,dso,event,period",
     ]
 
 
@@ -74,7 +74,7 @@ def test_branch_argv_options() -> None:
         "--ns",
         "--itrace=bepi100ns",
         "-F",
-        "pid,tid,time,flags,ip,addr,sym,symoff,dso,event,period,ipc",
+        "pid,tid,time,flags,ip,addr,sym,symoff,synth,dso,event,period,ipc",
         "--time=1.500000000,2.000000001",
         "--pid=10,11",
         "--tid=12",

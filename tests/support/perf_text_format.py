@@ -58,9 +58,7 @@ def format_flags(flags: int, style: str = "6.1") -> str:
         )
     base = flags & ~_XF
     if style == "6.15":
-        prefix = (
-            "tr strt " if base & TRACE_BEGIN else "tr end  " if base & TRACE_END else ""
-        )
+        prefix = "tr strt " if base & TRACE_BEGIN else "tr end  " if base & TRACE_END else ""
         rest = base & ~(TRACE_BEGIN | TRACE_END)
         name = _name(rest)
         if name is not None:

@@ -39,8 +39,9 @@ __all__ = [
     "stream_perf_script",
 ]
 
-BRANCH_FIELDS: Final = "pid,tid,time,flags,ip,addr,sym,symoff,dso,event,period"
-"""``-F`` for branch traces: what the text parser's fast path expects."""
+BRANCH_FIELDS: Final = "pid,tid,time,flags,ip,addr,sym,symoff,synth,dso,event,period"
+"""``-F`` for branch traces: what the text parser's fast path expects. ``synth`` makes perf
+print the payload of synthesized events (the ``cbr: N freq: M MHz`` of power events)."""
 SAMPLING_FIELDS: Final = "pid,tid,time,ip,sym,symoff,dso,event,period"
 """``-F`` for call-stack samples (perf prints the callchain under each sample)."""
 BRANCH_ITRACE: Final = "bep"
@@ -106,11 +107,11 @@ def branch_script_argv(
 ) -> list[str]:
     """The ``perf script`` argv printing the branch trace of ``perf_data`` as text.
 
-    ``perf script -i PERF_DATA --ns --itrace=bep -F pid,tid,time,flags,ip,addr,sym,symoff,
-    dso,event,period`` plus: ``--time`` for ``time_window``, ``--pid`` / ``--tid``,
-    ``itrace_extra`` appended to the itrace letters, ``--symfs``, ``--no-demangle`` when
-    ``demangle`` is false, ``-F +ipc`` (instruction and cycle counts, with cycle-accurate
-    recordings), ``--show-task-events`` (thread names), then ``extra`` verbatim.
+    ``perf script -i PERF_DATA --ns --itrace=bep -F`` :data:`BRANCH_FIELDS` plus: ``--time``
+    for ``time_window``, ``--pid`` / ``--tid``, ``itrace_extra`` appended to the itrace
+    letters, ``--symfs``, ``--no-demangle`` when ``demangle`` is false, ``-F +ipc``
+    (instruction and cycle counts, printed by cycle-accurate recordings),
+    ``--show-task-events`` (thread names), then ``extra`` verbatim.
     """
     fields = BRANCH_FIELDS + (",ipc" if ipc else "")
     return [
@@ -311,6 +312,7 @@ def decode_perf_data_text(
     tids: Sequence[int] = (),
     symfs: Path | str | None = None,
     task_events: bool = False,
+    ipc: bool = True,
     extra: Sequence[str] = (),
     perf: PerfTool | None = None,
     on_stats: Callable[[TextStats], None] | None = None,
@@ -320,24 +322,38 @@ def decode_perf_data_text(
 
     Branch traces by default (:func:`branch_script_argv`), call-stack samples with
     ``sampling`` (:func:`sampling_script_argv`); the options are theirs. ``keep_all``
-    keeps jumps inside one function (dropped by default, as the dlfilter decoder does).
+    keeps jumps inside one function (dropped by default, as the dlfilter decoder does);
+    ``ipc`` asks perf for instruction and cycle counts (printed only by cycle-accurate
+    recordings), so that events carry them as the dlfilter decoder's do.
     ``on_stats`` receives the parser's :class:`TextStats` at the end.
     """
     path = Path(perf_data)
     if not path.exists():
         raise BadInputError(f"{path}: no such file")
     tool = perf if perf is not None else find_perf()
-    build = sampling_script_argv if sampling else branch_script_argv
-    argv = build(
-        path,
-        perf=tool.path,
-        time_window=time_window,
-        pids=pids,
-        tids=tids,
-        symfs=symfs,
-        task_events=task_events,
-        extra=extra,
-    )
+    if sampling:
+        argv = sampling_script_argv(
+            path,
+            perf=tool.path,
+            time_window=time_window,
+            pids=pids,
+            tids=tids,
+            symfs=symfs,
+            task_events=task_events,
+            extra=extra,
+        )
+    else:
+        argv = branch_script_argv(
+            path,
+            perf=tool.path,
+            time_window=time_window,
+            pids=pids,
+            tids=tids,
+            symfs=symfs,
+            task_events=task_events,
+            ipc=ipc,
+            extra=extra,
+        )
     lines = stream_perf_script(argv, perf_data=path, on_stderr=on_stderr)
     yield from parse_text(lines, keep_all=keep_all, on_stats=on_stats)
 

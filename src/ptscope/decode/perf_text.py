@@ -1,17 +1,18 @@
 """Parsing ``perf script`` text into ``ptscope.model`` events, tolerantly and fast.
 
 The input is what :mod:`ptscope.decode.perf_script` asks perf for (``--ns -F
-pid,tid,time,flags,ip,addr,sym,symoff,dso,event,period`` for branch traces, the same
+pid,tid,time,flags,ip,addr,sym,symoff,synth,dso,event,period`` for branch traces, the same
 without ``flags,addr`` plus callchains for sampling), from perf 5.x to 6.x. A branch line::
 
     PID/TID  SEC.NSEC:  PERIOD  EVENT:  FLAGS  IP SYM+OFF (DSO) =>  ADDR SYM+OFF (DSO)
 
-Hot path: a branch line is cut with ``str.partition``/``str.split`` and everything that
-repeats (the flags-and-source text, the target text, ``PID/TID``) is looked up in dicts, so
-a typical line costs a few dict hits, one ``int()`` for the time and one event allocation.
-Everything else (and any cache miss) goes through slower, careful code that parses
-locations from the right (trailing ``(DSO)``, then ``+0xOFF``) so that symbols may hold
-spaces, ``=>``, ``+`` and parentheses.
+Hot path: a branch line is cut with one ``str.split`` into its header fields and its body
+(flags, source, target); the body, which repeats for every execution of a branch in
+compiled code, is looked up in a dict that maps it to the event's ready-made parts, so a
+typical line costs one split, one dict hit, one ``int()`` for the time and one event
+allocation. Everything else (and any cache miss) goes through slower, careful code that
+parses locations from the right (trailing ``(DSO)``, then ``+0xOFF``) so that symbols may
+hold spaces, ``=>``, ``+`` and parentheses.
 
 Conventions shared with the dlfilter decoder (:mod:`ptscope.decode.dlfilter_stream`), so
 that both produce equal events: an unresolved symbol is :data:`~ptscope.model.UNKNOWN_SYMBOL`
@@ -473,7 +474,6 @@ class PerfTextParser:
         # Instructions / cycles of dropped jumps, carried to the thread's next kept branch
         # (only known with ``-F +ipc``).
         self._pending_counts: dict[tuple[int, int], tuple[int, int]] = {}
-        self._counting = False  # set by the first line with instruction/cycle counts
 
     # ----------------------------------------------------------------- public
 
@@ -501,40 +501,47 @@ class PerfTextParser:
         append = out.append
         body_get = self._bodies.get
         thread_get = self._threads.get
-        other = self._other_line
         missing = _MISSING
         drop = _DROP
+        carried = self._pending_counts
         branches = dropped = count = 0
         last_time_text = last_thread_text = last_event_text = ""
         time = pid = tid = 0
-        # A stack sample being collected must be completed (by _other_line) before any
-        # other line is used, so the fast path is only taken when none is pending.
-        pending = self._pending is not None
-        counting = self._counting
         for line in lines:
             count += 1
             parts = line.split(None, 4)
-            if pending or len(parts) != 5:
-                other(line, out)
-                pending = self._pending is not None
-                counting = self._counting
+            # A stack sample being collected is completed by _other_line, which also takes
+            # every line that is not a well-formed "branches" line.
+            if len(parts) != 5 or self._pending is not None:
+                self._other_line(line, out)
                 continue
             thread_text, time_text, _period, event_text, body = parts
+            insn = cycles = 0
+            if body[-1] == " ":
+                # "-F +ipc" appends " \t IPC: 1.00 (INSN/CYC) " when both counts are known.
+                at = body.rfind(" \t IPC: ")
+                if at > 0:
+                    ipc = body[at + 8 :]
+                    body = body[:at]
+                    try:
+                        open_at = ipc.index("(")
+                        slash = ipc.index("/", open_at)
+                        insn = int(ipc[open_at + 1 : slash])
+                        cycles = int(ipc[slash + 1 : ipc.index(")", slash)])
+                    except ValueError:
+                        self._other_line(line, out)
+                        continue
             info = body_get(body, missing)
             if info is missing:
                 info = self._body(body)
             if info is None:
-                other(line, out)
-                pending = self._pending is not None
-                counting = self._counting
+                self._other_line(line, out)
                 continue
             if event_text != last_event_text:
                 # Only "branches" events take the fast path (a cbr line's symbol may hold
-                # " => " too); anything else is sorted out by _other_line.
+                # " => " too).
                 if not (event_text.startswith("branches") and event_text[-1] == ":"):
-                    other(line, out)
-                    pending = self._pending is not None
-                    counting = self._counting
+                    self._other_line(line, out)
                     continue
                 last_event_text = event_text
             if time_text != last_time_text:
@@ -544,26 +551,30 @@ class PerfTextParser:
                     time = int(time_text[:-1].replace(".", "", 1))
                 except (ValueError, IndexError):
                     last_time_text = ""
-                    other(line, out)
-                    pending = self._pending is not None
-                    counting = self._counting
+                    self._other_line(line, out)
                     continue
                 last_time_text = time_text
             if thread_text != last_thread_text:
                 thread = thread_get(thread_text) or self._thread(thread_text)
                 if thread is None:
-                    other(line, out)
-                    pending = self._pending is not None
-                    counting = self._counting
+                    self._other_line(line, out)
                     continue
                 pid, tid = thread
                 last_thread_text = thread_text
             if info is drop:
                 dropped += 1
+                if insn or cycles:
+                    # As the dlfilter does: a dropped jump's counts go to the thread's next
+                    # branch that is kept.
+                    old_insn, old_cycles = carried.get((pid, tid), (0, 0))
+                    carried[pid, tid] = (old_insn + insn, old_cycles + cycles)
                 continue
             kind, state, src, dst, in_tx = info
-            if counting:
-                insn, cycles = self._pending_counts.pop((pid, tid), (0, 0))
+            if carried:
+                old_insn, old_cycles = carried.pop((pid, tid), (0, 0))
+                insn += old_insn
+                cycles += old_cycles
+            if insn or cycles:
                 append(BranchEvent(pid, tid, time, kind, state, src, dst, in_tx, insn, cycles))
             else:
                 append(BranchEvent(pid, tid, time, kind, state, src, dst, in_tx))
@@ -784,7 +795,6 @@ class PerfTextParser:
                 return False
             insn, cycles = counts
             body = body[:at]
-            self._counting = True
         info = self._body(body.strip())
         if info is None:
             return False
