@@ -9,6 +9,7 @@ Input lines (one event each; ``#`` starts a comment)::
     150 error Overflow packet           # a decode error (time may be `-` for none)
     160 tid=2 call g+0x4 => h           # another thread (default tid 1, pid 1)
     170 (x) jmp f+0x3 => g              # in a transaction
+    180 call f+0x3!0x1000 => g          # explicit addresses: `sym+0xOFF!0xADDR`
 
 Symbols get stable fake addresses (0x400000 + 0x1000 * n) so offsets stay meaningful.
 The transcript interleaves each input line with what the engine's final pass produced at the
@@ -61,6 +62,10 @@ class Script:
     def location(self, text: str) -> Location:
         if text == "0":
             return NOWHERE
+        text, _, at = text.partition("!")
+        if at:  # an explicit address: `sym+0xOFF!0xADDR`
+            sym, _, off = text.partition("+")
+            return Location(int(at, 16), sym, int(off, 16) if off else 0, "prog")
         sym, _, off = text.partition("+")
         offset = int(off, 16) if off else 0
         if sym == "[unknown]":

@@ -67,8 +67,11 @@ from ptscope.timeline import (
 
 __all__ = ["EngineStats", "TraceSegmentEngine"]
 
-# Frame layout: [name, parent index, start_slot, end_slot, address, flags, index]
-# (``index`` is the frame's position in its thread's ``all_frames``; parent -1 = none).
+# Frame layout: [function, parent index, start_slot, end_slot, address, flags, index,
+# call site]. ``function`` is what events are matched against (and the slice's name unless
+# the frame was renamed, see ``_Thread.renamed``); ``index`` is the frame's position in its
+# thread's ``all_frames`` (parent -1 = none); ``call site`` is the address of the call
+# instruction that created the frame (0 when not created by a call).
 _F_NAME: Final = 0
 _F_PARENT: Final = 1
 _F_START: Final = 2
@@ -76,6 +79,9 @@ _F_END: Final = 3
 _F_ADDR: Final = 4
 _F_FLAGS: Final = 5
 _F_INDEX: Final = 6
+_F_CALLSITE: Final = 7
+# A return lands this close after its call instruction (x86 instructions are <= 15 bytes).
+_MAX_INSN: Final = 15
 
 Frame = list[Any]
 
@@ -137,6 +143,7 @@ class _Thread:
         "log",
         "name",
         "pid",
+        "renamed",
         "tid",
         "txq",
     )
@@ -157,6 +164,8 @@ class _Thread:
         self.cum_insns = 0
         self.cum_cycles = 0
         self.txq: list[BranchEvent] = []
+        # Frames matched by another name than their slice's (frame index -> slice name).
+        self.renamed: dict[int, str] = {}
 
 
 @dataclass
@@ -189,6 +198,7 @@ class TraceSegmentEngine:
         self._max_examples = max_examples
         self.slot_columns: dict[tuple[int, int], tuple[npt.NDArray[np.int64], ...]] = {}
         self._orphan_errors: list[DecodeError] = []
+        self._comms: dict[tuple[int, int], str] = {}
         self._finished = False
 
     # ------------------------------------------------------------------ input
@@ -234,6 +244,7 @@ class TraceSegmentEngine:
         for ev in events:
             if type(ev) is not branch_event:
                 feed(ev)
+                cur_tid = -2  # `feed` may have switched the engine's current thread
                 continue
             if ev.tid != cur_tid or ev.pid != cur_pid or th is None:
                 cur_pid = ev.pid
@@ -263,7 +274,16 @@ class TraceSegmentEngine:
                     frames = self._sync_source(th, src, t).frames
                 log = th.log
                 all_frames = th.all_frames
-                frame = [fn, frames[-1][_F_INDEX], len(log), -1, dst.entry, 0, len(all_frames)]
+                frame = [
+                    fn,
+                    frames[-1][_F_INDEX],
+                    len(log),
+                    -1,
+                    dst.entry,
+                    0,
+                    len(all_frames),
+                    src.ip,
+                ]
                 log.append(t * 4 + _CALL_SLOT)
                 frames.append(frame)
                 all_frames.append(frame)
@@ -338,9 +358,9 @@ class TraceSegmentEngine:
         return th
 
     def _comm(self, ev: CommEvent) -> None:
+        # Only a name: the thread's history starts with its first branch, not here.
         self.stats.events += 1
-        th = self._thread(ev.pid, ev.tid, ev.time if ev.time is not None else 0)
-        th.name = ev.comm
+        self._comms[(ev.pid, ev.tid)] = ev.comm
 
     def _power(self, ev: PowerEvent) -> None:
         self.stats.events += 1
@@ -400,7 +420,9 @@ class TraceSegmentEngine:
                 slot = len(th.log)
                 th.log.append(t * 4 + _CALL_SLOT)
                 parent = frames[-1][_F_INDEX]
-                frames.append(self._new_frame(th, dst.function, parent, slot, dst.entry, 0))
+                frame = self._new_frame(th, dst.function, parent, slot, dst.entry, 0)
+                frame[_F_CALLSITE] = src.ip
+                frames.append(frame)
             elif kind == _RETURN:
                 ctx = th.ctxs[-1]
                 frames = ctx.frames
@@ -489,6 +511,16 @@ class TraceSegmentEngine:
                 th.log.append(t * 4)
                 self._close_above(ctx, i, slot, 0)
                 return
+        top = frames[-1]
+        if top[_F_CALLSITE] and 0 < ev.dst.ip - top[_F_CALLSITE] <= _MAX_INSN and len(frames) > 1:
+            # It returns right after its call, into a differently named function: an
+            # assembly label inside the caller (ld.so's `_start` / `_dl_start_user`). The
+            # caller carries on; from now on events name it by the label.
+            slot = len(th.log)
+            th.log.append(t * 4)
+            frames.pop()[_F_END] = slot
+            self._rename(th, frames[-1], fn)
+            return
         if self._land(th, fn, t):
             return
         if len(frames) == 1:
@@ -638,10 +670,16 @@ class TraceSegmentEngine:
         return frame
 
     @staticmethod
+    def _rename(th: _Thread, frame: Frame, function: str) -> None:
+        """Match ``frame`` by another function name from now on; its slice keeps its name."""
+        th.renamed.setdefault(frame[_F_INDEX], frame[_F_NAME])
+        frame[_F_NAME] = function
+
+    @staticmethod
     def _new_frame(
         th: _Thread, name: str, parent: int, start_slot: int, address: int, flags: int
     ) -> Frame:
-        frame = [name, parent, start_slot, -1, address, flags, len(th.all_frames)]
+        frame = [name, parent, start_slot, -1, address, flags, len(th.all_frames), 0]
         th.all_frames.append(frame)
         return frame
 
@@ -731,7 +769,8 @@ class TraceSegmentEngine:
         names: dict[str, int] = {}
         timeline = Timeline()
         with _gc_paused():
-            for (_pid, _tid), th in sorted(self._threads.items()):
+            for key, th in sorted(self._threads.items()):
+                th.name = th.name or self._comms.get(key, "")
                 self._close_all(th)
                 timeline.threads.append(self._thread_timeline(th, names))
         timeline.names = list(names)
@@ -757,9 +796,11 @@ class TraceSegmentEngine:
         frames = th.all_frames
         n = len(frames)
         if n:
-            name_col, parent_col, start_col, end_col, addr_col, flag_col, _ = zip(
+            name_col, parent_col, start_col, end_col, addr_col, flag_col, _, _ = zip(
                 *frames, strict=True
             )
+            if th.renamed:
+                name_col = tuple(th.renamed.get(i, x) for i, x in enumerate(name_col))
             intern = names.setdefault
             name_ids = np.array([intern(x, len(names)) for x in name_col], dtype=np.int32)
             parents = np.array(parent_col, dtype=np.int64)
