@@ -184,3 +184,19 @@ def test_depth_follows_perfetto_nesting() -> None:
     assert got == [(0, 10, 0), (0, 10, 1), (2, 2, 2), (2, 4, 2), (10, 10, 0), (10, 12, 0)]
     with pytest.raises(FxtFormatError, match="overlaps"):
         read_trace(base + complete(0, 10) + complete(5, 11))
+
+
+def test_each_provider_has_its_own_tables_and_tick_rate() -> None:
+    """Index 1 means "f" in provider 0 and "g" in provider 5 (1 tick = 1 us there)."""
+    data = (
+        HEAD + THREAD + NAME
+        + rec.provider_info_record(5, "other") + rec.initialization_record(1_000_000)
+        + rec.thread_record(1, 20, 21) + rec.string_record(1, b"g") + complete(1, 2)
+        + rec.provider_section_record(0) + complete(1, 2)
+    )  # fmt: skip
+    trace = read_trace(data)
+    assert trace.providers == {0: "test", 5: "other"}
+    assert [(s.start, s.end, s.name) for s in trace.slices[(20, 21)]] == [(1000, 2000, "g")]
+    assert [(s.start, s.end, s.name) for s in trace.slices[(10, 11)]] == [(1, 2, "f")]
+    with pytest.raises(FxtFormatError, match="section of provider 7 before its info"):
+        read_trace(HEAD + rec.provider_section_record(7))

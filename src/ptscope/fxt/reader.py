@@ -277,16 +277,28 @@ class _Open:
 
 
 _Interval = tuple[int, int, int, str, str, dict[str, ReadArg]]
-"""(start ticks, end ticks, record number, name, category, args)."""
+"""(start, end, record number, name, category, args); times in ns since the time base."""
 _BeginEnd = tuple[int, int, bool, str, str, dict[str, ReadArg], int]
-"""(ticks, record number, is begin, name, category, args, byte offset)."""
+"""(time, record number, is begin, name, category, args, byte offset)."""
+
+
+@dataclass
+class _Provider:
+    """What the format keeps per provider: its string and thread tables, its tick rate."""
+
+    strings: dict[int, str] = field(default_factory=dict)
+    threads: dict[int, tuple[int, int]] = field(default_factory=dict)
+    ticks_per_second: int = rec.TICKS_PER_SECOND
 
 
 class _Reader:
     def __init__(self) -> None:
         self.trace = FxtTrace()
-        self.strings: dict[int, str] = {}
-        self.thread_table: dict[int, tuple[int, int]] = {}
+        # Provider 0 is there from the start (as in Perfetto): traces need no metadata.
+        self.providers: dict[int, _Provider] = {0: _Provider()}
+        self.provider = self.providers[0]
+        self.strings = self.provider.strings
+        self.thread_table = self.provider.threads
         self.intervals: dict[tuple[int, int], list[_Interval]] = {}
         self.begin_end: dict[tuple[int, int], list[_BeginEnd]] = {}
         self.order = 0
@@ -389,7 +401,7 @@ class _Reader:
             tps = cur.u64()
             if tps == 0:
                 raise FxtFormatError("zero ticks per second", offset)
-            self.trace.ticks_per_second = tps
+            self.provider.ticks_per_second = self.trace.ticks_per_second = tps
             counts["initialization"] += 1
             cur.done()
         elif kind == rec.RecordType.KERNEL_OBJECT:
@@ -410,13 +422,29 @@ class _Reader:
             provider = (header >> 20) & 0xFFFFFFFF
             name = _decode(cur.stream((header >> 52) & 0xFF), cur.offset)
             self.trace.providers[provider] = name
+            self.switch_provider(_Provider(), provider)
             counts["provider-info"] += 1
             cur.done()
         elif mtype == rec.MetadataType.PROVIDER_SECTION:
+            provider = (header >> 20) & 0xFFFFFFFF
+            state = self.providers.get(provider)
+            if state is None:
+                raise FxtFormatError(f"section of provider {provider} before its info", cur.offset)
+            self.switch_provider(state, provider)
             counts["provider-section"] += 1
             cur.done()
         else:
             counts[f"skipped:metadata-{mtype}"] += 1
+
+    def switch_provider(self, state: _Provider, provider: int) -> None:
+        self.providers[provider] = self.provider = state
+        self.strings = state.strings
+        self.thread_table = state.threads
+
+    def ns(self, ticks: int) -> int:
+        """Ticks of the current provider as ns since the time base."""
+        tps = self.provider.ticks_per_second
+        return ticks if tps == rec.TICKS_PER_SECOND else ticks * 1_000_000_000 // tps
 
     def kernel_object(self, header: int, cur: _Cursor) -> None:
         otype = (header >> 16) & 0xFF
@@ -442,7 +470,7 @@ class _Reader:
     def event(self, header: int, cur: _Cursor) -> None:
         etype = (header >> 16) & 0xF
         nargs = (header >> 20) & 0xF
-        ticks = cur.u64()
+        time = self.ns(cur.u64())
         key = self.thread((header >> 24) & 0xFF, cur)
         category = self.string((header >> 32) & 0xFFFF, cur)
         name = self.string(header >> 48, cur)
@@ -450,29 +478,27 @@ class _Reader:
         counts = self.trace.record_counts
         self.order += 1
         if etype == rec.EventType.DURATION_COMPLETE:
-            end = cur.u64()
-            if end < ticks:
+            end = self.ns(cur.u64())
+            if end < time:
                 raise FxtFormatError(f"slice {name!r} ends before it starts", cur.offset)
             intervals = self.intervals.get(key)
             if intervals is None:
                 intervals = self.intervals[key] = []
-            intervals.append((ticks, end, self.order, name, category, args))
+            intervals.append((time, end, self.order, name, category, args))
             counts["complete"] += 1
         elif etype in (rec.EventType.DURATION_BEGIN, rec.EventType.DURATION_END):
             is_begin = etype == rec.EventType.DURATION_BEGIN
             self.begin_end.setdefault(key, []).append(
-                (ticks, self.order, is_begin, name, category, args, cur.offset)
+                (time, self.order, is_begin, name, category, args, cur.offset)
             )
             counts["begin" if is_begin else "end"] += 1
         elif etype == rec.EventType.INSTANT:
-            self.trace.instants.setdefault(key, []).append(
-                TraceInstant(ticks, name, category, args)
-            )
+            self.trace.instants.setdefault(key, []).append(TraceInstant(time, name, category, args))
             counts["instant"] += 1
         elif etype == rec.EventType.COUNTER:
             counter_id = cur.u64()
             self.trace.counters.setdefault(key, []).append(
-                TraceCounter(ticks, name, args, counter_id)
+                TraceCounter(time, name, args, counter_id)
             )
             counts["counter"] += 1
         elif etype <= rec.EventType.FLOW_END:  # async and flow events: one more word
@@ -489,20 +515,18 @@ class _Reader:
         if len(self.time_bases) > 1:
             raise FxtFormatError(f"process records disagree on the time base: {self.time_bases}")
         trace.time_base = next(iter(self.time_bases), 0)
-        tps, base = trace.ticks_per_second, trace.time_base
+        base = trace.time_base
 
-        def ns(ticks: int) -> int:
-            if tps == rec.TICKS_PER_SECOND:
-                return ticks + base
-            return ticks * 1_000_000_000 // tps + base
+        def ns(time: int) -> int:
+            return time + base
 
         for key, events in self.begin_end.items():
             intervals = self.intervals.setdefault(key, [])
             events.sort(key=lambda e: (e[0], e[1]))
             stack: list[_Open] = []
-            for ticks, order, is_begin, name, category, args, offset in events:
+            for time, order, is_begin, name, category, args, offset in events:
                 if is_begin:
-                    stack.append(_Open(ticks, name, category, args, order))
+                    stack.append(_Open(time, name, category, args, order))
                     continue
                 if not stack:
                     raise FxtFormatError(f"end of {name!r} on thread {key} without a begin", offset)
@@ -514,7 +538,7 @@ class _Reader:
                 intervals.append(
                     (
                         began.time,
-                        ticks,
+                        time,
                         began.order,
                         began.name,
                         began.category,
