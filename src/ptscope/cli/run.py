@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import shutil
 import sys
 import tempfile
@@ -33,7 +34,6 @@ log = logging.getLogger("ptscope")
 __all__ = ["RecordingPlace", "RunCommand", "add_record_arguments", "kept_message"]
 
 BACKENDS = ("auto", "intel-pt", "emulated", "sampling")
-PERFETTO_UI = "https://ui.perfetto.dev"
 
 
 def add_record_arguments(parser: argparse.ArgumentParser, *, run: bool) -> None:
@@ -158,7 +158,13 @@ class RecordingPlace:
                 )
             self.directory = keep.resolve()
         else:
-            self.directory = Path(tempfile.mkdtemp(prefix="ptscope-"))
+            try:
+                self.directory = Path(tempfile.mkdtemp(prefix="ptscope-"))
+            except OSError as e:
+                raise UsageError(
+                    f"cannot create a recording directory in {tempfile.gettempdir()}: {e.strerror}",
+                    hint="set TMPDIR to a writable directory, or use --keep-recording DIR",
+                ) from e
 
     def has_data(self) -> bool:
         return any(
@@ -170,14 +176,23 @@ class RecordingPlace:
         if not self.keep:
             shutil.rmtree(self.directory, ignore_errors=True)
 
+    def _keep_and_say(self, error: BaseException) -> None:
+        """Say where the recording is: in the error's hint (printed right after its one
+        line), or directly for an interrupt or a bug."""
+        message = kept_message(self.directory)
+        if isinstance(error, PtscopeError):
+            error.hint = f"{error.hint}\nptscope: {message}" if error.hint else message
+        else:
+            print(f"ptscope: {message}", file=sys.stderr)
+
     @contextlib.contextmanager
     def recording(self) -> Iterator[None]:
         """Recording stage: on failure, keep what was recorded (and say where)."""
         try:
             yield
-        except (PtscopeError, KeyboardInterrupt):
+        except BaseException as e:
             if self.has_data():
-                print(f"ptscope: {kept_message(self.directory)}", file=sys.stderr)
+                self._keep_and_say(e)
             else:
                 self.discard()
             raise
@@ -187,8 +202,8 @@ class RecordingPlace:
         """Decode stage: on failure or Ctrl-C the recording stays, with how to decode it."""
         try:
             yield
-        except BaseException:
-            print(f"ptscope: {kept_message(self.directory)}", file=sys.stderr)
+        except BaseException as e:
+            self._keep_and_say(e)
             raise
         if self.keep:
             print(f"ptscope: {kept_message(self.directory)}", file=sys.stderr)
@@ -231,17 +246,9 @@ def decode_step(
             update(f"decoding… {events:,} events")
 
         summary = pipeline.decode_recording(recording, output, options, progress=progress)
-    print(
-        f"ptscope: wrote {output} ({summary.slices:,} calls on {summary.threads} thread(s), "
-        f"{summary.seconds:.1f} s)",
-        file=sys.stderr,
-    )
-    if summary.decode_errors:
-        print(
-            f"ptscope: {summary.decode_errors} decode error(s) are marked in the trace",
-            file=sys.stderr,
-        )
-    print(f"ptscope: open it at {PERFETTO_UI}", file=sys.stderr)
+    from ptscope.cli.output import print_summary
+
+    print_summary(summary, sys.stdout)
     return 0
 
 
@@ -359,6 +366,8 @@ def check_output(output: Path) -> Path:
         raise UsageError(f"-o {output}: directory {parent} does not exist")
     if output.exists() and output.is_dir():
         raise UsageError(f"-o {output} is a directory")
+    if not os.access(parent, os.W_OK):
+        raise UsageError(f"-o {output}: cannot write in {parent}")
     return output
 
 
