@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hypothesis import given, settings
+import pytest
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ptscope.fxt import read_trace, write_timeline
 from ptscope.model import (
     NOWHERE,
     BranchEvent,
@@ -18,6 +20,7 @@ from ptscope.model import (
 )
 from ptscope.reconstruct.engine import TraceSegmentEngine
 from ptscope.timeline import SliceFlags
+from support.fxt_check import check_against_timeline
 
 FUNCS = ["main", "f", "g", "h", "memcpy", "puts@plt", "puts"]
 
@@ -219,3 +222,27 @@ def test_fast_path_matches_event_by_event_feeding(events: list[Event]) -> None:
         list(t.slices(b.names)) for t in b.threads
     ]
     assert [t.instants for t in a.threads] == [t.instants for t in b.threads]
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(random_streams())
+def test_engine_output_survives_the_fxt_round_trip(
+    tmp_path_factory: pytest.TempPathFactory, events: list[Event]
+) -> None:
+    """events → engine → .fxt → strict reader and the PyPI `fxt` reader: same slices."""
+    engine = TraceSegmentEngine()
+    engine.feed_all(events)
+    timeline = engine.finish()
+    path = tmp_path_factory.mktemp("rt") / "t.fxt"
+    write_timeline(timeline, path)
+    trace = read_trace(path)  # times back in perf ns
+    for tt in timeline.threads:
+        want = sorted((s.start, s.end, s.depth, s.name) for s in tt.slices(timeline.names))
+        got = sorted(
+            (s.start, s.end, s.depth, s.name)
+            for s in trace.slices.get((tt.pid, tt.tid), [])
+        )
+        assert got == want
+    check_against_timeline(path, timeline)
