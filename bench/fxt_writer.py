@@ -6,8 +6,10 @@ address, as the engine gives them without instruction counts. Then, on one core,
 ``--repeat`` runs:
 
 - baseline: ``np.save`` of the 8 slice columns to one file (a floor for "just writing the
-  data"), and the same bytes through ``gzip`` level 1 (a floor for the compressed case);
-- ``write_timeline`` to ``.fxt`` (raw) and ``.fxt.gz`` at gzip levels 1 and 6;
+  data"), and the same bytes through each gzip compressor used below (floors for the
+  compressed cases);
+- ``write_timeline`` to ``.fxt`` (raw) and ``.fxt.gz``: the default (ISA-L level 1 when
+  ``isal`` is installed) and zlib at levels 1 and 6;
 - variants: every slice with instructions and cycles; a mix where args differ per slice
   (the scatter path instead of the 2-D fast path);
 - ``read_trace`` of the raw file (the strict reader, pure Python) for scale.
@@ -30,6 +32,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -37,6 +40,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from ptscope.fxt import read_trace, write_timeline  # noqa: E402
+from ptscope.fxt.writer import GZIP_LEVEL  # noqa: E402
+
+try:
+    from isal.igzip import IGzipFile
+except ImportError:
+    IGzipFile = None  # type: ignore[assignment,misc]
 from ptscope.timeline import ThreadTimeline, Timeline  # noqa: E402
 
 
@@ -190,28 +199,42 @@ def main() -> None:
                     for col in columns(th):
                         np.save(f, col)
 
-        def save_gz() -> None:
-            with gzip.open(d / "cols.npy.gz", "wb", compresslevel=1) as f:
+        def save_gz(open_gz: Callable[[Path], BinaryIO], name: str) -> None:
+            with open_gz(d / name) as f:
                 for th in timeline.threads:
                     for col in columns(th):
                         np.save(f, col)
 
-        base = best(save, args.repeat)
-        base_gz = best(save_gz, args.repeat)
-        npy_bytes = (d / "cols.npy").stat().st_size
-        gz_bytes = (d / "cols.npy.gz").stat().st_size
-        print(f"\n{'case':34} {'time':>9} {'slices/s':>10} {'vs floor':>9} {'B/slice':>8}")
-        row("baseline np.save", base, n, 1.0, npy_bytes)
-        row("baseline np.save + gzip -1", base_gz, n, 1.0, gz_bytes)
+        def zlib_gz(level: int) -> Callable[[Path], BinaryIO]:
+            return lambda p: gzip.GzipFile(p, "wb", compresslevel=level, mtime=0)  # type: ignore[return-value]
 
-        cases: list[tuple[str, Timeline, str, int, float]] = [
-            ("fxt raw (address only)", timeline, "t.fxt", 1, base),
-            ("fxt.gz level 1", timeline, "t.fxt.gz", 1, base_gz),
-            ("fxt.gz level 6", timeline, "t6.fxt.gz", 6, base_gz),
-            ("fxt raw (+instr, cycles)", with_counts(timeline), "c.fxt", 1, base),
-            ("fxt.gz level 1 (+instr, cycles)", with_counts(timeline), "c.fxt.gz", 1, base_gz),
-            ("fxt raw (mixed args)", mixed(timeline), "m.fxt", 1, base),
+        def fast_gz(p: Path) -> BinaryIO:
+            return IGzipFile(p, "wb", compresslevel=GZIP_LEVEL, mtime=0)  # type: ignore[return-value]
+
+        print(f"\n{'case':34} {'time':>9} {'slices/s':>10} {'vs floor':>9} {'B/slice':>8}")
+        base = best(save, args.repeat)
+        row("floor: np.save", base, n, 1.0, (d / "cols.npy").stat().st_size)
+        floors = {}
+        compressors: list[tuple[str, int | None, Callable[[Path], BinaryIO]]] = [
+            ("zlib -1", 1, zlib_gz(1)),
+            ("zlib -6", 6, zlib_gz(6)),
         ]
+        if IGzipFile is not None:
+            compressors.insert(0, ("isal -1", None, fast_gz))
+        for label, level, open_gz in compressors:
+            name = f"cols-{level}.npy.gz"
+            floors[level] = best(lambda: save_gz(open_gz, name), args.repeat)  # noqa: B023
+            row(f"floor: np.save + {label}", floors[level], n, 1.0, (d / name).stat().st_size)
+
+        with_args, mixed_args = with_counts(timeline), mixed(timeline)
+        cases: list[tuple[str, Timeline, str, int | None, float]] = [
+            ("fxt raw (address only)", timeline, "t.fxt", None, base),
+            ("fxt raw (+instr, cycles)", with_args, "c.fxt", None, base),
+            ("fxt raw (mixed args)", mixed_args, "m.fxt", None, base),
+        ]
+        for label, level, _ in compressors:
+            cases.append((f"fxt.gz {label}", timeline, f"t{level}.fxt.gz", level, floors[level]))
+        cases.append(("fxt.gz default (+instr, cycles)", with_args, "c.fxt.gz", None, floors[None]))
         for label, tl, name, level, floor in cases:
             path = d / name
             secs = best(lambda: write_timeline(tl, path, gzip_level=level), args.repeat)  # noqa: B023
