@@ -3,6 +3,7 @@ begin/end pairs, argument types, errors, streaming and reproducible output."""
 
 from __future__ import annotations
 
+import gzip
 import io
 import struct
 from pathlib import Path
@@ -234,6 +235,10 @@ def test_gzip_output_is_reproducible_and_chosen_by_suffix(tmp_path: Path) -> Non
     assert (tmp_path / "c.fxt").read_bytes()[:8] == rec.magic_record()
     assert (tmp_path / "d.fxt").read_bytes() == a
     assert read_trace(tmp_path / "a.fxt.gz").slices == read_trace(tmp_path / "c.fxt").slices
+    write_timeline(timeline, tmp_path / "e.fxt.gz", gzip_level=6)  # zlib, not ISA-L
+    assert (
+        gzip.decompress((tmp_path / "e.fxt.gz").read_bytes()) == (tmp_path / "c.fxt").read_bytes()
+    )
 
 
 def test_unwritable_output_is_one_clear_error(tmp_path: Path) -> None:
