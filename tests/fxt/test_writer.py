@@ -246,3 +246,15 @@ def test_unwritable_output_is_one_clear_error(tmp_path: Path) -> None:
         write_timeline(make_timeline(), tmp_path / "missing" / "t.fxt")
     with pytest.raises(PtscopeError, match="cannot write"):
         write_timeline(make_timeline(), tmp_path)  # a directory
+
+
+def test_without_isal_gzip_falls_back_to_zlib(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ptscope.fxt import writer
+
+    monkeypatch.setattr(writer, "_FastGzipFile", None)
+    write_timeline(make_timeline(), tmp_path / "fallback.fxt.gz")
+    write_timeline(make_timeline(), tmp_path / "zlib1.fxt.gz", gzip_level=1)
+    fallback = (tmp_path / "fallback.fxt.gz").read_bytes()
+    assert fallback == (tmp_path / "zlib1.fxt.gz").read_bytes()
