@@ -157,9 +157,9 @@ def check_nesting(thread: ThreadTimeline) -> None:
     """Verify that the slices of one thread form a properly nested forest.
 
     Rules (the ones a viewer relies on): rows are sorted by (start, depth); no slice ends
-    before it starts; a slice at depth d > 0 lies inside its parent (the latest earlier row
-    at depth d - 1) and starts strictly before the parent ends (unless both start together);
-    siblings do not overlap. Raises :class:`NestingError` naming the first violation.
+    before it starts; a slice with children lasts at least 1 ns; a slice at depth d > 0 lies
+    inside its parent (the latest earlier row at depth d - 1) and starts strictly before the
+    parent ends (unless both start together); siblings do not overlap. Raises :class:`NestingError` naming the first violation.
     """
     n = len(thread)
     if n == 0:
@@ -183,6 +183,9 @@ def check_nesting(thread: ThreadTimeline) -> None:
         parent = last_at_depth[d - 1] if d > 0 else -1
         if parent >= 0:
             ps, pe = s_list[parent], e_list[parent]
+            if ps == pe:
+                # Viewers cannot tell a zero-length parent's children from its siblings.
+                raise NestingError(f"slice {parent} has children but no duration (t={ps})")
             if s < ps or e > pe or (s >= pe and s != ps):
                 raise NestingError(
                     f"slice {i} [{s}, {e}] at depth {d} is not inside its parent "

@@ -92,7 +92,7 @@ def test_decode_perf_script_text_from_stdin(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert dump(out) == [
         "7 7 1000000100 1000000200 0 main",
-        "7 7 1000000100 1000000200 1 work",
+        "7 7 1000000101 1000000200 1 work",
     ]
 
 

@@ -175,6 +175,18 @@ def programs(draw: st.DrawFn) -> tuple[list[Event], list[tuple[int, int, int, st
             )
             truth[index] = (truth[index][0], end, depth + 1, current)
 
+    # main runs a little before anything else (the thread's first event is its own).
+    events.append(
+        BranchEvent(
+            1,
+            1,
+            tick(),
+            BranchKind.CONDITIONAL_JUMP,
+            TraceState.NONE,
+            loc2("main", 0x4),
+            loc2("main", 0x8),
+        )
+    )
     body("main", 0, 4)
     return events, truth
 
@@ -241,8 +253,7 @@ def test_engine_output_survives_the_fxt_round_trip(
     for tt in timeline.threads:
         want = sorted((s.start, s.end, s.depth, s.name) for s in tt.slices(timeline.names))
         got = sorted(
-            (s.start, s.end, s.depth, s.name)
-            for s in trace.slices.get((tt.pid, tt.tid), [])
+            (s.start, s.end, s.depth, s.name) for s in trace.slices.get((tt.pid, tt.tid), [])
         )
         assert got == want
     check_against_timeline(path, timeline)

@@ -153,7 +153,8 @@ class _Thread:
         self.tid = tid
         self.name = ""
         self.all_frames: list[Frame] = []
-        self.log = array("q", [time * 4])
+        # The first slot starts the thread's first segment (frames found later start there).
+        self.log = array("q", [time * 4 + _START_SLOT])
         self.last_time = time
         # The first context starts at the thread's first event: frames found later by
         # returning into them were running since then.
