@@ -82,8 +82,9 @@ def read_elf(path: str) -> ElfImage:
                 if section["sh_type"] != "SHT_NOTE":
                     continue
                 for note in section.iter_notes():  # type: ignore[attr-defined]
-                    if note["n_type"] == "NT_GNU_BUILD_ID":
-                        build_id = bytes.fromhex(note["n_desc"])
+                    if note["n_type"] == "NT_GNU_BUILD_ID" and note["n_name"] == "GNU":
+                        desc = note["n_desc"]
+                        build_id = desc if isinstance(desc, bytes) else bytes.fromhex(desc)
             return ElfImage(
                 path=real,
                 machine=str(elf["e_machine"]),

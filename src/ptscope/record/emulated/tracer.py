@@ -41,8 +41,8 @@ from ptscope.record.emulated.cycle_model import CycleModel
 from ptscope.record.emulated.elf_image import ElfImage, read_elf
 from ptscope.record.emulated.perf_data import BuildId, PerfDataWriter
 from ptscope.record.emulated.pt_encoder import PtEncoder
-from ptscope.record.emulated.qemu import BlockRun, LogFormatError
-from ptscope.record.emulated.x86 import InsnKind, classify
+from ptscope.record.emulated.qemu import BlockRun, LogFormatError, LogSplitter
+from ptscope.record.emulated.x86 import InsnKind, classify, split_block
 
 __all__ = ["EmulationState", "Ending", "ThreadInfo"]
 
@@ -60,7 +60,33 @@ _FAULT_SIGNALS: Final = frozenset({"SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIG
 _STRACE_RE: Final = re.compile(rb"^(\d+) (\w+)\(")
 _RESULT_RE: Final = re.compile(rb"^ = (-?\w+)")
 _SIGNAL_RE: Final = re.compile(rb"^--- (SIG\w+) \{(.*)\} ---")
+_RESULT_WANTED: Final = frozenset({b"clone", b"mmap", b"openat", b"open", b"fork", b"vfork"})
 _PATH_ARG_RE: Final = re.compile(rb'"((?:[^"\\]|\\.)*)"')
+
+
+def _closing_paren(text: bytes) -> int:
+    """Index of the ``)`` that closes a strace argument list (quotes and nesting skipped)."""
+    depth = 0
+    quoted = False
+    i = 0
+    n = len(text)
+    while i < n:
+        c = text[i]
+        if quoted:
+            if c == 0x5C:  # backslash
+                i += 1
+            elif c == 0x22:
+                quoted = False
+        elif c == 0x22:
+            quoted = True
+        elif c == 0x28:
+            depth += 1
+        elif c == 0x29:
+            if depth == 0:
+                return i
+            depth -= 1
+        i += 1
+    return n
 
 
 class Arrival(IntEnum):
@@ -156,7 +182,7 @@ class EmulationState:
         self._page: dict[str, int] = {}
         self._started = False
         self._fds: dict[int, str] = {}
-        self._pending_call: tuple[bytes, bytes] | None = None
+        self._pending_calls: list[tuple[bytes, bytes]] = []
         self._signal_hint: str | None = None
         self._sigreturn_hint = False
         self.handler_entries: set[int] = set()
@@ -172,7 +198,7 @@ class EmulationState:
 
     def _define(self, key: tuple[int, int], asm: list[tuple[int, bytes]]) -> int:
         tb = len(self.tb_pc)
-        insns = [classify(pc, code) for pc, code in asm]
+        insns = [classify(pc, code) for pc, code in split_block(asm)]
         last = insns[-1]
         self.tb_index[key] = tb
         self.tb_pc.append(insns[0].pc)
@@ -231,6 +257,11 @@ class EmulationState:
         if raw.startswith(b"IN:"):
             self._asm = []
             return
+        if raw.startswith(b"Trace "):  # a block line that shared a line with a strace call
+            for item in LogSplitter().feed(raw + b"\n"):
+                if isinstance(item, BlockRun):
+                    self.blocks(item)
+            return
         c = raw[:1]
         if c.isdigit():
             self._strace(raw)
@@ -263,17 +294,24 @@ class EmulationState:
 
     def _strace(self, raw: bytes) -> None:
         m = _STRACE_RE.match(raw)
-        if not m or int(m.group(1)) != self.pid:
-            return  # not a system call line, or one of a forked child
+        if not m:
+            return
         name = m.group(2)
         rest = raw[m.end() :]
-        close = rest.find(b") = ")
-        if close >= 0:
-            args, result = rest[:close], rest[close + 4 :].split(b" ", 1)[0]
-        else:
-            args, result = rest[: rest.rfind(b")")], None
+        close = _closing_paren(rest)
+        args = rest[:close]
+        result: bytes | None = None
+        if rest.startswith(b" = ", close + 1):
+            result = rest[close + 4 :].split(b" ", 1)[0]
+        elif close + 1 < len(rest):
+            # QEMU prints the result when the call returns; other output (another thread's
+            # blocks, the page dump) may land on the same line in between.
+            self.line(rest[close + 1 :])
+        if int(m.group(1)) != self.pid:
+            return  # a forked child's system call
         if result is None:
-            self._pending_call = (name, args)
+            if name in _RESULT_WANTED:
+                self._pending_calls.append((name, args))
             if name in (b"exit", b"exit_group"):
                 self._thread_exit(name == b"exit_group", args)
             elif name == b"rt_sigreturn":
@@ -283,13 +321,14 @@ class EmulationState:
 
     def _strace_result(self, raw: bytes) -> None:
         m = _RESULT_RE.match(raw)
-        if m and self._pending_call is not None:
-            name, args = self._pending_call
-            self._pending_call = None
+        pending = self._pending_calls
+        if m and pending:
+            # Results arrive in completion order, not call order (threads); the calls whose
+            # results matter are short, so the most recent one of them is the best guess.
+            name, args = pending.pop()
             self._syscall_done(name, args, m.group(1))
 
     def _syscall_done(self, name: bytes, args: bytes, result: bytes) -> None:
-        self._pending_call = None
         if name == b"rt_sigreturn":
             self._sigreturn_hint = True
             return

@@ -9,10 +9,15 @@ Instruction lengths come from QEMU's ``in_asm`` dump, so no length decoder is ne
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import IntEnum
 from typing import Final, NamedTuple
 
-__all__ = ["Insn", "InsnKind", "classify"]
+import capstone
+
+__all__ = ["Insn", "InsnKind", "classify", "split_block"]
+
+_DISASSEMBLER: Final = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
 
 
 class InsnKind(IntEnum):
@@ -117,3 +122,23 @@ def classify(pc: int, code: bytes) -> Insn:
     elif rep and op in _REP_STRING_OPCODES:
         return Insn(pc, n, InsnKind.OTHER, None, True)
     return Insn(pc, n, kind, target)
+
+
+def split_block(listing: Sequence[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
+    """Instruction boundaries of a translated block, from QEMU's ``in_asm`` listing.
+
+    QEMU's listing comes from its own disassembler, which may not know recent instructions
+    (it shows CET's ``rdsspq`` as four ``.byte`` lines and then mis-decodes what follows)
+    although QEMU executes them. The bytes are right, so the block is decoded again here
+    with capstone; only when capstone cannot decode all of it is the listing trusted.
+    """
+    if len(listing) == 1:
+        return list(listing)
+    start = listing[0][0]
+    code = b"".join(c for _, c in listing)
+    out: list[tuple[int, bytes]] = []
+    offset = 0
+    for address, size, _, _ in _DISASSEMBLER.disasm_lite(code, start):
+        out.append((address, code[offset : offset + size]))
+        offset += size
+    return out if offset == len(code) else list(listing)

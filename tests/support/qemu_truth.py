@@ -1,0 +1,465 @@
+"""Ground truth computed straight from QEMU's raw log: no perf, no ptscope tracer or engine.
+
+This module re-derives, with its own simple (slow) parser and capstone for instruction
+classification, what a program did according to QEMU's ``-d exec,nochain,in_asm,page,strace``
+log (``EmulationOptions(raw_log=...)`` keeps a copy of it):
+
+* :func:`load` → per thread, the exact sequence of executed instructions, where signals were
+  delivered, and the load addresses of every ELF image;
+* :func:`expected_branches` → the branch list ``perf script --itrace=b`` must print;
+* :func:`expected_call_tree` → the call tree (slices) the final trace must contain.
+
+Conventions shared with real user-only Intel PT (and therefore with the recording):
+
+* a ``rep`` string instruction repeated by QEMU is one instruction;
+* a system call ends tracing (``tr end syscall PC => 0``) and tracing restarts where the
+  thread goes next (``tr strt 0 => PC``): its next instruction, a signal handler, or where a
+  signal handler returns to;
+* a signal delivered between two instructions is ``tr end async R => 0`` where R is where
+  the program resumes after the handler (found from the handler's ``rt_sigreturn``), then
+  ``tr strt 0 => HANDLER``;
+* QEMU logs a block before running it, so whether the last block of a thread ran (and how
+  far) is unknown: the thread's trace ends with ``tr end async START => 0`` at that block's
+  first instruction, unless the thread ended with a system call (``exit``/``exit_group``).
+
+Call tree semantics (:func:`expected_call_tree`), per thread, on that instruction sequence:
+
+* a ``call`` pushes a frame for the callee, keyed by its return address (call end);
+* a ``ret`` pops to the frame whose return address equals the target, closing every frame
+  above it; a ``ret`` that matches no frame replaces the leaf frame by the function returned
+  into (its caller was never seen being called);
+* a ``jmp`` to the first byte of a different function is a tail call: the leaf frame is
+  replaced; a ``jmp`` into the middle of a function that is on the stack further up unwinds
+  to that frame (``longjmp``, exception landing pads);
+* a ``syscall`` is a ``[syscall]`` child of the current frame from the syscall instruction to
+  the next instruction of the thread;
+* a signal delivery nests the handler as a new frame on top of the interrupted frame; the
+  ``rt_sigreturn`` back to the interrupted point closes it (and everything above it);
+* frames whose call was never seen (``_start``; callers returned into) start at the thread's
+  first instruction.
+
+Times are instruction indices within the thread (the instruction that starts a frame and the
+first instruction after it ended); :func:`to_ns` converts them with a cycle model.
+Threads: QEMU's CPU index identifies a thread; tids come from ``clone`` results in order
+(CPU index reuse by later threads is not handled: the corpus does not need it).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import deque
+import functools
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import capstone
+from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import SymbolTableSection
+
+_EXEC_RE = re.compile(r"^Trace (\d+): \S+ \[[0-9a-f]+/([0-9a-f]+)/[0-9a-f]+/([0-9a-f]+)\]")
+_ASM_RE = re.compile(r"^0x([0-9a-f]+):  ((?:[0-9a-f]{2} )*[0-9a-f]{2})\s*(.*)$")
+_STRACE_RE = re.compile(r"^(\d+) (\w+)\((.*?)\)(?: = (-?\w+))?")
+_MD = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+_MD.detail = True
+
+STRING_OPS = {"movs", "stos", "lods", "cmps", "scas", "ins", "outs"}
+
+
+@dataclass(frozen=True)
+class Insn:
+    pc: int
+    size: int
+    kind: str
+    """call, ret, jmp, jcc, syscall, other (a capstone-based classification)."""
+    rep: bool
+
+    @property
+    def end(self) -> int:
+        return self.pc + self.size
+
+
+@functools.cache
+def decode(pc: int, code: bytes) -> Insn:
+    insns = list(_MD.disasm(code, pc))
+    assert len(insns) == 1 and insns[0].size == len(code), (hex(pc), code.hex())
+    i = insns[0]
+    groups = set(i.groups)
+    m = i.mnemonic
+    if m in ("syscall", "sysenter"):
+        kind = "syscall"
+    elif capstone.x86.X86_GRP_CALL in groups:
+        kind = "call"
+    elif capstone.x86.X86_GRP_RET in groups:
+        kind = "ret"
+    elif capstone.x86.X86_GRP_JUMP in groups:
+        kind = "jmp" if "jmp" in m else "jcc"
+    elif capstone.x86.X86_GRP_INT in groups or capstone.x86.X86_GRP_IRET in groups:
+        kind = "int"
+    else:
+        kind = "other"
+    base = m.split()[-1].rstrip("bwdq") if m.startswith("rep") else ""
+    rep = m.startswith("rep") and any(base.startswith(op) for op in STRING_OPS)
+    return Insn(pc, i.size, kind, rep)
+
+
+@dataclass
+class ThreadRun:
+    """One thread's execution, as QEMU logged it."""
+
+    cpu: int
+    tid: int = 0
+    insns: list[Insn] = field(default_factory=list)
+    deliveries: set[int] = field(default_factory=set)
+    """Indices into ``insns`` of signal handlers' first instructions."""
+    final_resume: int | None = None
+    """First PC of the dropped last block (the point the trace ends at), if dropped."""
+    ended_in_syscall: bool = False
+
+
+@dataclass
+class Truth:
+    pid: int
+    threads: list[ThreadRun]
+    images: list[tuple[int, str]]
+    """(load bias, path) of every ELF image mapped executable."""
+
+    def thread(self, tid: int) -> ThreadRun:
+        return next(t for t in self.threads if t.tid == tid)
+
+
+def load(log: Path, program: Path) -> Truth:
+    """Parse a raw QEMU log of one run of ``program``."""
+    listings: dict[int, list[tuple[int, bytes]]] = {}
+    blocks: dict[tuple[int, int], list[tuple[int, bytes]]] = {}
+    asm: list[tuple[int, bytes]] | None = None
+    per_cpu: dict[int, list[tuple[str, object]]] = {}
+    order: list[int] = []
+    pending_signal = False
+    pid = 0
+    clone_tids: list[int] = []
+    page: dict[str, int] = {}
+    fds: dict[int, str] = {}
+    images: list[tuple[int, str]] = []
+    pending_mmap: str | None = None
+    slots: dict[int, int] = {}  # QEMU CPU index -> thread number (a new one after `exit`)
+    in_syscall: dict[int, int] = {}  # CPU index -> log line of its last block, a syscall
+    pending_clone = False
+    with open(log, errors="replace") as f:
+        lines = deque(f)
+    lineno = 0
+    if True:
+        while lines:
+            line = lines.popleft().rstrip("\n")
+            lineno += 1
+            if asm is not None:
+                m = _ASM_RE.match(line)
+                if m:
+                    code = bytes.fromhex(m.group(2))
+                    pc = int(m.group(1), 16)
+                    if not m.group(3) and asm and asm[-1][0] + len(asm[-1][1]) == pc:
+                        asm[-1] = (asm[-1][0], asm[-1][1] + code)
+                    else:
+                        asm.append((pc, code))
+                    continue
+                if asm:
+                    listings[asm[0][0]] = asm
+                asm = None
+            if line.startswith("IN:"):
+                asm = []
+                continue
+            m = _EXEC_RE.match(line)
+            if m:
+                cpu, pc, cflags = int(m.group(1)), int(m.group(2), 16), int(m.group(3), 16)
+                key = (pc, cflags)
+                if pc in listings:
+                    blocks[key] = listings.pop(pc)
+                elif key not in blocks:
+                    blocks[key] = next(v for (p, _), v in blocks.items() if p == pc)
+                slot = slots.get(cpu)
+                if slot is None:
+                    slot = slots[cpu] = len(order)
+                    per_cpu[slot] = []
+                    order.append(slot)
+                if pending_signal:
+                    per_cpu[slot].append(("sig", None))
+                    pending_signal = False
+                per_cpu[slot].append(("tb", blocks[key]))
+                last_code = blocks[key][-1][1]
+                if last_code.endswith(b"\x0f\x05"):
+                    in_syscall[cpu] = lineno
+                else:
+                    in_syscall.pop(cpu, None)
+                continue
+            if line.startswith("--- SIG"):
+                pending_signal = True
+                continue
+            for name in ("start_code", "entry"):
+                if line.startswith(name + " "):
+                    page.setdefault(name, int(line.split()[1], 16))
+            if pending_mmap is not None and line.startswith(" = "):
+                _add_mmap(pending_mmap, line[3:].split()[0], fds, images)
+                pending_mmap = None
+            if pending_clone and line.startswith(" = "):
+                clone_tids.append(int(line[3:].split()[0], 0))
+                pending_clone = False
+            m = _STRACE_RE.match(line)
+            if m and m.group(4) is None and ")" in line[m.end(3) :]:
+                # The call's result comes later; other output may share its line.
+                tail = line[m.end(3) + 1 :]
+                if tail:
+                    lines.appendleft(tail)
+            if m:
+                if not pid:
+                    pid = int(m.group(1))
+                if int(m.group(1)) != pid:
+                    continue
+                name, args, result = m.group(2), m.group(3), m.group(4)
+                if name == "exit" and in_syscall:
+                    # The thread that just entered a system call is the one leaving.
+                    cpu = max(in_syscall, key=in_syscall.__getitem__)
+                    del in_syscall[cpu], slots[cpu]
+                elif name == "clone" and "CLONE_THREAD" in args:
+                    if result:
+                        clone_tids.append(int(result, 0))
+                    else:
+                        pending_clone = True
+                elif name == "openat" and result and int(result, 0) >= 0:
+                    path = re.search(r'"(.*)"', args)
+                    if path:
+                        fds[int(result, 0)] = os.path.abspath(path.group(1))
+                elif name == "mmap":
+                    if result is None:
+                        pending_mmap = args
+                    else:
+                        _add_mmap(args, result, fds, images)
+    images = _startup_images(program, page) + images
+    threads = []
+    for n, slot in enumerate(order):
+        run = ThreadRun(cpu=slot, tid=pid if n == 0 else clone_tids[n - 1])
+        _expand(run, per_cpu[slot])
+        threads.append(run)
+    return Truth(pid=pid, threads=threads, images=images)
+
+
+def _add_mmap(args: str, result: str, fds: dict[int, str], images: list[tuple[int, str]]) -> None:
+    parts = args.split(",")
+    if len(parts) != 6 or "PROT_EXEC" not in parts[2]:
+        return
+    fd = int(parts[4], 0)
+    if fd < 0 or fd not in fds:
+        return
+    addr, offset = int(result, 0), int(parts[5], 0)
+    path = os.path.realpath(fds[fd])
+    with open(path, "rb") as f:
+        elf = ELFFile(f)
+        for seg in elf.iter_segments():
+            if seg["p_type"] == "PT_LOAD" and seg["p_flags"] & 1:
+                if seg["p_offset"] & ~0xFFF == offset & ~0xFFF:
+                    images.append((addr - (seg["p_vaddr"] & ~0xFFF), path))
+                    return
+
+
+def _startup_images(program: Path, page: dict[str, int]) -> list[tuple[int, str]]:
+    out = []
+    with open(program, "rb") as f:
+        elf = ELFFile(f)
+        pie = elf["e_type"] == "ET_DYN"
+        lowest = min(
+            s["p_vaddr"]
+            for s in elf.iter_segments()
+            if s["p_type"] == "PT_LOAD" and s["p_flags"] & 1
+        )
+        interp = next(
+            (s.get_interp_name() for s in elf.iter_segments() if s["p_type"] == "PT_INTERP"),
+            None,
+        )
+    out.append((page["start_code"] - lowest if pie else 0, os.path.realpath(program)))
+    if interp:
+        real = os.path.realpath(interp)
+        with open(real, "rb") as f:
+            out.append((page["entry"] - ELFFile(f)["e_entry"], real))
+    return out
+
+
+def _successors(i: Insn) -> tuple[int, ...] | None:
+    """Where execution may continue after ``i`` without an interruption (None: anywhere)."""
+    if i.kind in ("other", "syscall"):
+        return (i.end,)
+    if i.kind in ("ret", "int") or i.kind in ("call", "jmp") and _direct_target(i) is None:
+        return None
+    target = _direct_target(i)
+    assert target is not None
+    return (target,) if i.kind in ("call", "jmp") else (target, i.end)
+
+
+_TARGETS: dict[int, int | None] = {}
+
+
+def _direct_target(i: Insn) -> int | None:
+    return _TARGETS.get(i.pc)
+
+
+def _expand(run: ThreadRun, events: list[tuple[str, object]]) -> None:
+    """Blocks → instructions (rep repeats collapsed, early-ended blocks cut)."""
+    insns = run.insns
+    sig_next = False
+    last_block_start = 0
+    for what, value in events:
+        if what == "sig":
+            sig_next = True
+            continue
+        listing = list(value)  # type: ignore[call-overload]
+        code_all = b"".join(c for _, c in listing)
+        block = [
+            (a, code_all[a - listing[0][0] : a - listing[0][0] + n])
+            for a, n, _, _ in _MD.disasm_lite(code_all, listing[0][0])
+        ]
+        decoded = []
+        for pc, code in block:
+            ins = decode(pc, code)
+            if ins.kind in ("call", "jmp", "jcc"):
+                ops = list(_MD.disasm(code, pc))[0].operands
+                _TARGETS[pc] = (
+                    ops[0].imm if ops and ops[0].type == capstone.x86.X86_OP_IMM else None
+                )
+            decoded.append(ins)
+        first = decoded[0]
+        if insns and not sig_next:
+            prev = insns[-1]
+            if prev.rep and first.pc == prev.pc and len(decoded) == 1:
+                continue  # another iteration of the same rep instruction
+            succ = _successors(prev)
+            if succ is not None and first.pc not in succ:
+                # A block that stopped early: the new one starts inside it.
+                starts = [i.pc for i in insns[last_block_start:]]
+                if first.pc in starts[1:]:
+                    del insns[last_block_start + starts.index(first.pc) :]
+        if sig_next:
+            run.deliveries.add(len(insns))
+            sig_next = False
+        last_block_start = len(insns)
+        insns.extend(decoded)
+    if insns and insns[-1].kind != "syscall":
+        run.final_resume = insns[last_block_start].pc
+        del insns[last_block_start:]
+    run.ended_in_syscall = bool(insns) and insns[-1].kind == "syscall"
+
+
+# -- branches ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Branch:
+    kind: str
+    """call, return, jmp, jcc, syscall (``tr end syscall``), async (``tr end async``),
+    start (``tr strt``)."""
+    src: int
+    dst: int
+
+    def __str__(self) -> str:
+        return f"{self.kind:8} {self.src:#x} => {self.dst:#x}"
+
+
+def _resume_after(run: ThreadRun, handler: int) -> int | None:
+    """Where the program went on after the handler starting at ``run.insns[handler]``."""
+    depth = 0
+    insns = run.insns
+    for k in range(handler, len(insns) - 1):
+        if k in run.deliveries:
+            depth += 1
+        i = insns[k]
+        if i.kind == "syscall" and insns[k + 1].pc != i.end and k + 1 not in run.deliveries:
+            depth -= 1
+            if depth == 0:
+                return insns[k + 1].pc
+    return None
+
+
+def expected_branches(run: ThreadRun) -> list[Branch]:
+    """The taken branches ``perf script --itrace=b`` prints for this thread, in order."""
+    out: list[Branch] = []
+    insns = run.insns
+    if not insns:
+        return out
+    out.append(Branch("start", 0, insns[0].pc))
+    for k, i in enumerate(insns):
+        nxt = insns[k + 1].pc if k + 1 < len(insns) else run.final_resume
+        if i.kind == "syscall":
+            out.append(Branch("syscall", i.pc, 0))
+            if nxt is not None:
+                out.append(Branch("start", 0, nxt))
+            continue
+        if nxt is None:
+            continue
+        if k + 1 in run.deliveries:
+            resume = _resume_after(run, k + 1)
+            succ = _successors(i)
+            if succ is not None and len(succ) == 1:
+                resume = succ[0]
+            if resume is None:
+                resume = i.pc  # never resumed: the branch is shown as not executed
+            else:
+                out.extend(_taken(i, resume))
+            out.append(Branch("async", resume, 0))
+            out.append(Branch("start", 0, nxt))
+            continue
+        out.extend(_taken(i, nxt))
+    if run.final_resume is not None:
+        out.append(Branch("async", run.final_resume, 0))
+    return out
+
+
+def _taken(i: Insn, dst: int) -> list[Branch]:
+    if i.kind == "call":
+        return [Branch("call", i.pc, dst)]
+    if i.kind == "ret":
+        return [Branch("return", i.pc, dst)]
+    if i.kind == "jmp":
+        return [Branch("jmp", i.pc, dst)]
+    if i.kind == "jcc" and dst != i.end:
+        return [Branch("jcc", i.pc, dst)]
+    return []
+
+
+# -- symbols and the call tree ------------------------------------------------------------
+
+
+class Symbols:
+    """Function symbols of every image (pyelftools), by run-time address."""
+
+    def __init__(self, images: Iterable[tuple[int, str]]) -> None:
+        entries: list[tuple[int, int, str]] = []
+        for bias, path in images:
+            entries += [(bias + lo, bias + hi, name) for lo, hi, name in _functions(path)]
+        entries.sort()
+        self._starts = [e[0] for e in entries]
+        self._entries = entries
+
+    def lookup(self, addr: int) -> tuple[int, str] | None:
+        """(function start, name) of the function containing ``addr``."""
+        k = bisect.bisect_right(self._starts, addr) - 1
+        while k >= 0:
+            lo, hi, name = self._entries[k]
+            if lo <= addr < hi or (lo == hi == addr):
+                return lo, name
+            if addr - lo > 1 << 20:
+                break
+            k -= 1
+        return None
+
+
+@functools.cache
+def _functions(path: str) -> list[tuple[int, int, str]]:
+    out = []
+    with open(path, "rb") as f:
+        elf = ELFFile(f)
+        for sec in elf.iter_sections():
+            if not isinstance(sec, SymbolTableSection):
+                continue
+            for s in sec.iter_symbols():
+                if s["st_info"]["type"] in ("STT_FUNC", "STT_GNU_IFUNC") and s["st_value"]:
+                    out.append((s["st_value"], s["st_value"] + s["st_size"], s.name))
+    return sorted(set(out))
