@@ -1,16 +1,25 @@
-"""Throughput of the ``perf script`` text parser, against plain line splitting of the same file.
+"""Throughput of the ``perf script`` text parser, against plain line splitting of the same text.
 
-Generates N branch lines (default 1,200,000) in perf 6.1's exact text layout from the
-shared realistic event stream (calls/returns between ~400 functions including a C++
-template symbol, jcc/jmp inside functions, some tail calls), writes them to a temporary
-file, then times on one core, best of ``--repeat`` runs:
+Data sets (each about ``--lines`` lines, default 1,200,000, written to a temporary file):
+
+- realistic: a generated fixed program (600 functions with fixed branch sites, C++
+  template names, loops of jcc, calls/returns, 4 threads) in perf 6.1's exact layout;
+- real: the text real ``perf script`` prints for an emulated Intel PT recording (QEMU) of a
+  C program (PIE, ld.so, libc: qsort with a callback, snprintf, strcmp, malloc); skipped
+  if QEMU or the emulated backend is missing;
+- worst case: random branch sites, nearly every line distinct (defeats the caches).
+
+Timed on one core, best of ``--repeat`` runs:
 
 - baseline: ``for line in f: line.split()`` over the file;
 - read:     the decoder's own chunked reading into line batches (no parsing);
 - parse:    reading + parsing into events, default mode (jumps inside one function
             dropped, as the dlfilter does) and ``keep_all`` (an event for every line).
 
-Usage: ``python bench/text_decoder.py [--lines N] [--repeat R]``
+For the real recording, also end to end (both cores): ``perf script`` into /dev/null (the
+floor) against perf piped into the parser (``decode_perf_data_text``).
+
+Usage: ``python bench/text_decoder.py [--lines N] [--repeat R] [--no-unique] [--no-real]``
 """
 
 from __future__ import annotations
@@ -19,6 +28,8 @@ import argparse
 import gc
 import os
 import random
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -30,11 +41,14 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from _events import generate_events  # noqa: E402
-from support.perf_text_format import Loc, branch_line  # noqa: E402
-
-from ptscope.decode.perf_script import read_text_lines  # noqa: E402
+from ptscope.decode.perf_script import (  # noqa: E402
+    branch_script_argv,
+    decode_perf_data_text,
+    read_text_lines,
+)
 from ptscope.decode.perf_text import PerfTextParser  # noqa: E402
 from ptscope.model import BranchKind  # noqa: E402
+from support.perf_text_format import Loc, branch_line  # noqa: E402
 
 _CALL, _RET, _JMP, _JCC = 1 | 2, 1 | 4, 1, 1 | 8
 _DSO = "/usr/local/bin/server"
@@ -146,6 +160,81 @@ def write_unique_lines(path: Path, n: int) -> int:
     return path.stat().st_size
 
 
+_REAL_PROGRAM = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+struct item { char name[16]; long value; };
+static int by_name(const void *a, const void *b) {
+    return strcmp(((const struct item *)a)->name, ((const struct item *)b)->name);
+}
+__attribute__((noinline)) static long checksum(const struct item *items, int n) {
+    long s = 0;
+    for (int i = 0; i < n; i++) s = s * 31 + items[i].value + (long)strlen(items[i].name);
+    return s;
+}
+int main(void) {
+    long total = 0;
+    for (int round = 0; round < 1000000; round++) {
+        struct item *items = malloc(64 * sizeof *items);
+        for (int i = 0; i < 64; i++) {
+            snprintf(items[i].name, sizeof items[i].name, "k%d", (i * 7919 + round) % 1000);
+            items[i].value = i * round;
+        }
+        qsort(items, 64, sizeof *items, by_name);
+        total += checksum(items, 64);
+        free(items);
+    }
+    printf("%ld\n", total);
+    return 0;
+}
+"""
+
+
+def record_real(tmp: Path, lines: int) -> Path | None:
+    """An emulated PT recording that prints about ``lines`` branch lines, or None."""
+    try:
+        from ptscope.record.emulated import record
+    except ImportError:
+        return None
+    if shutil.which("qemu-x86_64") is None or shutil.which("gcc") is None:
+        return None
+    src = tmp / "real.c"
+    src.write_text(_REAL_PROGRAM)
+    prog = tmp / "real"
+    subprocess.run(["gcc", "-O1", "-o", str(prog), str(src)], check=True)
+    # About 9 instructions per printed branch for this program (qsort, strcmp, snprintf).
+    result = record([str(prog)], tmp / "rec", max_instructions=lines * 9)
+    return result.recording.perf_data_paths()[0]
+
+
+def write_real_lines(perf_data: Path, path: Path) -> None:
+    with open(path, "wb") as out:
+        subprocess.run(
+            branch_script_argv(perf_data), stdout=out, stderr=subprocess.DEVNULL, check=True
+        )
+
+
+def measure_end_to_end(perf_data: Path, n: int, repeat: int) -> None:
+    argv = branch_script_argv(perf_data)
+
+    def floor() -> int:
+        subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        return 0
+
+    def decode() -> int:
+        return sum(len(b) for b in decode_perf_data_text(perf_data))
+
+    floor_t, _ = best_of(repeat, floor)
+    decode_t, events = best_of(repeat, decode)
+    print("  end to end (perf and the parser on their own cores):")
+    print(f"  {'perf script > /dev/null (floor)':46} {floor_t:8.3f} {n / floor_t:12,.0f}")
+    print(
+        f"  {'perf script | parser':46} {decode_t:8.3f} {n / decode_t:12,.0f} {events:10,} "
+        f"{decode_t / floor_t:10.2f} x floor"
+    )
+
+
 def best_of(repeat: int, fn: Callable[[], int]) -> tuple[float, int]:
     best = float("inf")
     result = 0
@@ -200,20 +289,46 @@ def main() -> None:
     ap.add_argument("--lines", type=int, default=1_200_000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-unique", action="store_true", help="skip the worst-case data set")
+    ap.add_argument("--no-real", action="store_true", help="skip the emulated recording")
     args = ap.parse_args()
-    if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
-    sets = [("realistic: fixed program, 4 threads", write_lines)]
-    if not args.no_unique:
-        sets.append(("worst case: random sites, ~every line distinct", write_unique_lines))
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "branches.txt"
-        for title, write in sets:
+    all_cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        path = tmp / "branches.txt"
+        sets: list[tuple[str, Callable[[], object], Path | None]] = [
+            ("realistic: fixed program, 4 threads", lambda: write_lines(path, args.lines), None)
+        ]
+        perf_data = None if args.no_real else record_real(tmp, args.lines)
+        if perf_data is not None:
+            sets.append(
+                (
+                    "real: perf script text of an emulated PT recording (C, PIE, libc)",
+                    lambda: write_real_lines(perf_data, path),
+                    perf_data,
+                )
+            )
+        if not args.no_unique:
+            sets.append(
+                (
+                    "worst case: random sites, ~every line distinct",
+                    lambda: write_unique_lines(path, args.lines),
+                    None,
+                )
+            )
+        for title, write, recording in sets:
             t0 = time.perf_counter()
-            size = write(path, args.lines)
+            write()
+            n = sum(len(b) for b in read_text_lines(path))
             took = time.perf_counter() - t0
-            print(f"{title}: {args.lines:,} lines, {size / 1e6:.0f} MB (generated in {took:.0f} s)")
-            measure(path, args.lines, args.repeat)
+            size = path.stat().st_size
+            print(f"{title}: {n:,} lines, {size / 1e6:.0f} MB (made in {took:.0f} s)")
+            if all_cpus is not None:
+                os.sched_setaffinity(0, {min(all_cpus)})
+            measure(path, n, args.repeat)
+            if all_cpus is not None:
+                os.sched_setaffinity(0, all_cpus)
+            if recording is not None:
+                measure_end_to_end(recording, n, args.repeat)
 
 
 if __name__ == "__main__":

@@ -483,7 +483,7 @@ class PerfTextParser:
         was_enabled = gc.isenabled()
         gc.disable()  # events hold no reference cycles: collecting while building is waste
         try:
-            self._feed(lines, out)
+            self._feed(lines if isinstance(lines, list) else list(lines), out)
         finally:
             if was_enabled:
                 gc.enable()
@@ -497,23 +497,24 @@ class PerfTextParser:
 
     # ------------------------------------------------------------- hot path
 
-    def _feed(self, lines: Iterable[str], out: list[Event]) -> None:
+    def _feed(self, lines: list[str], out: list[Event]) -> None:
         append = out.append
+        other = self._other_line
         body_get = self._bodies.get
         thread_get = self._threads.get
         missing = _MISSING
         drop = _DROP
         carried = self._pending_counts
-        branches = dropped = count = 0
+        branches = dropped = 0
         last_time_text = last_thread_text = last_event_text = ""
         time = pid = tid = 0
+        # A stack sample being collected is completed by _other_line, which also takes
+        # every line that is not a well-formed "branches" line, and says whether one is.
+        pending = self._pending is not None
         for line in lines:
-            count += 1
             parts = line.split(None, 4)
-            # A stack sample being collected is completed by _other_line, which also takes
-            # every line that is not a well-formed "branches" line.
-            if len(parts) != 5 or self._pending is not None:
-                self._other_line(line, out)
+            if len(parts) != 5 or pending:
+                pending = other(line, out)
                 continue
             thread_text, time_text, _period, event_text, body = parts
             insn = cycles = 0
@@ -529,19 +530,19 @@ class PerfTextParser:
                         insn = int(ipc[open_at + 1 : slash])
                         cycles = int(ipc[slash + 1 : ipc.index(")", slash)])
                     except ValueError:
-                        self._other_line(line, out)
+                        pending = other(line, out)
                         continue
             info = body_get(body, missing)
             if info is missing:
                 info = self._body(body)
             if info is None:
-                self._other_line(line, out)
+                pending = other(line, out)
                 continue
             if event_text != last_event_text:
                 # Only "branches" events take the fast path (a cbr line's symbol may hold
                 # " => " too).
                 if not (event_text.startswith("branches") and event_text[-1] == ":"):
-                    self._other_line(line, out)
+                    pending = other(line, out)
                     continue
                 last_event_text = event_text
             if time_text != last_time_text:
@@ -551,13 +552,13 @@ class PerfTextParser:
                     time = int(time_text[:-1].replace(".", "", 1))
                 except (ValueError, IndexError):
                     last_time_text = ""
-                    self._other_line(line, out)
+                    pending = other(line, out)
                     continue
                 last_time_text = time_text
             if thread_text != last_thread_text:
                 thread = thread_get(thread_text) or self._thread(thread_text)
                 if thread is None:
-                    self._other_line(line, out)
+                    pending = other(line, out)
                     continue
                 pid, tid = thread
                 last_thread_text = thread_text
@@ -580,7 +581,7 @@ class PerfTextParser:
                 append(BranchEvent(pid, tid, time, kind, state, src, dst, in_tx))
             branches += 1
         st = self.stats
-        st.lines += count
+        st.lines += len(lines)
         st.branches += branches
         st.branches_dropped += dropped
 
@@ -711,8 +712,13 @@ class PerfTextParser:
 
     # ------------------------------------------------------- other lines
 
-    def _other_line(self, line: str, out: list[Event]) -> None:
-        """Everything but a well-formed branch line: samples, errors, power, task events."""
+    def _other_line(self, line: str, out: list[Event]) -> bool:
+        """Everything but a well-formed branch line; returns whether a sample is pending."""
+        self._slow_line(line, out)
+        return self._pending is not None
+
+    def _slow_line(self, line: str, out: list[Event]) -> None:
+        """Samples, errors, power and task events, and branch lines of unusual shape."""
         if line.startswith("\t") and self._pending is not None:
             loc = self._location_text(line)
             if loc is None:
