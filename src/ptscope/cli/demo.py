@@ -1,18 +1,119 @@
-"""`ptscope demo` (work in progress)."""
+"""``ptscope demo``: build the bundled demo program, record it, decode it, summarise."""
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from collections import defaultdict
+from importlib import resources
+from pathlib import Path
 
-from ptscope.errors import PtscopeError
+from ptscope.cli.output import PERFETTO_URL
+from ptscope.errors import RecordingError, ToolMissingError
+from ptscope.fxt import read_trace
+
+DEMO_FLAGS = ["-O1", "-g", "-fno-omit-frame-pointer"]
+
+
+def demo_source() -> Path:
+    """The bundled demo program's C source (installed with the package)."""
+    with resources.as_file(resources.files("ptscope") / "demo" / "demo.c") as path:
+        return Path(path)
+
+
+def build_demo(cache: Path) -> Path:
+    """Compile the demo into ``cache`` (reused while source and flags are unchanged)."""
+    source = demo_source()
+    compiler = shutil.which(os.environ.get("CC", "gcc"))
+    if compiler is None:
+        raise ToolMissingError(
+            "gcc not found (needed to build the demo program)",
+            hint="install it with: sudo apt-get install gcc",
+        )
+    key = hashlib.sha256(source.read_bytes() + " ".join(DEMO_FLAGS).encode()).hexdigest()[:12]
+    binary = cache / f"ptscope-demo-{key}"
+    if not binary.exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        tmp = binary.with_suffix(".tmp")
+        result = subprocess.run(
+            [compiler, *DEMO_FLAGS, "-o", str(tmp), str(source), "-ldl"],
+            capture_output=True,
+            text=True,
+        )
+        if result.returncode != 0:
+            raise RecordingError("could not build the demo program", details=result.stderr)
+        tmp.replace(binary)
+    return binary
+
+
+def _default_cache() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "ptscope"
 
 
 class DemoCommand:
     name = "demo"
-    help = "(not implemented yet)"
+    help = "record the bundled demo program (dlopen, cos, printf, recursion) into a trace"
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        pass
+        parser.add_argument(
+            "-o",
+            "--output",
+            type=Path,
+            default=Path("demo.fxt.gz"),
+            help="trace to write (default demo.fxt.gz)",
+        )
+        parser.add_argument("--rounds", type=int, default=3, help="loop iterations (default 3)")
+        parser.add_argument(
+            "--backend",
+            default="auto",
+            choices=("auto", "intel-pt", "emulated", "sampling"),
+            help="recording backend (default auto: intel-pt if present, else emulated)",
+        )
+        parser.add_argument(
+            "--keep-recording", type=Path, metavar="DIR", help="keep the recording in DIR"
+        )
 
     def run(self, args: argparse.Namespace) -> int:
-        raise PtscopeError("demo is not implemented yet")
+        from ptscope.cli import main
+
+        binary = build_demo(_default_cache())
+        print(f"ptscope demo: built {binary.name} from the bundled demo.c", file=sys.stderr)
+        argv = ["run", "--backend", args.backend, "-o", str(args.output)]
+        if args.keep_recording is not None:
+            argv += ["--keep-recording", str(args.keep_recording)]
+        if args.verbose:
+            argv.append("-" + "v" * args.verbose)
+        code = main([*argv, "--", str(binary), str(args.rounds)])
+        if code != 0:
+            return code
+        summarise(args.output)
+        return 0
+
+
+def summarise(trace_path: Path, top: int = 8) -> None:
+    """Threads, slices and the functions with the most time in them, from the trace."""
+    trace = read_trace(trace_path)
+    calls: dict[str, int] = defaultdict(int)
+    total: dict[str, int] = defaultdict(int)
+    n = 0
+    for slices in trace.slices.values():
+        busy_until: dict[str, int] = {}  # recursion: count the outermost call's time once
+        for s in slices:
+            n += 1
+            if s.name.startswith("["):
+                continue
+            calls[s.name] += 1
+            if s.start >= busy_until.get(s.name, -1):
+                total[s.name] += s.end - s.start
+                busy_until[s.name] = s.end
+    threads = [k for k in trace.thread_keys() if trace.slices.get(k)]
+    print(f"\n{trace_path}: {len(threads)} thread(s), {n:,} slices")
+    print(f"  {'function':<40} {'calls':>7} {'time in calls':>14}")
+    for name in sorted(total, key=lambda k: -total[k])[:top]:
+        print(f"  {name[:40]:<40} {calls[name]:>7,} {total[name] / 1000:>11.1f} us")
+    print(f"\nOpen {trace_path} in {PERFETTO_URL} (Open trace file, or drag it onto the page).")
