@@ -90,7 +90,9 @@ class AttachCommand:
         place = RecordingPlace(args.keep_recording)
         options = session_options(args, place)
         if trigger is not None:
-            options.make_hit_source = hit_source_factory(trigger)
+            options.make_hit_source = hit_source_factory(
+                trigger, wake_each_hit=perf_backend.takes_snapshots
+            )
         from ptscope.record.session import attach_processes
 
         with place.recording():

@@ -272,7 +272,9 @@ def prepare_trigger(text: str | None, executable: str) -> _Trigger | None:
     return _Trigger(selection, executable)
 
 
-def hit_source_factory(trigger: _Trigger) -> Callable[[Sequence[int]], HitSource | None]:
+def hit_source_factory(
+    trigger: _Trigger, *, wake_each_hit: bool
+) -> Callable[[Sequence[int]], HitSource | None]:
     """Resolve the trigger in the first target (its maps) and arm it on every target."""
 
     def make(pids: Sequence[int]) -> HitSource | None:
@@ -282,7 +284,7 @@ def hit_source_factory(trigger: _Trigger) -> Callable[[Sequence[int]], HitSource
         breakpoints = resolve_selection(trigger.selection, trigger.executable, read_maps(pids[0]))
         for bp in breakpoints:
             log.info("trigger %s at %#x", bp.label, bp.address)
-        source = BreakpointSet(breakpoints)
+        source = BreakpointSet(breakpoints, wake_each_hit=wake_each_hit)
         try:
             source.arm(pids)
         except BaseException:
@@ -434,7 +436,9 @@ class RunCommand:
         if trigger is not None:
             from ptscope.record.symbols import needs_libraries
 
-            options.make_hit_source = hit_source_factory(trigger)
+            options.make_hit_source = hit_source_factory(
+                trigger, wake_each_hit=perf_backend.takes_snapshots
+            )
             options.wait_for_libraries = needs_libraries(trigger.selection, executable)
         from ptscope.record.session import run_program
 

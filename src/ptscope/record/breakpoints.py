@@ -7,8 +7,8 @@ its issue #274). The kernel refuses to mmap inherited per-task events, but accep
 ones, hence one event per (thread, CPU); all events of a CPU write into that CPU's ring
 buffer (``PERF_EVENT_IOC_SET_OUTPUT``). Each hit is a ``PERF_RECORD_SAMPLE`` with the
 address, pid/tid and perf-clock time, read from the rings by :meth:`BreakpointSet.read_hits`.
-The program is not stopped: a hit costs it one debug exception (measured in
-``bench/startup.py``).
+The program is not stopped: a hit costs it one debug exception, plus a wake-up of the
+reader when hits take snapshots (both measured in ``bench/startup.py``).
 """
 
 from __future__ import annotations
@@ -161,13 +161,23 @@ class _Ring:
 class BreakpointSet:
     """Execute breakpoints on every thread of some processes (and of their new threads)."""
 
-    def __init__(self, breakpoints: Sequence[Breakpoint], *, data_pages: int = 4) -> None:
+    def __init__(
+        self,
+        breakpoints: Sequence[Breakpoint],
+        *,
+        data_pages: int = 4,
+        wake_each_hit: bool = True,
+    ) -> None:
         if not breakpoints:
             raise ValueError("no breakpoint")
         if len(breakpoints) > 4:
             raise RecordingError("at most 4 trigger addresses (x86 has 4 debug registers)")
         self.breakpoints = list(breakpoints)
         self.data_pages = data_pages
+        # Waking the reader on every hit gets a snapshot taken soonest, but the wake-up
+        # is paid by the traced program on each hit; when hits are only marked (no
+        # snapshot), the reader is woken at half a buffer and drains on its own schedule.
+        self.wake_each_hit = wake_each_hit
         self._labels = {b.address: b.label for b in breakpoints}
         self._events: list[int] = []
         self._rings: dict[int, _Ring] = {}
@@ -183,7 +193,7 @@ class BreakpointSet:
         attr.sample_period = 1
         attr.sample_type = _SAMPLE_IP | _SAMPLE_TID | _SAMPLE_TIME
         attr.flags = _ATTR_INHERIT | _ATTR_EXCLUDE_KERNEL | _ATTR_EXCLUDE_HV
-        attr.wakeup_events = 1
+        attr.wakeup_events = 1 if self.wake_each_hit else 0
         attr.bp_type = _HW_BREAKPOINT_X
         attr.bp_addr = bp.address
         attr.bp_len = ctypes.sizeof(ctypes.c_long)

@@ -175,25 +175,29 @@ class StoppedProgram:
         return self.process.pid
 
     @classmethod
-    def spawn(cls, argv: Sequence[str], *, use_ptrace: bool = True) -> StoppedProgram:
+    def spawn(
+        cls, argv: Sequence[str], *, use_ptrace: bool = True, stdout: int | None = None
+    ) -> StoppedProgram:
         if not argv:
             raise UsageError("no program given: ptscope run [options] -- PROGRAM [ARGS]")
         exe = _find_program(argv[0])
         program: StoppedProgram | None = None
         if use_ptrace:
             try:
-                program = cls._spawn_ptrace([exe, *argv[1:]], argv[0])
+                program = cls._spawn_ptrace([exe, *argv[1:]], argv[0], stdout)
             except subprocess.SubprocessError as e:
                 log.info("cannot hold the program with ptrace (%s): using a shell gate", e)
         if program is None:
-            program = cls._spawn_gate([exe, *argv[1:]], argv[0])
+            program = cls._spawn_gate([exe, *argv[1:]], argv[0], stdout)
         program.argv = list(argv)
         return program
 
     @classmethod
-    def _spawn_ptrace(cls, argv: list[str], name: str) -> StoppedProgram:
+    def _spawn_ptrace(cls, argv: list[str], name: str, stdout: int | None) -> StoppedProgram:
         try:
-            process = subprocess.Popen(argv, executable=argv[0], preexec_fn=_hold_at_exec)
+            process = subprocess.Popen(
+                argv, executable=argv[0], stdout=stdout, preexec_fn=_hold_at_exec
+            )
         except OSError as e:
             raise BadInputError(f"cannot start {name}: {e.strerror or e}") from e
         _pid, status = os.waitpid(process.pid, _WALL)
@@ -204,16 +208,23 @@ class StoppedProgram:
         return cls(process, "ptrace")
 
     @classmethod
-    def _spawn_gate(cls, argv: list[str], name: str) -> StoppedProgram:
+    def _spawn_gate(cls, argv: list[str], name: str, stdout: int | None) -> StoppedProgram:
         read_end, write_end = os.pipe()
-        # The shell blocks on the gate, then execs the program in place (same pid):
-        # perf follows the exec. EOF (ptscope gone) exits without running anything.
-        script = f'read _ <&{read_end} || exit 125; exec {read_end}<&-; exec "$@"'
+        # The shell blocks on the gate (fd 3: POSIX sh only takes single-digit fds), then
+        # execs the program in place (same pid): perf follows the exec. EOF (ptscope
+        # gone) exits without running anything.
+        script = 'read _ <&3 || exit 125; exec 3<&-; exec "$@"'
+
+        def setup() -> None:  # in the child, before exec
+            _die_with_parent()
+            os.dup2(read_end, 3)
+
         try:
             process = subprocess.Popen(
                 ["/bin/sh", "-c", script, "ptscope-gate", *argv],
-                pass_fds=(read_end,),
-                preexec_fn=_die_with_parent,
+                stdout=stdout,
+                pass_fds=(3,),
+                preexec_fn=setup,
             )
         except OSError as e:
             os.close(write_end)
