@@ -142,6 +142,19 @@ def test_missing_or_unreadable_text_file(tmp_path: Path) -> None:
         list(read_text_lines(tmp_path / "absent.txt"))
     with pytest.raises(BadInputError, match="is a directory"):
         list(read_text_lines(tmp_path))
+    binary = tmp_path / "core"
+    binary.write_bytes(b"\x7fELF\x02\x01\x01\0\0\0\n" * 10)
+    with pytest.raises(BadInputError) as info:
+        list(read_text_lines(binary))
+    assert _one_line(info.value) == f"{binary} is not perf script text (it holds binary data)"
+
+
+def test_a_perf_data_given_as_text(sampled: tuple[Path, Path]) -> None:
+    _, data = sampled
+    with pytest.raises(BadInputError) as info:
+        list(decode_text_file(data))
+    assert _one_line(info.value) == f"{data} is a perf.data file, not perf script text"
+    assert info.value.hint == f"decode it as a recording: ptscope decode {data}"
 
 
 # ---------------------------------------------------------------- perf failures

@@ -48,6 +48,7 @@ BRANCH_ITRACE: Final = "bep"
 """Synthesize branches, errors and power events (cbr, psb)."""
 CHUNK_SIZE: Final = 1 << 20
 _STDERR_KEEP: Final = 16_384  # bytes of perf's stderr kept for error details
+_MAX_LINE: Final = 1 << 24
 
 TimeWindow = tuple[int | None, int | None]
 """A (start, end) pair of perf times in ns; ``None`` leaves that side open."""
@@ -172,19 +173,40 @@ def sampling_script_argv(
 # ---------------------------------------------------------------------- streaming
 
 
-def _lines_of(chunks: Iterator[bytes]) -> Iterator[list[str]]:
-    """Batches of complete lines (without their newline) from byte chunks."""
+def _lines_of(chunks: Iterator[bytes], source: str | None = None) -> Iterator[list[str]]:
+    """Batches of complete lines (without their newline) from byte chunks.
+
+    With ``source`` (saved text given by the user), input that is clearly not text fails
+    with a one-line error instead of turning into a flood of unrecognised lines.
+    """
     rest = b""
+    first = True
     for chunk in chunks:
+        if first and source is not None:
+            _check_text(chunk, source)
+        first = False
         data = rest + chunk if rest else chunk
         cut = data.rfind(b"\n")
         if cut < 0:
+            if len(data) > _MAX_LINE:  # no newline for megabytes: not perf's text
+                yield [data.decode("utf-8", "replace")]
+                data = b""
             rest = data
             continue
         rest = data[cut + 1 :]
         yield data[:cut].decode("utf-8", "replace").split("\n")
     if rest:
         yield [rest.decode("utf-8", "replace")]
+
+
+def _check_text(head: bytes, source: str) -> None:
+    if head.startswith(b"PERFILE2") or head.startswith(b"PERFFILE"):
+        raise BadInputError(
+            f"{source} is a perf.data file, not perf script text",
+            hint=f"decode it as a recording: ptscope decode {source}",
+        )
+    if b"\0" in head[:65536]:
+        raise BadInputError(f"{source} is not perf script text (it holds binary data)")
 
 
 def _read_chunks(fd: int) -> Iterator[bytes]:
@@ -195,7 +217,7 @@ def _read_chunks(fd: int) -> Iterator[bytes]:
 def read_text_lines(source: Path | str) -> Iterator[list[str]]:
     """Batches of lines of saved ``perf script`` text: a file, or stdin for ``-``."""
     if str(source) == "-":
-        yield from _lines_of(_read_chunks(sys.stdin.buffer.fileno()))
+        yield from _lines_of(_read_chunks(sys.stdin.buffer.fileno()), "standard input")
         return
     path = Path(source)
     try:
@@ -207,7 +229,7 @@ def read_text_lines(source: Path | str) -> Iterator[list[str]]:
     except OSError as e:
         raise BadInputError(f"cannot read {path}: {e.strerror or e}") from None
     with f:
-        yield from _lines_of(_read_chunks(f.fileno()))
+        yield from _lines_of(_read_chunks(f.fileno()), str(path))
 
 
 def stream_perf_script(
