@@ -22,7 +22,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, NoReturn
+from typing import Any, Final, NamedTuple, NoReturn
 
 import numpy as np
 
@@ -46,6 +46,7 @@ from ptscope.perftool import PerfTool, find_perf, perf_env
 
 __all__ = [
     "DEFAULT_ITRACE",
+    "CountFix",
     "DecoderChoice",
     "DlfilterProcess",
     "DlfilterRun",
@@ -94,9 +95,9 @@ class StreamStats:
 
     branches: int = 0
     power: int = 0
-    power_repeats: int = 0
     decode_errors: int = 0
-    errors_outside_window: int = 0
+    outside_window: int = 0
+    """Events dropped because their time is outside the parser's ``time_window``."""
     locations: int = 0
     strings: int = 0
     text_lines: int = 0
@@ -106,6 +107,18 @@ class StreamStats:
     bytes: int = 0
     trailer: dict[str, int] | None = None
     """The dlfilter's own counters (samples, dropped branches...), once the stream ended."""
+
+
+class CountFix(NamedTuple):
+    """A branch's instruction/cycle counts as one decode saw them (see parallel decode)."""
+
+    time: int
+    ip: int
+    addr: int
+    insn_count: int
+    cycle_count: int
+    exact: bool
+    """The decode had seen an earlier branch of the thread, so the counts are complete."""
 
 
 class RecordStreamParser:
@@ -120,16 +133,16 @@ class RecordStreamParser:
         self,
         source: str = "dlfilter record stream",
         *,
-        error_window: tuple[int | None, int | None] | None = None,
-        power_state: dict[tuple[int, int, int], int] | None = None,
+        time_window: tuple[int | None, int | None] | None = None,
     ) -> None:
         self.source = source
-        self._error_window = error_window
-        # Last cbr per CPU (or per thread when perf does not know the CPU), shared by the
-        # windows of a parallel decode: perf reports the cbr again when it starts decoding
-        # a window, which a single decode would not, so such a repeat is dropped.
-        self._power_state = power_state
-        self._power_keys: set[tuple[int, int, int]] = set()
+        # Events outside this inclusive (start, end) perf-time range are dropped (None: open).
+        self._lo = time_window[0] if time_window is not None else None
+        self._hi = time_window[1] if time_window is not None else None
+        self.first_after_end: dict[tuple[int, int], CountFix] = {}
+        """Each thread's first kept branch after the window's end, when perf decoded past
+        it: the next window's first branch of the thread, with this decode's counts."""
+        self._threads_seen: set[int] = set()
         # perf's own lines (decode errors, task events) are the text decoder's business.
         self._text = PerfTextParser(keep_all=True)
         self.stats = StreamStats(text=self._text.stats)
@@ -263,18 +276,12 @@ class RecordStreamParser:
         if tag == rf.TAG_POWER:
             if avail < rf.POWER.size:
                 return 0
-            _, pid, tid, cpu, time, cbr, freq = rf.POWER.unpack_from(buf, pos)
+            _, pid, tid, _cpu, time, cbr, freq = rf.POWER.unpack_from(buf, pos)
             self.stats.power += 1
-            state = self._power_state
-            if state is not None:
-                key = (cpu, -1, -1) if cpu >= 0 else (-1, pid, tid)
-                first = key not in self._power_keys
-                self._power_keys.add(key)
-                if first and state.get(key) == cbr:
-                    self.stats.power_repeats += 1
-                    return rf.POWER.size
-                state[key] = cbr
-            events.append(PowerEvent(pid, tid, time, cbr, freq))
+            if self._outside(time):
+                self.stats.outside_window += 1
+            else:
+                events.append(PowerEvent(pid, tid, time, cbr, freq))
             return rf.POWER.size
         if tag == rf.TAG_TRAILER:
             if avail < rf.TRAILER.size:
@@ -340,6 +347,25 @@ class RecordStreamParser:
         if self._ended:
             self._fail("holds records after its trailer", pos)
         recs = np.frombuffer(buf, dtype=rf.BRANCH_DTYPE, count=n, offset=pos)
+        self.stats.branches += n
+        if self._lo is not None or self._hi is not None:
+            times = recs["time"]
+            keep = np.ones(n, dtype=bool)
+            if self._lo is not None:
+                keep &= times >= self._lo
+            if self._hi is not None:
+                late = times > self._hi
+                keep &= ~late
+                if late.any():
+                    self._note_threads(recs[~late])
+                    self._note_first_after_end(recs[late])
+                else:
+                    self._note_threads(recs)
+            if not keep.all():
+                self.stats.outside_window += n - int(keep.sum())
+                recs = recs[keep]
+                if not len(recs):
+                    return
         ip_loc = recs["ip_loc"]
         addr_loc = recs["addr_loc"]
         nloc = len(self._locations)
@@ -370,7 +396,31 @@ class RecordStreamParser:
                 recs["cyc_cnt"].tolist(),
             )
         )
-        self.stats.branches += n
+
+    def _note_threads(self, recs: np.ndarray[Any, np.dtype[np.void]]) -> None:
+        if len(recs):
+            keys = (recs["pid"].astype(np.int64) << 32) | recs["tid"].astype(np.uint32)
+            self._threads_seen.update(np.unique(keys).tolist())
+
+    def _note_first_after_end(self, late: np.ndarray[Any, np.dtype[np.void]]) -> None:
+        """Remember each thread's first kept branch after the window (see ``first_after_end``)."""
+        seen = self.first_after_end
+        decoded = self._threads_seen
+        for pid, tid, time, ip, addr, insn, cyc in zip(
+            late["pid"].tolist(),
+            late["tid"].tolist(),
+            late["time"].tolist(),
+            late["ip"].tolist(),
+            late["addr"].tolist(),
+            late["insn_cnt"].tolist(),
+            late["cyc_cnt"].tolist(),
+            strict=True,
+        ):
+            if (pid, tid) not in seen:
+                # Exact only if this decode saw an earlier branch of the thread (perf's and
+                # the filter's counts start from there).
+                exact = ((pid << 32) | (tid & 0xFFFFFFFF)) in decoded
+                seen[(pid, tid)] = CountFix(time, ip, addr, insn, cyc, exact)
 
     def _text_line(self, line: str, events: list[Event]) -> None:
         """A line perf printed between our records: parsed as the text decoder does."""
@@ -378,15 +428,18 @@ class RecordStreamParser:
         if any(c < " " and c != "\t" for c in line.rstrip("\r")):
             self._fail("is corrupted (control bytes in a text line)")
         for ev in self._text.feed([line]):
+            time = getattr(ev, "time", None)
+            if time is not None and self._outside(time):
+                self.stats.outside_window += 1
+                continue
             if type(ev) is DecodeError:
-                window = self._error_window
-                if window is not None and ev.time is not None:
-                    lo, hi = window
-                    if (lo is not None and ev.time < lo) or (hi is not None and ev.time > hi):
-                        self.stats.errors_outside_window += 1
-                        continue
                 self.stats.decode_errors += 1
             events.append(ev)
+
+    def _outside(self, time: int) -> bool:
+        return (self._lo is not None and time < self._lo) or (
+            self._hi is not None and time > self._hi
+        )
 
 
 def read_record_stream(
@@ -441,9 +494,8 @@ class DlfilterProcess:
 
     perf writes into a pipe read by :meth:`batches` while it decodes; with ``stdout_path``
     it writes into that file instead, which :meth:`batches` reads once perf is done
-    (parallel decode runs the windows it is not consuming yet this way). Decode errors
-    with a time outside ``error_window`` (inclusive; None = open) are dropped; see
-    :class:`RecordStreamParser` for ``power_state``.
+    (parallel decode runs the windows it is not consuming yet this way). Events with a
+    time outside ``time_window`` (inclusive; None = open) are dropped.
     """
 
     def __init__(
@@ -455,8 +507,7 @@ class DlfilterProcess:
         extra: Sequence[str] = (),
         perf: PerfTool | None = None,
         stdout_path: Path | None = None,
-        error_window: tuple[int | None, int | None] | None = None,
-        power_state: dict[tuple[int, int, int], int] | None = None,
+        time_window: tuple[int | None, int | None] | None = None,
     ) -> None:
         tool = perf if perf is not None else find_perf()
         check_dlfilter_prerequisites(tool, perf_data)
@@ -466,8 +517,7 @@ class DlfilterProcess:
         )
         self.parser = RecordStreamParser(
             f"dlfilter record stream of {perf_data}",
-            error_window=error_window,
-            power_state=power_state,
+            time_window=time_window,
         )
         self.stdout_path = stdout_path
         self.stderr = ""

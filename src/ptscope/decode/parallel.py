@@ -19,14 +19,19 @@ stream carries :data:`SEGMENT_BREAK`: the consumer breaks every thread's segment
 What perf does at a window's start (checked on real perf 6.1 output): it decodes from the
 PSB at or before the window's start and drops samples outside the window, emitting no
 ``tr strt`` for the resumed decode, so the first event of a window is an ordinary branch
-that lands back in the previous window's stack. Two things differ from a single decode and
-are corrected here: decode *errors* are not time-filtered by perf (errors outside a window
-are dropped; its neighbour reports them), and perf reports the current cbr again at a
-window's start (a repeat of the last cbr seen for that CPU/thread is dropped).
+that lands back in the previous window's stack. Three things would differ from a single
+decode, so each window is decoded from a few PSBs *before* its start and the reader drops
+every event before the start: perf reports the current cbr again where it starts decoding;
+perf's instruction/cycle counts on a sample are "since the previous sample", which a
+decoder starting exactly at the cut does not know; and decode *errors* are not
+time-filtered by perf at all. With the lead-in, a window's first events are exactly those of
+the single decode (unless a thread has no kept branch at all in the lead-in: then its first
+branch after the cut lacks the instructions before the lead-in).
 """
 
 from __future__ import annotations
 
+import bisect
 import mmap
 import os
 import struct
@@ -39,11 +44,12 @@ from typing import Final, Protocol
 
 from ptscope.decode.dlfilter_stream import (
     DEFAULT_ITRACE,
+    CountFix,
     DlfilterProcess,
     DlfilterRun,
     decode_with_dlfilter,
 )
-from ptscope.model import Event
+from ptscope.model import BranchEvent, Event
 from ptscope.perftool import PerfTool, find_perf
 
 __all__ = [
@@ -252,19 +258,45 @@ def _psb_tsc(m: mmap.mmap, pos: int, stop: int) -> int | None:
 
 @dataclass(frozen=True)
 class TimeWindow:
-    """An inclusive perf-time range; None = open (the trace's start or end)."""
+    """An inclusive perf-time range of events; None = open (the trace's start or end).
+
+    perf decodes from ``decode_from`` to ``decode_to`` (default -1: the same as ``start``,
+    ``end``; None: open), a little wider; events outside ``start``..``end`` are dropped (see
+    the module docstring).
+    """
 
     start: int | None
     end: int | None
+    decode_from: int | None = -1
+    decode_to: int | None = -1
 
     def perf_arg(self) -> str:
         """The ``--time`` value."""
-        a = _fmt(self.start) if self.start is not None else ""
-        b = _fmt(self.end) if self.end is not None else ""
+        first = self.start if self.decode_from == -1 else self.decode_from
+        last = self.end if self.decode_to == -1 else self.decode_to
+        a = _fmt(first) if first is not None else ""
+        b = _fmt(last) if last is not None else ""
         return f"{a},{b}"
 
     def contains(self, time: int) -> bool:
         return (self.start is None or time >= self.start) and (self.end is None or time <= self.end)
+
+
+def _apply_count_fixes(batch: list[Event], fixes: dict[tuple[int, int], CountFix]) -> None:
+    """Give each thread's first branch the counts an earlier window's perf saw for it.
+
+    An earlier window's perf decoded past its end without a break, so its counts for that
+    branch are the single decode's; this window's perf started decoding later and may lack
+    the instructions before its start. Entries are removed once used.
+    """
+    for ev in batch:
+        if type(ev) is BranchEvent:
+            fix = fixes.pop((ev.pid, ev.tid), None)
+            if fix is not None and (ev.time, ev.src.ip, ev.dst.ip) == fix[:3]:
+                ev.insn_count = fix.insn_count
+                ev.cycle_count = fix.cycle_count
+        if not fixes:
+            return
 
 
 def _fmt(ns: int) -> str:
@@ -272,14 +304,21 @@ def _fmt(ns: int) -> str:
 
 
 def plan_windows(
-    layout: TraceLayout | None, jobs: int, *, min_window_bytes: int = _MIN_WINDOW_BYTES
+    layout: TraceLayout | None,
+    jobs: int,
+    *,
+    min_window_bytes: int = _MIN_WINDOW_BYTES,
+    lead_in: int | None = None,
+    lead_out: int | None = None,
 ) -> list[TimeWindow]:
     """Cut the trace into at most ``jobs`` windows holding about equal trace bytes.
 
     Cuts are PSB times. With one buffer, a cut is the PSB nearest to k/jobs of its bytes;
     with several (one per thread or CPU), the k/jobs-th PSB in time order, which balances
     the bytes as well when PSBs come at a fixed byte period (as they do: ``psb_period``).
-    Windows smaller than ``min_window_bytes`` are not worth a perf process.
+    Windows smaller than ``min_window_bytes`` are not worth a perf process. Each window
+    is decoded from ``lead_in`` PSBs before its start and to ``lead_out`` PSBs after its
+    end (defaults: one and four per buffer), see the module docstring.
     """
     whole = [TimeWindow(None, None)]
     if layout is None or jobs <= 1 or len(layout.psbs) < 2:
@@ -298,10 +337,27 @@ def plan_windows(
             cuts.append(best.time)
     if not cuts:
         return whole
-    windows = [TimeWindow(None, cuts[0] - 1)]
-    windows += [TimeWindow(a, b - 1) for a, b in pairwise(cuts)]
-    windows.append(TimeWindow(cuts[-1], None))
-    return windows
+    back = lead_in if lead_in is not None else max(layout.buffers, 1)
+    ahead = lead_out if lead_out is not None else 4 * max(layout.buffers, 1)
+    times = [p.time for p in points]
+
+    def decode_from(cut: int) -> int:
+        return times[max(0, bisect.bisect_left(times, cut) - back)]
+
+    def decode_to(cut: int) -> int | None:
+        i = bisect.bisect_left(times, cut) + ahead
+        return times[i] if i < len(times) else None  # None: to the end of the trace
+
+    bounds = [None, *cuts, None]
+    return [
+        TimeWindow(
+            start=a,
+            end=b - 1 if b is not None else None,
+            decode_from=decode_from(a) if a is not None else None,
+            decode_to=decode_to(b) if b is not None else None,
+        )
+        for a, b in pairwise(bounds)
+    ]
 
 
 # ------------------------------------------------------------------ decoding
@@ -332,7 +388,6 @@ def decode_parallel(
             perf_data, itrace=itrace, extra=extra, perf=tool, run_info=run_info
         )
         return
-    power_state: dict[tuple[int, int, int], int] = {}
     with tempfile.TemporaryDirectory(prefix="ptscope-decode-") as tmp:
         procs: list[DlfilterProcess] = []
         try:
@@ -345,14 +400,22 @@ def decode_parallel(
                         perf=tool,
                         # The first window is consumed live; the others wait in files.
                         stdout_path=Path(tmp) / f"window-{i}.bin" if i else None,
-                        error_window=(w.start, w.end),
-                        power_state=power_state,
+                        time_window=(w.start, w.end),
                     )
                 )
+            fixes: dict[tuple[int, int], CountFix] = {}
             for i, proc in enumerate(procs):
                 if i:
                     yield SEGMENT_BREAK
-                yield from proc.batches()
+                for batch in proc.batches():
+                    if fixes:
+                        _apply_count_fixes(batch, fixes)
+                    yield batch
+                # A thread with no branch in this window keeps the fix it had (from a
+                # decode that saw it earlier), unless this one is as good.
+                for key, fix in proc.parser.first_after_end.items():
+                    if fix.exact or key not in fixes:
+                        fixes[key] = fix
                 if run_info is not None:
                     run_info.append(proc.run_info())
         finally:
