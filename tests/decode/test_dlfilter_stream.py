@@ -232,22 +232,31 @@ def test_corruption_is_an_error_or_harmless(stream: bytes, data: st.DataObject) 
         parse(bytes(buf), chunk)
 
 
-def test_error_window_drops_errors_outside(stream: bytes) -> None:
-    data = with_error_line(stream, 3)
-    for window, kept in (((None, None), 1), ((0, 2_000_000_000), 1), ((2_000_000_000, None), 0)):
-        parser = RecordStreamParser("t", error_window=window)
+def test_time_window_drops_events_outside(stream: bytes) -> None:
+    data = with_error_line(stream, 3)  # the error is at 1.000001688 s
+    everything = parse(data)
+    for window in ((None, None), (0, 2_000_000_000), (2_000_000_000, None), (150, 300)):
+        lo, hi = window
+        parser = RecordStreamParser("t", time_window=window)
         events = parser.feed(data)
         parser.close()
-        assert sum(isinstance(e, DecodeError) for e in events) == kept
+        expected = [
+            e
+            for e in everything
+            if (lo is None or e.time >= lo) and (hi is None or e.time <= hi)  # type: ignore[union-attr]
+        ]
+        assert events == expected
+        assert parser.stats.outside_window == len(everything) - len(expected)
 
 
-def test_repeated_cbr_at_a_window_start_is_dropped(stream: bytes) -> None:
-    state: dict[tuple[int, int, int], int] = {}
-    first = RecordStreamParser("w0", power_state=state)
-    assert any(isinstance(e, PowerEvent) for e in first.feed(stream))
-    second = RecordStreamParser("w1", power_state=state)
-    assert not any(isinstance(e, PowerEvent) for e in second.feed(stream))
-    assert second.stats.power_repeats == 1
+def test_first_branch_after_the_window_is_remembered(stream: bytes) -> None:
+    parser = RecordStreamParser("t", time_window=(None, 104))
+    events = parser.feed(stream)
+    parser.close()
+    assert max(e.time for e in events if isinstance(e, BranchEvent)) == 104
+    fix = parser.first_after_end[(100, 100)]
+    assert (fix.time, fix.ip, fix.addr, fix.insn_count) == (110, 0x1030, 0x1100, 3)
+    assert fix.exact  # the decode saw the thread before
 
 
 # ------------------------------------------------------------------ locations
