@@ -445,3 +445,106 @@ def test_bad_options_are_usage_errors(program: Build, tmp_path: Path) -> None:
         done = ptscope(*argv)
         assert done.returncode == 2, (argv, done.stderr)
         no_traceback(done.stderr)
+
+
+def test_attach_two_processes_trigger_in_each(program: Build, tmp_path: Path) -> None:
+    """Each process gets the trigger at its own address (PIE: different load biases)."""
+    path = program("spin")
+    spins = [subprocess.Popen([str(path), "30"], stdout=subprocess.PIPE) for _ in range(2)]
+    try:
+        for s in spins:
+            assert s.stdout is not None and s.stdout.readline().startswith(b"ready")
+        rec = tmp_path / "rec"
+        process = subprocess.Popen(
+            [
+                *PTSCOPE,
+                "attach",
+                "-p",
+                f"{spins[0].pid},{spins[1].pid}",
+                "--backend",
+                "sampling",
+                "--trigger",
+                "tick",
+                "--keep-recording",
+                str(rec),
+                "-o",
+                str(tmp_path / "two.fxt.gz"),
+            ],
+            stderr=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        wait_for_line(process, "attached to")
+        time.sleep(0.3)
+        process.send_signal(signal.SIGINT)
+        _out, stderr = process.communicate(timeout=120)
+        assert process.returncode == 0, stderr
+        hits = json.loads((rec / "ptscope-recording.json").read_text())["hits"]
+        by_pid: dict[int, set[int]] = {}
+        for h in hits:
+            by_pid.setdefault(h["pid"], set()).add(h["ip"])
+        assert set(by_pid) == {s.pid for s in spins}
+        for s in spins:
+            maps = Path(f"/proc/{s.pid}/maps").read_text().splitlines()
+            text = [ln for ln in maps if str(path) in ln and " r-xp " in ln]
+            lo, hi = (int(x, 16) for x in text[0].split()[0].split("-"))
+            assert all(lo <= ip < hi for ip in by_pid[s.pid])
+    finally:
+        for s in spins:
+            s.kill()
+            s.wait()
+
+
+def test_trigger_picker_needs_a_terminal(program: Build, tmp_path: Path) -> None:
+    done = ptscope(
+        "run",
+        "--backend",
+        "sampling",
+        "--trigger",
+        "?",
+        "-o",
+        str(tmp_path / "x"),
+        "--",
+        str(program("quick")),
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 2
+    assert "no terminal to pick from" in done.stderr
+    no_traceback(done.stderr)
+
+
+def test_filter_keeps_only_the_regions(program: Build, tmp_path: Path) -> None:
+    rec = tmp_path / "rec"
+    done = ptscope(
+        "run",
+        "--backend",
+        "sampling",
+        "--keep-recording",
+        str(rec),
+        "--filter",
+        "compute,warm_leaf",
+        "-o",
+        str(tmp_path / "f.fxt.gz"),
+        "--",
+        str(program("calls")),
+        "200",
+    )
+    assert done.returncode == 0, done.stderr
+    whole = ptscope("decode", str(rec), "-o", str(tmp_path / "all.fxt.gz"))
+    assert whole.returncode == 0, whole.stderr
+    everything = [s for rows in read_trace(tmp_path / "all.fxt.gz").slices.values() for s in rows]
+    starts = sorted(s.start for s in everything if s.name == "compute")
+    stops = sorted(s.start for s in everything if s.name == "warm_leaf")
+    regions = []
+    i = 0
+    while i < len(starts):
+        after = [t for t in stops if t > starts[i]]
+        if not after:
+            break
+        regions.append((starts[i], after[0]))
+        i = next((j for j, t in enumerate(starts) if t >= after[0]), len(starts))
+    assert regions
+    kept = [s for rows in read_trace(tmp_path / "f.fxt.gz").slices.values() for s in rows]
+    assert kept
+    assert all(any(b <= s.start and s.end <= e for b, e in regions) for s in kept)
+    assert len(kept) < len(everything)

@@ -275,24 +275,47 @@ def prepare_trigger(text: str | None, executable: str) -> _Trigger | None:
 def hit_source_factory(
     trigger: _Trigger, *, wake_each_hit: bool
 ) -> Callable[[Sequence[int]], HitSource | None]:
-    """Resolve the trigger in the first target (its maps) and arm it on every target."""
+    """Resolve the trigger in each target (its own executable and maps: PIE and library
+    load addresses differ per process) and arm it on all of their threads."""
 
     def make(pids: Sequence[int]) -> HitSource | None:
-        from ptscope.record.breakpoints import BreakpointSet
+        from ptscope.errors import BadInputError
+        from ptscope.record.breakpoints import Breakpoint, BreakpointSet
         from ptscope.record.symbols import read_maps, resolve_selection
 
-        breakpoints = resolve_selection(trigger.selection, trigger.executable, read_maps(pids[0]))
-        for bp in breakpoints:
+        per_process: dict[int, list[Breakpoint]] = {}
+        failures: list[str] = []
+        for index, pid in enumerate(pids):
+            executable = trigger.executable if index == 0 else _process_executable(pid)
+            try:
+                per_process[pid] = resolve_selection(trigger.selection, executable, read_maps(pid))
+            except BadInputError as e:
+                if index == 0 or len(pids) == 1:
+                    raise
+                failures.append(f"process {pid}: {e.message}")
+        for message in failures:
+            print(f"ptscope: warning: no trigger in {message}", file=sys.stderr)
+        first = per_process[pids[0]]
+        for bp in first:
             log.info("trigger %s at %#x", bp.label, bp.address)
-        source = BreakpointSet(breakpoints, wake_each_hit=wake_each_hit)
+        source = BreakpointSet(first, wake_each_hit=wake_each_hit)
         try:
-            source.arm(pids)
+            source.arm(list(per_process), per_process)
         except BaseException:
             source.close()
             raise
         return source
 
     return make
+
+
+def _process_executable(pid: int) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
+    except OSError as e:
+        from ptscope.errors import BadInputError
+
+        raise BadInputError(f"process {pid}: cannot read its executable ({e.strerror})") from e
 
 
 def build_perf_backend(

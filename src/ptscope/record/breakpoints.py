@@ -178,7 +178,9 @@ class BreakpointSet:
         # is paid by the traced program on each hit; when hits are only marked (no
         # snapshot), the reader is woken at half a buffer and drains on its own schedule.
         self.wake_each_hit = wake_each_hit
-        self._labels = {b.address: b.label for b in breakpoints}
+        # Per process: each process has its own address space (and load bias).
+        self._per_process: dict[int, list[Breakpoint]] = {}
+        self._labels: dict[tuple[int, int], str] = {}
         self._events: list[int] = []
         self._rings: dict[int, _Ring] = {}
         self._armed: set[tuple[int, int]] = set()
@@ -207,8 +209,8 @@ class BreakpointSet:
             raise _open_error(err, bp, tid)
         return fd
 
-    def _arm_thread(self, tid: int) -> None:
-        for bp in self.breakpoints:
+    def _arm_thread(self, tid: int, breakpoints: Sequence[Breakpoint]) -> None:
+        for bp in breakpoints:
             if (tid, bp.address) in self._armed:
                 continue
             for cpu in self._cpus:
@@ -223,24 +225,36 @@ class BreakpointSet:
                     fcntl.ioctl(fd, _IOC_SET_OUTPUT, ring.fd)
             self._armed.add((tid, bp.address))
 
-    def arm(self, pids: Sequence[int]) -> None:
-        """Arm every current thread of ``pids``; threads they create inherit the events."""
+    def arm(
+        self, pids: Sequence[int], per_process: dict[int, list[Breakpoint]] | None = None
+    ) -> None:
+        """Arm every current thread of ``pids``; threads they create inherit the events.
+
+        ``per_process`` gives a process its own addresses (another executable, another
+        load bias); the others get the breakpoints the set was made with.
+        """
         _raise_fd_limit()
         for pid in pids:
+            breakpoints = (per_process or {}).get(pid, self.breakpoints)
+            if len(breakpoints) > 4:
+                raise RecordingError("at most 4 trigger addresses (x86 has 4 debug registers)")
+            self._per_process[pid] = list(breakpoints)
+            for bp in breakpoints:
+                self._labels[(pid, bp.address)] = bp.label
             # A thread created while we arm may have been cloned from a thread not yet
             # armed: list again until no new thread shows up.
             for _ in range(100):
-                tids = [t for t in _thread_ids(pid) if not self._thread_armed(t)]
+                tids = [t for t in _thread_ids(pid) if not self._thread_armed(t, breakpoints)]
                 if not tids:
                     break
                 for tid in tids:
-                    self._arm_thread(tid)
+                    self._arm_thread(tid, breakpoints)
         log.info(
             "%d breakpoint event(s) armed on %d thread(s)", len(self._events), len(self._armed)
         )
 
-    def _thread_armed(self, tid: int) -> bool:
-        return all((tid, bp.address) in self._armed for bp in self.breakpoints)
+    def _thread_armed(self, tid: int, breakpoints: Sequence[Breakpoint]) -> bool:
+        return all((tid, bp.address) in self._armed for bp in breakpoints)
 
     def fds(self) -> list[int]:
         return [ring.fd for ring in self._rings.values()]
@@ -251,7 +265,8 @@ class BreakpointSet:
             for rtype, body in ring.records():
                 if rtype == _RECORD_SAMPLE and len(body) >= _SAMPLE.size:
                     ip, pid, tid, time = _SAMPLE.unpack_from(body)
-                    hits.append(Hit(time, pid, tid, ip, self._labels.get(ip, f"{ip:#x}")))
+                    label = self._labels.get((pid, ip), f"{ip:#x}")
+                    hits.append(Hit(time, pid, tid, ip, label))
                 elif rtype == _RECORD_LOST and len(body) >= 16:
                     self.lost += _U64.unpack_from(body, 8)[0]
         hits.sort(key=lambda h: h.time)
