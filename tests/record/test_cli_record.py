@@ -548,3 +548,40 @@ def test_filter_keeps_only_the_regions(program: Build, tmp_path: Path) -> None:
     assert kept
     assert all(any(b <= s.start and s.end <= e for b, e in regions) for s in kept)
     assert len(kept) < len(everything)
+
+
+def test_crashing_program_is_still_traced(program: Build, tmp_path: Path) -> None:
+    out = tmp_path / "crash.fxt.gz"
+    done = ptscope(
+        "run", "--backend", "sampling", "-o", str(out), "--", str(program("crash")), "150"
+    )
+    assert done.returncode == 0, done.stderr
+    assert "the program was killed by SIGSEGV" in done.stderr
+    no_traceback(done.stderr)
+    names = {s.name for rows in read_trace(out).slices.values() for s in rows}
+    assert {"main", "doomed"} <= names
+
+
+def test_attached_process_exiting_ends_the_recording(program: Build, tmp_path: Path) -> None:
+    spin = subprocess.Popen([str(program("spin")), "1.0"], stdout=subprocess.PIPE)
+    assert spin.stdout is not None and spin.stdout.readline().startswith(b"ready")
+    try:
+        done = ptscope(
+            "attach",
+            "-p",
+            str(spin.pid),
+            "--backend",
+            "sampling",
+            "-o",
+            str(tmp_path / "a.fxt.gz"),
+        )
+    finally:
+        spin.kill()
+        spin.wait()
+    assert done.returncode == 0, done.stderr
+    no_traceback(done.stderr)
+    assert any(
+        s.name == "spin_leaf"
+        for rows in read_trace(tmp_path / "a.fxt.gz").slices.values()
+        for s in rows
+    )

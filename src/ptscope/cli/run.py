@@ -424,6 +424,21 @@ def report_session(result: SessionResult) -> None:
         print("ptscope: warning: perf stopped before the program ended", file=sys.stderr)
 
 
+def _report_exit(code: int | None) -> None:
+    if code is None or code == 0:
+        return
+    if code < 0:
+        import signal
+
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        print(f"ptscope: the program was killed by {name}", file=sys.stderr)
+    else:
+        print(f"ptscope: the program exited with status {code}", file=sys.stderr)
+
+
 class RunCommand:
     name = "run"
     help = "run a program and trace it (Ctrl-C or its exit takes the snapshot)"
@@ -470,8 +485,7 @@ class RunCommand:
                 command, require_perf(caps), perf_backend, options, use_ptrace=caps.can_ptrace
             )
         report_session(result)
-        if result.exit_code not in (0, None):
-            log.info("the program exited with status %s", result.exit_code)
+        _report_exit(result.exit_code)
         return decode_step(result.recording, output, args, place)
 
     def _run_emulated(self, args: argparse.Namespace, command: list[str], output: Path) -> int:
