@@ -108,9 +108,11 @@ _IGNORED_EVENTS: Final = frozenset(
 
 _MISSING: Final[Any] = object()
 _DROP: Final[Any] = object()
-_BODY_CACHE_LIMIT: Final = 1 << 18
-"""Entries per text cache before it is emptied: bounds memory (~50 MB) on huge traces with
-very many distinct branches; typical traces repeat a few thousand."""
+_BODY_CACHE_LIMIT: Final = 1 << 17
+_TEXT_CACHE_LIMIT: Final = 1 << 18
+"""Entries per text cache (branch bodies; sources and locations) before it is emptied:
+bounds memory (~150 MB at worst) on traces with very many distinct branches; real traces
+repeat a few thousand."""
 
 # Miss path only: the flags are the words before the first bare lowercase hex token.
 _SOURCE_RE: Final = re.compile(r"\s*(?P<flags>(?:\S+\s+)*?)(?P<loc>[0-9a-f]+(?:\s.*)?)\Z", re.S)
@@ -658,7 +660,7 @@ class PerfTextParser:
 
     def _source(self, text: str) -> _Source | None:
         """``FLAGS IP SYM+OFF (DSO)`` as (flags, kind, state, in_tx, location)."""
-        if len(self._sources) >= _BODY_CACHE_LIMIT:
+        if len(self._sources) >= _TEXT_CACHE_LIMIT:
             self._sources.clear()
         value = None
         m = _SOURCE_RE.match(text)
@@ -687,7 +689,7 @@ class PerfTextParser:
     def _location_text(self, text: str) -> Location | None:
         found = self._loc_texts.get(text, _MISSING)
         if found is _MISSING:
-            if len(self._loc_texts) >= _BODY_CACHE_LIMIT:
+            if len(self._loc_texts) >= _TEXT_CACHE_LIMIT:
                 self._loc_texts.clear()
             parts = _split_location(text)
             found = self._loc_texts[text] = None if parts is None else self._location(*parts)
