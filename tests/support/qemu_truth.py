@@ -147,6 +147,7 @@ def load(log: Path, program: Path) -> Truth:
     slots: dict[int, int] = {}  # QEMU CPU index -> thread number (a new one after `exit`)
     in_syscall: dict[int, int] = {}  # CPU index -> log line of its last block, a syscall
     pending_clone = False
+    last_block: tuple[int, list[tuple[int, bytes]]] | None = None
     with open(log, errors="replace") as f:
         lines = deque(f)
     lineno = 0
@@ -187,6 +188,7 @@ def load(log: Path, program: Path) -> Truth:
                     per_cpu[slot].append(("sig", None))
                     pending_signal = False
                 per_cpu[slot].append(("tb", blocks[key]))
+                last_block = (slot, blocks[key])
                 last_code = blocks[key][-1][1]
                 if last_code.endswith(b"\x0f\x05"):
                     in_syscall[cpu] = lineno
@@ -195,6 +197,15 @@ def load(log: Path, program: Path) -> Truth:
                 continue
             if line.startswith("--- SIG"):
                 pending_signal = True
+                continue
+            if line.startswith("Stopped execution of TB chain before"):
+                # QEMU logged that block but did not run it.
+                pc = int(line.split("[")[1].split("]")[0], 16)
+                if last_block is not None and last_block[1][0][0] == pc:
+                    events = per_cpu[last_block[0]]
+                    if events and events[-1] == ("tb", last_block[1]):
+                        events.pop()
+                last_block = None
                 continue
             for name in ("start_code", "entry"):
                 if line.startswith(name + " "):

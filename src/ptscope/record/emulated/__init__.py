@@ -16,13 +16,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from ptscope.errors import BadInputError, PtscopeError, RecordingError, UsageError
 from ptscope.record.emulated.cycle_model import DEFAULT_CYCLE_MODEL, CycleModel
 from ptscope.record.emulated.elf_image import describe_machine, program_path, read_elf
 from ptscope.record.emulated.perf_data import PerfDataWriter
 from ptscope.record.emulated.qemu import BlockRun, LogSplitter, QemuProcess, find_qemu
-from ptscope.record.emulated.tracer import EmulationState
+from ptscope.record.emulated.tracer import EmulationState, Session
 from ptscope.recording import Recording
 
 __all__ = ["CycleModel", "EmulatedResult", "EmulationOptions", "record"]
@@ -122,23 +123,27 @@ def record(
         writer.abort()
         perf_data.unlink(missing_ok=True)
         raise
-    raw = open(opts.raw_log, "wb") if opts.raw_log else None  # noqa: SIM115
-    state = EmulationState(
+    raw = _RawLogCopy(opts.raw_log) if opts.raw_log else None
+    session = Session(
         writer,
         model,
+        psb_period=opts.psb_period,
+        max_instructions=max_instructions,
+        progress=progress,
+    )
+    main = EmulationState(
+        session,
         pid=proc.proc.pid,
         program=image,
         comm=os.path.basename(command[0])[:15],
         cwd=str(opts.cwd or Path.cwd()),
-        psb_period=opts.psb_period,
-        max_instructions=max_instructions,
     )
-    state.progress = progress
-    splitter = LogSplitter()
     try:
-        _consume(proc, splitter, state, raw)
+        _consume(proc, main, raw)
         rc = proc.wait()
-        build_ids = state.finish()
+        for state in session.processes:
+            state.finish()
+        writer.finished_round()
     except BaseException:
         proc.stop()
         proc.wait()
@@ -150,60 +155,136 @@ def record(
         if raw is not None:
             raw.close()
     seconds = time.perf_counter() - started
-    if not state.threads:
+    if not main.threads:
         writer.abort()
         perf_data.unlink(missing_ok=True)
         raise RecordingError(
             f"nothing was recorded: QEMU ran {command[0]} but it executed no instructions"
             + (f" (QEMU exit status {rc})" if rc else "")
         )
-    writer.close(build_ids)
-    return _result(command, directory, state, rc, proc.killed, tool.version, opts, model, seconds)
+    writer.close(main.build_ids())
+    return _result(command, directory, session, main, rc, proc, tool.version, opts, model, seconds)
 
 
-def _consume(proc: QemuProcess, splitter: LogSplitter, state: EmulationState, raw: object) -> None:
-    write = raw.write if raw is not None else None  # type: ignore[attr-defined]
-    for chunk in proc.chunks():
-        if write is not None:
-            write(chunk)
-        for item in splitter.feed(chunk):
-            if isinstance(item, BlockRun):
-                if not state.blocks(item):
-                    proc.stop()
-                    return
-            else:
-                state.line(item)
-        state.flush_buffers()
-    for item in splitter.finish():
+class _Stream:
+    """One process's log: its splitter, and its state once the fork point is known."""
+
+    def __init__(self, state: EmulationState | None) -> None:
+        self.splitter = LogSplitter()
+        self.state = state
+        self.waiting: list[bytes] = []
+
+
+def _feed(stream: _Stream, data: bytes, final: bool = False) -> bool:
+    state = stream.state
+    assert state is not None
+    items = stream.splitter.finish() if final else stream.splitter.feed(data)
+    for item in items:
         if isinstance(item, BlockRun):
             if not state.blocks(item):
-                return
+                return False
         else:
             state.line(item)
+    return True
+
+
+def _consume(proc: QemuProcess, main: EmulationState, raw: _RawLogCopy | None) -> None:
+    streams: dict[int, _Stream] = {0: _Stream(main)}
+    for pid, chunk in proc.chunks():
+        if raw is not None:
+            raw.write(pid, chunk)
+        stream = streams.get(pid)
+        if stream is None:
+            stream = streams[pid] = _Stream(None)
+        if stream.state is None:
+            # A forked child: its blocks may need translations its parent logged before
+            # the fork, so it waits until the parent's log has shown the fork.
+            stream.waiting.append(chunk)
+            _adopt_children(streams)
+            continue
+        if not _feed(stream, chunk):
+            proc.stop()
+            return
+        if pid == 0 or main.forks:
+            _adopt_children(streams)
+        main.session.writer_flush()
+    for stream in streams.values():
+        if stream.state is not None and not _feed(stream, b"", final=True):
+            return
+
+
+class _RawLogCopy:
+    """Copies of the raw QEMU logs (tests): ``PATH`` for the program, ``PATH.<pid>`` for
+    each forked child."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.files: dict[int, BinaryIO] = {}
+
+    def write(self, pid: int, data: bytes) -> None:
+        f = self.files.get(pid)
+        if f is None:
+            name = self.path if pid == 0 else self.path.with_name(f"{self.path.name}.{pid}")
+            f = self.files[pid] = open(name, "wb")  # noqa: SIM115 - closed by close()
+        f.write(data)
+
+    def close(self) -> None:
+        for f in self.files.values():
+            f.close()
+
+
+def _adopt_children(streams: dict[int, _Stream]) -> None:
+    """Start the state of every child whose parent has now logged the fork."""
+    for pid, stream in streams.items():
+        if stream.state is not None or pid == 0:
+            continue
+        for other in list(streams.values()):
+            parent = other.state
+            if parent is None:
+                continue
+            fork = next((f for f in parent.forks if f.pid == pid), None)
+            if fork is None:
+                continue
+            stream.state = EmulationState(
+                parent.session,
+                pid=pid,
+                program=parent.program,
+                comm=parent.comm,
+                cwd=parent.cwd,
+                parent=parent,
+                fork=fork,
+            )
+            for chunk in stream.waiting:
+                _feed(stream, chunk)
+            stream.waiting.clear()
+            break
 
 
 def _result(
     command: Sequence[str],
     directory: Path,
+    session: Session,
     state: EmulationState,
     rc: int,
-    killed: bool,
+    proc: QemuProcess,
     qemu_version: tuple[int, ...],
     opts: EmulationOptions,
     model: CycleModel,
     seconds: float,
 ) -> EmulatedResult:
-    exit_code = rc if rc >= 0 and not state.stopped_at_limit else None
-    if exit_code is None and state.ending.exit_code is not None and not killed:
+    limit = session.stopped_at_limit
+    exit_code = rc if rc >= 0 and not limit else None
+    if exit_code is None and state.ending.exit_code is not None and not proc.killed:
         exit_code = state.ending.exit_code
-    sig = -rc if rc < 0 and not state.stopped_at_limit else None
+    sig = -rc if rc < 0 and not limit else None
     crashed = sig is not None and state.ending.fault
     notes: dict[str, object] = {
         "qemu_version": ".".join(map(str, qemu_version)),
         "mode": "single-step" if opts.single_step else "block",
-        "instructions": state.insns,
+        "instructions": session.insns,
         "cycle_model": asdict(model),
-        "stopped_at_limit": state.stopped_at_limit,
+        "stopped_at_limit": limit,
+        "forks_separated": proc.separates_forks,
     }
     if sig is not None:
         notes["signal"] = _signal_name(sig)
@@ -214,8 +295,8 @@ def _result(
         backend="emulated",
         perf_data=["perf.data"],
         command=list(command),
-        processes={state.pid: " ".join(command)},
-        threads={t.tid: t.name for t in state.threads},
+        processes={p.pid: " ".join(command) for p in session.processes if p.threads},
+        threads={t.tid: t.name for p in session.processes for t in p.threads},
         scope="user",
         notes=notes,
     )
@@ -226,12 +307,12 @@ def _result(
     recording.save()
     return EmulatedResult(
         recording=recording,
-        instructions=state.insns,
+        instructions=session.insns,
         exit_code=exit_code,
         signal=sig,
-        stopped_at_limit=state.stopped_at_limit,
+        stopped_at_limit=limit,
         crashed=crashed,
         seconds=seconds,
-        threads=len(state.threads),
+        threads=sum(len(p.threads) for p in session.processes),
         notes=notes,
     )

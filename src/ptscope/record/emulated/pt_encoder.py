@@ -13,7 +13,8 @@ rules perf's decoder relies on (``docs/emulated-pt.md`` has the full list):
   bit, else a TIP; the stack is popped on every ``ret``; ``call +0`` is never pushed;
 * a system call is TIP.PGD with the IP suppressed, the return TSC, MODE.Exec, TIP.PGE;
 * an asynchronous interruption (a signal) is FUP(interrupted IP) + TIP.PGD;
-* CYC packets (cycles since the previous CYC) before TNT, TIP, FUP and TIP.PGD packets.
+* CYC packets (cycles since the previous CYC) before TNT, TIP, FUP and TIP.PGD packets,
+  and right before every TSC (perf re-bases cycle-counted time only on a CYC+TSC pair).
 
 Time is kept in TSC ticks (one cycle is one tick, see :mod:`.cycle_model`).
 """
@@ -68,9 +69,9 @@ class PtEncoder:
             self._tnt_n = 0
             self._tnt_bits = 0
 
-    def _cyc(self) -> None:
+    def _cyc(self, force: bool = False) -> None:
         elapsed = self.now - self._last_timing
-        if elapsed >= self._cyc_threshold:
+        if elapsed >= self._cyc_threshold or force:
             self._flush_tnt()
             out = self.out
             self._last_timing = self.now
@@ -108,6 +109,9 @@ class PtEncoder:
         self._last_ip = ip
 
     def _tsc(self) -> None:
+        # perf re-bases its cycle-counted time on a TSC only when a CYC comes right before
+        # it; the CYC also carries the cycles spent since the last one (e.g. in the kernel).
+        self._cyc(force=True)
         self.out.append(0x19)
         self.out += (self.model.start_tsc + self.now).to_bytes(7, "little")
         self._last_timing = self.now
@@ -190,6 +194,29 @@ class PtEncoder:
         self._ip_packet(_FUP, ip)
         self.out.append(_TIP_PGD)
         self.enabled = False
+
+    def checkpoint(self) -> tuple[int, ...]:
+        """The encoder's state, to :meth:`restore` if what follows turns out not to happen."""
+        return (
+            self.flushed,
+            len(self.out),
+            self.now,
+            self._last_timing,
+            self._tnt_bits,
+            self._tnt_n,
+            int(self.enabled),
+            self._last_ip,
+        )
+
+    def restore(self, state: tuple[int, ...]) -> None:
+        """Go back to a :meth:`checkpoint` (only if no bytes were taken out since)."""
+        flushed, size, now, last_timing, bits, n, enabled, last_ip = state
+        if flushed != self.flushed:
+            return
+        del self.out[size:]
+        self.now, self._last_timing = now, last_timing
+        self._tnt_bits, self._tnt_n = bits, n
+        self.enabled, self._last_ip = bool(enabled), last_ip
 
     def take(self) -> bytes:
         """Remove and return the bytes written so far (pending TNT bits stay pending)."""

@@ -16,18 +16,20 @@ import contextlib
 import errno
 import fcntl
 import functools
+import hashlib
 import itertools
 import os
 import re
-import select
+import selectors
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -109,8 +111,45 @@ def find_qemu() -> QemuTool:
     return QemuTool(path=path, version=version, single_step_flag=flag)
 
 
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "ptscope"
+
+
+@functools.cache
+def fork_shim() -> Path | None:
+    """The compiled fork shim (built with the C compiler on first use), or None."""
+    source = Path(__file__).with_name("qemu_fork_shim.c")
+    try:
+        code = source.read_bytes()
+    except OSError:
+        return None
+    digest = hashlib.sha256(code).hexdigest()[:16]
+    target = _cache_dir() / f"qemu_fork_shim-{digest}.so"
+    if target.exists():
+        return target
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        return None
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.{os.getpid()}")
+        res = subprocess.run(
+            [compiler, "-shared", "-fPIC", "-O2", "-o", str(tmp), str(source)],
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
+        if res.returncode != 0:
+            return None
+        tmp.replace(target)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return target
+
+
 class QemuProcess:
-    """QEMU running one program, its log readable as a stream of byte chunks."""
+    """QEMU running one program; its log (and each forked child's) readable as byte chunks."""
 
     def __init__(
         self,
@@ -131,6 +170,19 @@ class QemuProcess:
         self._keepalive = os.open(fifo, os.O_WRONLY)
         with contextlib.suppress(OSError):
             fcntl.fcntl(self._fd, _F_SETPIPE_SZ, _PIPE_SIZE)
+        environment = dict(os.environ if env is None else env)
+        shim = fork_shim()
+        self._listener: socket.socket | None = None
+        self.separates_forks = shim is not None
+        if shim is not None:
+            path = os.path.join(self._tmp.name, "forks")
+            self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self._listener.bind(path)
+            self._listener.listen(64)
+            self._listener.setblocking(False)
+            if "LD_PRELOAD" in environment:
+                environment["PTSCOPE_GUEST_LD_PRELOAD"] = environment["LD_PRELOAD"]
+            environment.update(LD_PRELOAD=str(shim), PTSCOPE_QEMU_LOG=fifo, PTSCOPE_QEMU_FORKS=path)
         cmd = [tool.path]
         if single_step:
             cmd.append(tool.single_step_flag)
@@ -138,30 +190,68 @@ class QemuProcess:
         cmd += list(argv[1:])
         self.command = cmd
         try:
-            self.proc = subprocess.Popen(cmd, env=env, cwd=cwd)
+            self.proc = subprocess.Popen(cmd, env=environment, cwd=cwd)
         except OSError as e:
             self.close()
             raise RecordingError(f"cannot start {tool.path}: {e.strerror or e}") from e
         self.killed = False
 
-    def chunks(self) -> Iterator[bytes]:
-        """Log data as it arrives, until QEMU has exited and everything it wrote is read."""
-        fd = self._fd
+    def chunks(self) -> Iterator[tuple[int, bytes]]:
+        """``(0, data)`` from the program's log, ``(pid, data)`` from a forked child's, as
+        it arrives, until QEMU has exited and everything it wrote is read."""
+        sel = selectors.DefaultSelector()
+        sel.register(self._fd, selectors.EVENT_READ, 0)
+        if self._listener is not None:
+            sel.register(self._listener, selectors.EVENT_READ, -1)
+        hello: dict[socket.socket, bytes] = {}
         exited = False
-        while True:
-            try:
-                data = os.read(fd, _READ_SIZE)
-            except BlockingIOError:
-                data = b""
-            if data:
-                yield data
-                continue
-            if exited:
-                return
-            if self.proc.poll() is not None:
-                exited = True  # drain what is left, then stop
-                continue
-            select.select([fd], [], [], 0.05)
+        try:
+            while True:
+                events = sel.select(timeout=0 if exited else 0.05)
+                got = False
+                for key, _ in events:
+                    tag = key.data
+                    if tag == -1:
+                        assert self._listener is not None
+                        with contextlib.suppress(BlockingIOError):
+                            conn, _ = self._listener.accept()
+                            conn.setblocking(False)
+                            hello[conn] = b""
+                            sel.register(conn, selectors.EVENT_READ, -2)
+                        continue
+                    conn = cast(socket.socket, key.fileobj)
+                    try:
+                        data = os.read(self._fd, _READ_SIZE) if tag == 0 else conn.recv(_READ_SIZE)
+                    except (BlockingIOError, InterruptedError):
+                        continue
+                    if not data:
+                        if tag != 0:  # a child closed its log
+                            sel.unregister(conn)
+                            conn.close()
+                        continue
+                    got = True
+                    if tag == -2:  # a child's first bytes: "PTSCOPE-FORK pid ppid\n"
+                        buf = hello[conn] + data
+                        line, nl, rest = buf.partition(b"\n")
+                        if not nl:
+                            hello[conn] = buf
+                            continue
+                        del hello[conn]
+                        pid = int(line.split()[1])
+                        sel.modify(conn, selectors.EVENT_READ, pid)
+                        if rest:
+                            yield pid, rest
+                        continue
+                    yield tag, data
+                if exited and not got:
+                    return
+                if not exited and self.proc.poll() is not None:
+                    exited = True  # drain what is left, then stop
+        finally:
+            for key in list(sel.get_map().values()):
+                if key.data not in (0, -1):
+                    cast(socket.socket, key.fileobj).close()
+            sel.close()
 
     def stop(self) -> None:
         """Kill QEMU (the program has run long enough)."""
@@ -179,6 +269,10 @@ class QemuProcess:
                 with contextlib.suppress(OSError):
                     os.close(fd)
         self._fd = self._keepalive = -1
+        if getattr(self, "_listener", None) is not None:
+            assert self._listener is not None
+            self._listener.close()
+            self._listener = None
         self._tmp.cleanup()
 
 

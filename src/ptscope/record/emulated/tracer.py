@@ -61,6 +61,7 @@ _STRACE_RE: Final = re.compile(rb"^(\d+) (\w+)\(")
 _RESULT_RE: Final = re.compile(rb"^ = (-?\w+)")
 _SIGNAL_RE: Final = re.compile(rb"^--- (SIG\w+) \{(.*)\} ---")
 _RESULT_WANTED: Final = frozenset({b"clone", b"mmap", b"openat", b"open", b"fork", b"vfork"})
+_STOPPED_RE: Final = re.compile(rb"\[([0-9a-f]+)\]")
 _PATH_ARG_RE: Final = re.compile(rb'"((?:[^"\\]|\\.)*)"')
 
 
@@ -123,6 +124,8 @@ class ThreadInfo:
     deferred: tuple[int, int] | None = None
     stash_depth: int = 0
     end_ns: int = 0
+    last_arrival: int = 0
+    syscall_undo: tuple[int, ...] | None = None
 
 
 @dataclass
@@ -135,29 +138,64 @@ class Ending:
     signals_seen: list[str] = field(default_factory=list)
 
 
+@dataclass
+class Session:
+    """What every traced process of one recording shares: the output and the budget."""
+
+    writer: PerfDataWriter
+    model: CycleModel
+    psb_period: int = 4096
+    max_instructions: int | None = None
+    progress: Callable[[int], None] | None = None
+    insns: int = 0
+    """Instructions traced in all processes."""
+    queues: int = 0
+    stopped_at_limit: bool = False
+    images: dict[str, ElfImage] = field(default_factory=dict)
+    processes: list[EmulationState] = field(default_factory=list)
+
+    def writer_flush(self) -> None:
+        """Move full PT buffers of every thread to the file (bounded memory)."""
+        for process in self.processes:
+            process.flush_buffers()
+
+    def next_queue(self) -> int:
+        self.queues += 1
+        return self.queues - 1
+
+
+@dataclass(frozen=True)
+class Fork:
+    """A process the traced program forked: who, when, from which thread."""
+
+    pid: int
+    ptid: int
+    now: int
+
+
 class EmulationState:
     """Consumes the split QEMU log of one process and writes its perf.data records."""
 
     def __init__(
         self,
-        writer: PerfDataWriter,
-        model: CycleModel,
+        session: Session,
         *,
         pid: int,
         program: ElfImage,
         comm: str,
         cwd: str,
-        psb_period: int = 4096,
-        max_instructions: int | None = None,
+        parent: EmulationState | None = None,
+        fork: Fork | None = None,
     ) -> None:
-        self.writer = writer
-        self.model = model
+        self.session = session
+        session.processes.append(self)
+        self.writer = session.writer
+        model = self.model = session.model
         self.pid = pid
         self.program = program
         self.comm = comm
         self.cwd = cwd
-        self.psb_period = psb_period
-        self.max_instructions = max_instructions
+        self.psb_period = session.psb_period
         self.cpi = model.cycles_per_insn
         self.t0_ns = model.tsc_to_ns(model.start_tsc)
         # blocks
@@ -187,12 +225,26 @@ class EmulationState:
         self._sigreturn_hint = False
         self.handler_entries: set[int] = set()
         self.mappings: list[tuple[int, int, int, str]] = []
-        self.images: dict[str, ElfImage] = {}
+        self.images = session.images
         self.insns = 0
-        self.stopped_at_limit = False
         self.ending = Ending()
-        self.progress: Callable[[int], None] | None = None
         self._syscall_seq = 0
+        self._arrivals = 0
+        self._empty: dict[int, int] = {}
+        self.forks: list[Fork] = []
+        self.parent = parent
+        self.fork = fork
+        if parent is not None:
+            # A forked child starts with its parent's code, descriptors and translations.
+            self._started = True
+            for name in ("tb_pc", "tb_n", "tb_kind", "tb_last", "tb_end", "tb_target"):
+                setattr(self, name, list(getattr(parent, name)))
+            self.tb_flags = list(parent.tb_flags)
+            self.tb_insns = list(parent.tb_insns)
+            self.tb_index = dict(parent.tb_index)
+            self._pending_tb = dict(parent._pending_tb)
+            self._fds = dict(parent._fds)
+            self.handler_entries = set(parent.handler_entries)
 
     # -- blocks ------------------------------------------------------------------------
 
@@ -269,6 +321,10 @@ class EmulationState:
             self._strace_result(raw)
         elif raw.startswith(b"--- SIG"):
             self._signal(raw)
+        elif raw.startswith(b"Stopped execution of TB chain before"):
+            m = _STOPPED_RE.search(raw)
+            if m:
+                self._cancel(int(m.group(1), 16))
         elif not self._started and (raw.startswith(b"start_code") or raw.startswith(b"entry")):
             name, _, value = raw.partition(b" ")
             self._page[name.decode()] = int(value.strip(), 16)
@@ -354,11 +410,14 @@ class EmulationState:
                 path = self._fds.get(fd)
                 if fd >= 0 and path:
                     self._map_file(value, length, offset, path)
-        elif name == b"clone" and value > 0:
-            if b"CLONE_THREAD" in args:
-                self._clone_tids.append(value)
-                while self._unnamed and self._clone_tids:
-                    self._name_thread(self._unnamed.popleft(), self._clone_tids.popleft())
+        elif name == b"clone" and value > 0 and b"CLONE_THREAD" in args:
+            self._clone_tids.append(value)
+            while self._unnamed and self._clone_tids:
+                self._name_thread(self._unnamed.popleft(), self._clone_tids.popleft())
+        elif name in (b"clone", b"fork", b"vfork") and value > 0:
+            forker = self._last_in_syscall()
+            if forker is not None:
+                self.forks.append(Fork(value, forker.tid, forker.enc.now))
         elif name == b"exit_group" or name == b"exit":
             pass
 
@@ -428,7 +487,11 @@ class EmulationState:
         enc = PtEncoder(self.model, psb_period=self.psb_period)
         enc.now = now
         start_ns = self.model.tsc_to_ns(self.model.start_tsc + now)
-        t = ThreadInfo(self.pid, tid, ptid, self.comm, len(self.threads), enc, start_ns)
+        if self.fork is not None and not self.threads:
+            enc.now = now = self.fork.now
+            start_ns = self.model.tsc_to_ns(self.model.start_tsc + now)
+            ptid = self.fork.ptid
+        t = ThreadInfo(self.pid, tid, ptid, self.comm, self.session.next_queue(), enc, start_ns)
         self.threads.append(t)
         self.by_cpu[cpu] = t
         if tid < 0:
@@ -439,8 +502,11 @@ class EmulationState:
 
     def _announce(self, t: ThreadInfo) -> None:
         w = self.writer
-        if t.queue > 0:
+        if t is not self.threads[0]:
             w.fork(t.pid, t.pid, t.tid, t.ptid, t.start_ns - 2)
+            w.comm(t.pid, t.tid, t.name, t.start_ns - 1, exec_=False)
+        elif self.parent is not None:
+            w.fork(t.pid, self.parent.pid, t.tid, t.ptid, t.start_ns - 2)
             w.comm(t.pid, t.tid, t.name, t.start_ns - 1, exec_=False)
         w.itrace_start(t.pid, t.tid, t.start_ns - 1)
 
@@ -448,15 +514,18 @@ class EmulationState:
         t.tid = tid
         self._announce(t)
 
+    def _last_in_syscall(self) -> ThreadInfo | None:
+        """The thread that made the system call QEMU just logged: the latest to enter one."""
+        candidates = [t for t in self.threads if t.in_syscall and not t.exited]
+        return max(candidates, key=lambda t: t.syscall_seq) if candidates else None
+
     def _thread_exit(self, group: bool, args: bytes) -> None:
         if group:
             with contextlib.suppress(ValueError):
                 self.ending.exit_code = int(args, 0)
             return
-        # The thread that made this call: the most recent one to enter a system call.
-        candidates = [t for t in self.threads if t.in_syscall and not t.exited]
-        if candidates:
-            t = max(candidates, key=lambda t: t.syscall_seq)
+        t = self._last_in_syscall()
+        if t is not None:
             t.exited = True
             for cpu, other in list(self.by_cpu.items()):
                 if other is t:
@@ -470,7 +539,8 @@ class EmulationState:
             self._start_process()
         tb_index = self.tb_index
         by_cpu = self.by_cpu
-        limit = self.max_instructions
+        session = self.session
+        limit = session.max_instructions
         for cpu, pc, cflags in zip(
             run.cpu.tolist(), run.pc.tolist(), run.cflags.tolist(), strict=True
         ):
@@ -482,11 +552,12 @@ class EmulationState:
                 t = self._new_thread(cpu, None)
             n = self._arrive(t, tb)
             self.insns += n
-            if limit is not None and self.insns >= limit:
-                self.stopped_at_limit = True
+            session.insns += n
+            if limit is not None and session.insns >= limit:
+                session.stopped_at_limit = True
                 return False
-        if self.progress is not None:
-            self.progress(self.insns)
+        if session.progress is not None:
+            session.progress(session.insns)
         return True
 
     def _classify_arrival(self, t: ThreadInfo, tb: int) -> Arrival | None:
@@ -546,23 +617,74 @@ class EmulationState:
         t.prev = tb
         t.insns += n
         t.enc.now += n * self.cpi
+        self._arrivals += 1
+        t.last_arrival = self._arrivals
         if self.tb_kind[tb] == _SYSCALL:
+            t.syscall_undo = t.enc.checkpoint()
             t.enc.disable()
             t.in_syscall = True
             self._syscall_seq += 1
             t.syscall_seq = self._syscall_seq
         return n
 
+    def _empty_block(self, pc: int) -> int:
+        """A block of no instructions ending at ``pc``: "about to execute ``pc``"."""
+        tb = self._empty.get(pc)
+        if tb is None:
+            tb = self._empty[pc] = len(self.tb_pc)
+            for column, value in (
+                (self.tb_pc, pc),
+                (self.tb_n, 0),
+                (self.tb_kind, int(_OTHER)),
+                (self.tb_last, pc),
+                (self.tb_end, pc),
+                (self.tb_target, -1),
+                (self.tb_flags, 0),
+            ):
+                column.append(value)
+            self.tb_insns.append(())
+        return tb
+
+    def _cancel(self, pc: int) -> None:
+        """QEMU logged block ``pc`` but stopped before running it (``Stopped execution``)."""
+        threads = [
+            t
+            for t in self.threads
+            if not t.exited and t.prev >= 0 and self.tb_pc[t.prev] == pc and self.tb_n[t.prev]
+        ]
+        if not threads:
+            return  # the stopped block was entered without being logged: nothing ran
+        t = max(threads, key=lambda t: t.last_arrival)
+        tb = t.prev
+        n = self.tb_n[tb]
+        self.insns -= n
+        self.session.insns -= n
+        empty = self._empty_block(pc)
+        if t.stash is not None and t.stash and t.stash[-1][0] == tb:
+            t.stash[-1] = (empty, t.stash[-1][1])
+            t.prev = empty
+            return
+        if t.stash is not None:
+            t.prev = empty
+            return
+        t.insns -= n
+        t.enc.now -= n * self.cpi
+        if self.tb_kind[tb] == _SYSCALL and t.syscall_undo is not None:
+            t.enc.restore(t.syscall_undo)
+            t.in_syscall = False
+        t.prev = empty
+
     def _truncate_prev(self, t: ThreadInfo, pc: int) -> bool:
         """Did the previous block stop before ``pc``, one of its instructions? Un-count the rest."""
         p = t.prev
         insns = self.tb_insns[p]
-        if pc == insns[0] or pc not in insns:
+        if not insns or pc == insns[0] or pc not in insns:
             return False
         dropped = len(insns) - insns.index(pc)
         t.insns -= dropped
         t.enc.now -= dropped * self.cpi
         self.insns -= dropped
+        self.session.insns -= dropped
         return True
 
     def _transfer(self, t: ThreadInfo, tb: int, how: Arrival) -> bool:
@@ -590,6 +712,7 @@ class EmulationState:
                 t.stash = []
                 t.deferred = (p, tb)
                 t.stash_depth = 1
+                t.prev = tb
                 return False
             if resume is None:
                 resume = self.tb_last[p]
@@ -683,6 +806,7 @@ class EmulationState:
             n = self.tb_n[p]
             t.insns -= n
             self.insns -= n
+            self.session.insns -= n
             enc.now -= n * self.cpi
             enc.interrupt(self.tb_pc[p])
         self._flush(t, final=True)
@@ -705,8 +829,8 @@ class EmulationState:
             if len(t.enc.out) >= _AUX_CHUNK:
                 self._flush(t)
 
-    def finish(self) -> list[BuildId]:
-        """End every thread's stream, write EXIT records; returns the build-ids to record."""
+    def finish(self) -> None:
+        """End every thread's stream and write the EXIT records."""
         for t in list(self._unnamed):
             # A thread whose clone result never showed up: name it after its slot.
             self._name_thread(t, abs(t.tid) + (1 << 22))
@@ -714,13 +838,12 @@ class EmulationState:
         for t in self.threads:
             self._end_thread(t)
         for t in self.threads:
-            self.writer.exit(t.pid, t.ptid if t.queue else os.getpid(), t.tid, t.ptid, t.end_ns)
-        self.writer.finished_round()
-        ids = []
-        for path, image in sorted(self.images.items()):
-            if image.build_id:
-                ids.append(BuildId(path, image.build_id))
-        return ids
+            ppid = t.pid if t is not self.threads[0] else self.parent.pid if self.parent else 0
+            self.writer.exit(t.pid, ppid, t.tid, t.ptid, t.end_ns)
+
+    def build_ids(self) -> list[BuildId]:
+        """Build-ids of every image any process mapped (for the BUILD_ID feature)."""
+        return [BuildId(p, i.build_id) for p, i in sorted(self.images.items()) if i.build_id]
 
 
 def no_blocks_error(command: str) -> RecordingError:
