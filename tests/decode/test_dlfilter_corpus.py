@@ -28,7 +28,7 @@ from ptscope.decode.parallel import (
 )
 from ptscope.decode.perf_script import decode_perf_data_text
 from ptscope.errors import PtscopeError
-from ptscope.model import BranchEvent, Event
+from ptscope.model import BranchEvent, DecodeError, Event
 from ptscope.perftool import find_perf, perf_env
 from ptscope.reconstruct.engine import TraceSegmentEngine
 from ptscope.timeline import Timeline
@@ -187,3 +187,23 @@ def test_trace_layout_matches_perfs_psb_events(recordings: dict[str, Path], key:
     assert perf_psbs
     assert sorted(p.time for p in layout.psbs) == sorted(perf_psbs)
     assert layout.time_range == (min(perf_psbs), max(perf_psbs))
+
+
+@pytest.mark.parametrize("key", ["basics-static", "threads-pie"])
+def test_decode_errors_land_where_the_text_decoder_puts_them(
+    recordings: dict[str, Path], key: str, tmp_path: Path
+) -> None:
+    """Damage the trace in a few places: both decoders see the same errors, in place."""
+    layout = read_trace_layout(recordings[key])
+    assert layout is not None
+    data = bytearray(recordings[key].read_bytes())
+    offset, size = max(layout.spans, key=lambda span: span[1])
+    for k in range(1, 4):
+        data[offset + k * size // 4] ^= 0x55
+    damaged = tmp_path / "perf.data"
+    damaged.write_bytes(bytes(data))
+    dlfilter = _events(decode_with_dlfilter(damaged))
+    text = _events(decode_perf_data_text(damaged, ipc=True))
+    assert any(isinstance(e, DecodeError) for e in dlfilter)
+    assert dlfilter == text
+    _assert_same_slices(_timeline([dlfilter]), _timeline([text]))

@@ -37,7 +37,7 @@ import os
 import struct
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
 from typing import Final, Protocol
@@ -140,6 +140,8 @@ class TraceLayout:
     trace_bytes: int
     buffers: int
     psbs: list[PsbPoint]
+    spans: list[tuple[int, int]] = field(default_factory=list)
+    """(file offset, size) of each buffer's trace bytes in the perf.data."""
 
     @property
     def time_range(self) -> tuple[int, int] | None:
@@ -207,7 +209,7 @@ def _scan(m: mmap.mmap) -> TraceLayout | None:
                 psbs.append(PsbPoint(_tsc_to_perf_time(tsc, *conv), total + at - start))
             at = m.find(_PSB, at + len(_PSB), stop)
         total += stop - start
-    return TraceLayout(trace_bytes=total, buffers=len(buffers), psbs=psbs)
+    return TraceLayout(trace_bytes=total, buffers=len(buffers), psbs=psbs, spans=buffers)
 
 
 def _tsc_to_perf_time(tsc: int, shift: int, mult: int, zero: int) -> int:
