@@ -28,7 +28,7 @@ from ptscope.decode.parallel import (
 )
 from ptscope.decode.perf_script import decode_perf_data_text
 from ptscope.errors import PtscopeError
-from ptscope.model import BranchEvent, DecodeError, Event
+from ptscope.model import BranchEvent, CommEvent, DecodeError, Event
 from ptscope.perftool import find_perf, perf_env
 from ptscope.reconstruct.engine import TraceSegmentEngine
 from ptscope.timeline import Timeline
@@ -100,10 +100,11 @@ def _held_timestamps(events: list[Event]) -> int:
 @pytest.mark.parametrize("key", IDS)
 def test_dlfilter_and_text_decoders_agree(recordings: dict[str, Path], key: str) -> None:
     perf_data = recordings[key]
-    dlfilter = _events(decode_with_dlfilter(perf_data))
-    text = _events(decode_perf_data_text(perf_data, ipc=True))
+    dlfilter = _events(decode_with_dlfilter(perf_data, task_events=True))
+    text = _events(decode_perf_data_text(perf_data, ipc=True, task_events=True))
     branches = [e for e in dlfilter if isinstance(e, BranchEvent)]
     assert len(branches) > 100
+    assert any(isinstance(e, CommEvent) for e in dlfilter)  # thread names, in place
     assert any(e.insn_count for e in branches)
     assert dlfilter == text
     _assert_same_slices(_timeline([dlfilter]), _timeline([text]))
@@ -131,8 +132,10 @@ def test_parallel_decode_gives_the_same_events(
     recordings: dict[str, Path], key: str, jobs: int
 ) -> None:
     perf_data = recordings[key]
-    single = _events(decode_with_dlfilter(perf_data))
-    parallel = _events(decode_parallel(perf_data, windows=_windows(perf_data, jobs)))
+    single = _events(decode_with_dlfilter(perf_data, task_events=True))
+    parallel = _events(
+        decode_parallel(perf_data, windows=_windows(perf_data, jobs), task_events=True)
+    )
     if _held_timestamps(single) <= 64:
         assert parallel == single
     else:

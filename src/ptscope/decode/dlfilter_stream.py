@@ -495,7 +495,8 @@ class DlfilterProcess:
     perf writes into a pipe read by :meth:`batches` while it decodes; with ``stdout_path``
     it writes into that file instead, which :meth:`batches` reads once perf is done
     (parallel decode runs the windows it is not consuming yet this way). Events with a
-    time outside ``time_window`` (inclusive; None = open) are dropped.
+    time outside ``time_window`` (inclusive; None = open) are dropped. ``task_events``
+    adds perf's thread names (``CommEvent``), as the text decoder's option does.
     """
 
     def __init__(
@@ -508,12 +509,17 @@ class DlfilterProcess:
         perf: PerfTool | None = None,
         stdout_path: Path | None = None,
         time_window: tuple[int | None, int | None] | None = None,
+        task_events: bool = False,
     ) -> None:
         tool = perf if perf is not None else find_perf()
         check_dlfilter_prerequisites(tool, perf_data)
         self.perf_data = perf_data
         self.argv = dlfilter_command(
-            perf_data, perf=tool.path, itrace=itrace, keep_all=keep_all, extra=extra
+            perf_data,
+            perf=tool.path,
+            itrace=itrace,
+            keep_all=keep_all,
+            extra=[*(["--show-task-events"] if task_events else []), *extra],
         )
         self.parser = RecordStreamParser(
             f"dlfilter record stream of {perf_data}",
@@ -596,13 +602,22 @@ def decode_with_dlfilter(
     extra: Sequence[str] = (),
     perf: PerfTool | None = None,
     run_info: list[DlfilterRun] | None = None,
+    task_events: bool = False,
 ) -> Iterator[list[Event]]:
     """Run perf with the dlfilter on ``perf_data`` and yield its events in batches.
 
     ``extra`` is added to perf's argv (``--time``, ``--symfs``...). ``run_info``, when given,
-    receives a :class:`DlfilterRun` at the end.
+    receives a :class:`DlfilterRun` at the end. ``task_events``: see
+    :class:`DlfilterProcess`.
     """
-    proc = DlfilterProcess(perf_data, itrace=itrace, keep_all=keep_all, extra=extra, perf=perf)
+    proc = DlfilterProcess(
+        perf_data,
+        itrace=itrace,
+        keep_all=keep_all,
+        extra=extra,
+        perf=perf,
+        task_events=task_events,
+    )
     yield from proc.batches()
     if run_info is not None:
         run_info.append(proc.run_info())

@@ -374,12 +374,14 @@ def decode_parallel(
     perf: PerfTool | None = None,
     windows: Sequence[TimeWindow] | None = None,
     run_info: list[DlfilterRun] | None = None,
+    task_events: bool = False,
 ) -> Iterator[list[Event] | SegmentBreak]:
     """Decode ``perf_data`` in time windows with concurrent perf processes.
 
     Yields event batches in time order, with :data:`SEGMENT_BREAK` between windows. With
     one window this is exactly :func:`~ptscope.decode.dlfilter_stream.decode_with_dlfilter`.
-    ``windows`` overrides the automatic plan (tests use it).
+    ``windows`` overrides the automatic plan (tests use it); ``task_events`` adds thread
+    names (see :class:`~ptscope.decode.dlfilter_stream.DlfilterProcess`).
     """
     tool = perf if perf is not None else find_perf()
     if windows is None:
@@ -387,7 +389,12 @@ def decode_parallel(
         windows = plan_windows(read_trace_layout(perf_data) if n > 1 else None, n)
     if len(windows) == 1 and windows[0] == TimeWindow(None, None):
         yield from decode_with_dlfilter(
-            perf_data, itrace=itrace, extra=extra, perf=tool, run_info=run_info
+            perf_data,
+            itrace=itrace,
+            extra=extra,
+            perf=tool,
+            run_info=run_info,
+            task_events=task_events,
         )
         return
     with tempfile.TemporaryDirectory(prefix="ptscope-decode-") as tmp:
@@ -403,6 +410,7 @@ def decode_parallel(
                         # The first window is consumed live; the others wait in files.
                         stdout_path=Path(tmp) / f"window-{i}.bin" if i else None,
                         time_window=(w.start, w.end),
+                        task_events=task_events,
                     )
                 )
             fixes: dict[tuple[int, int], CountFix] = {}
