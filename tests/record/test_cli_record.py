@@ -100,11 +100,11 @@ def test_run_sampling_nests_main_to_the_hot_leaf(program: Build, tmp_path: Path)
     rows = slices_of(trace, pid)
     assert chain_exists(rows, ["main", "run_for", "compute", "hot_leaf"])
     assert chain_exists(rows, ["run_for", "compute", "warm_leaf", "hot_leaf"])
-    # Most samples are in hot_leaf: it has the most time of the program's functions.
+    # compute spends 8x longer in hot_leaf(n) than in warm_leaf (hot_leaf(n / 8)).
     total: dict[str, int] = {}
     for s in rows:
         total[s.name] = total.get(s.name, 0) + s.end - s.start
-    assert max(("hot_leaf", "warm_leaf", "compute"), key=lambda n: total.get(n, 0)) == "hot_leaf"
+    assert total["hot_leaf"] > 2 * total.get("warm_leaf", 0)
     assert meta["backend"] == "sampling" and meta["notes"]["exit_code"] == 0
     assert "recording kept at" in done.stderr
     # "decode again with: ptscope decode DIR" works as printed.
@@ -563,7 +563,7 @@ def test_crashing_program_is_still_traced(program: Build, tmp_path: Path) -> Non
 
 
 def test_attached_process_exiting_ends_the_recording(program: Build, tmp_path: Path) -> None:
-    spin = subprocess.Popen([str(program("spin")), "1.0"], stdout=subprocess.PIPE)
+    spin = subprocess.Popen([str(program("spin")), "3.0"], stdout=subprocess.PIPE)
     assert spin.stdout is not None and spin.stdout.readline().startswith(b"ready")
     try:
         done = ptscope(

@@ -127,7 +127,7 @@ def test_run_multi_snapshot_one_file_per_hit(program: Build, tmp_path: Path) -> 
         multi_snapshot=True,
         make_hit_source=trigger_factory(path, "trigger_target"),
     )
-    result = run_program([str(path), "20"], find_perf(), backend, options)
+    result = run_program([str(path), "20", "300"], find_perf(), backend, options)
     assert result.exit_code == 0
     assert len(result.hits) == 2 and result.snapshots == 2
     files = result.recording.perf_data

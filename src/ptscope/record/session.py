@@ -350,6 +350,16 @@ def _find_program(name: str) -> str:
     return found
 
 
+def _running(pid: int) -> bool:
+    """The process exists and has not exited (a zombie keeps its /proc entry)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    fields = stat.rsplit(")", 1)[-1].split()
+    return bool(fields) and fields[0] not in ("Z", "X")
+
+
 def _check_pids(pids: Sequence[int]) -> None:
     if not pids:
         raise UsageError("no process to attach to")
@@ -608,14 +618,21 @@ class _Session:
         backend = self.recorder.backend
         if not backend.takes_snapshots or not self.recorder.alive:
             return False
-        if self.options.multi_snapshot:
-            self.recorder.snapshot(switch_output=True)
-            self.snapshot_taken = True
-            return False
-        if not self.snapshot_taken:
-            self.recorder.snapshot()
-            self.snapshot_taken = True
-        return True
+        multi = self.options.multi_snapshot
+        if multi or not self.snapshot_taken:
+            try:
+                self.recorder.snapshot(switch_output=multi)
+                self.snapshot_taken = True
+            except PerfExitedError:
+                # The program ended right after the hit, and perf with it, before the
+                # snapshot could be asked for: say so rather than fail the recording.
+                self.warnings.append(
+                    f"the program ended before the snapshot of the hit at {hit.time} was taken"
+                )
+                return not multi
+            except RecordingError as e:
+                self.warnings.append(f"snapshot for the hit at {hit.time} failed: {e.message}")
+        return not multi
 
     def watch(self, signals: _SignalWatch) -> str:
         """Wait until something ends the recording; returns why."""
@@ -649,7 +666,9 @@ class _Session:
                 if self._targets_gone(target_fds):
                     return "exited"
                 if not recorder.alive and not self.perf_stopped:
-                    return "perf-exited"
+                    # perf also ends when its targets do, and it can see them go a little
+                    # before they can be reaped: give them a moment to show up as gone.
+                    return "exited" if self._targets_end_soon(target_fds) else "perf-exited"
         finally:
             for fd in target_fds:
                 os.close(fd)
@@ -665,19 +684,23 @@ class _Session:
             self.hit_source.disable()
         return done
 
+    def _targets_end_soon(self, target_fds: dict[int, int], grace: float = 1.0) -> bool:
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            if self._targets_gone({} if self.program is None else target_fds):
+                return True
+            time.sleep(0.01)
+        return False
+
     def _targets_gone(self, target_fds: dict[int, int]) -> bool:
         if self.program is not None:
             return self.program.process.poll() is not None
         if target_fds:
             return False
-        return not any(Path(f"/proc/{pid}").exists() for pid in self.targets)
+        return not any(_running(pid) for pid in self.targets)
 
 
-def _finish(
-    session: _Session,
-    signals: _SignalWatch,
-    reason: str,
-) -> int:
+def _finish(session: _Session, signals: _SignalWatch) -> int:
     """Snapshot if needed and stop perf; a second Ctrl-C stops waiting for perf."""
     recorder = session.recorder
     assert recorder.process is not None
@@ -713,7 +736,7 @@ def _finish(
     return recorder.process.wait()
 
 
-def _perf_exit_problem(recorder: PerfRecorder, status: int, reason: str) -> str | None:
+def _perf_exit_problem(recorder: PerfRecorder, status: int) -> str | None:
     if status == 0 or status in (-signal.SIGINT, -signal.SIGTERM, 130, 143):
         return None
     text = recorder.log_text()
@@ -837,7 +860,7 @@ def run_program(
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGINT)
         threads.update(_thread_names(pid))
-        status = _finish(session, signals, reason)
+        status = _finish(session, signals)
         exit_code = _wait_program(program, signals, patience=5.0 if session.interrupted else None)
     recording = _save(
         recorder,
@@ -860,7 +883,7 @@ def run_program(
         warnings=session.warnings,
         startup_seconds=startup,
     )
-    problem = _perf_exit_problem(recorder, status, reason)
+    problem = _perf_exit_problem(recorder, status)
     if problem is not None:
         result.warnings.append(problem)
     return result
@@ -934,7 +957,7 @@ def attach_processes(
         reason = session.watch(signals)
         for pid in pids:
             threads.update(_thread_names(pid))
-        status = _finish(session, signals, reason)
+        status = _finish(session, signals)
     recording = _save(
         recorder, options, [], processes, threads, session.hits, _scope_of(backend), {}
     )
@@ -948,7 +971,7 @@ def attach_processes(
         warnings=session.warnings,
         startup_seconds=startup,
     )
-    problem = _perf_exit_problem(recorder, status, reason)
+    problem = _perf_exit_problem(recorder, status)
     if problem is not None:
         result.warnings.append(problem)
     if reason == "perf-exited" and not session.interrupted:

@@ -1,5 +1,6 @@
 /* Trigger tests: prints the address of trigger_target, then calls it once on the main
- * thread and once on a second thread created after start-up (argv[1] ms later). */
+ * thread and once on a second thread created after start-up (argv[1] ms later), then
+ * lingers argv[2] ms before exiting. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,5 +25,6 @@ int main(int argc, char **argv) {
     pthread_t t;
     pthread_create(&t, NULL, second, NULL);
     pthread_join(t, NULL);
+    usleep((argc > 2 ? atoi(argv[2]) : 0) * 1000);
     return counter == 3 ? 0 : 1;
 }
