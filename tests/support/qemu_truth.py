@@ -30,7 +30,9 @@ Call tree semantics (:func:`expected_call_tree`), per thread, on that instructio
   into (its caller was never seen being called);
 * a ``jmp`` to the first byte of a different function is a tail call: the leaf frame is
   replaced; a ``jmp`` into the middle of a function that is on the stack further up unwinds
-  to that frame (``longjmp``, exception landing pads);
+  to that frame (``longjmp``, exception landing pads); a ``jmp`` into the middle of another
+  function that is not on the stack also replaces the leaf (``mempcpy`` jumping into
+  ``memmove``'s body); jumps inside a function (``f`` and ``f.cold`` are one) are not calls;
 * a ``syscall`` is a ``[syscall]`` child of the current frame from the syscall instruction to
   the next instruction of the thread;
 * a signal delivery nests the handler as a new frame on top of the interrupted frame; the
@@ -47,10 +49,10 @@ Threads: QEMU's CPU index identifies a thread; tids come from ``clone`` results 
 from __future__ import annotations
 
 import bisect
-from collections import deque
 import functools
 import os
 import re
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -114,6 +116,8 @@ class ThreadRun:
     insns: list[Insn] = field(default_factory=list)
     deliveries: set[int] = field(default_factory=set)
     """Indices into ``insns`` of signal handlers' first instructions."""
+    syscall_names: dict[int, str] = field(default_factory=dict)
+    """Index of a syscall instruction -> the system call QEMU logged for it."""
     final_resume: int | None = None
     """First PC of the dropped last block (the point the trace ends at), if dropped."""
     ended_in_syscall: bool = False
@@ -125,20 +129,27 @@ class Truth:
     threads: list[ThreadRun]
     images: list[tuple[int, str]]
     """(load bias, path) of every ELF image mapped executable."""
+    blocks: dict[tuple[int, int], list[tuple[int, bytes]]] = field(default_factory=dict)
+    """QEMU's translations: (pc, cflags) -> listing (what a forked child inherits)."""
 
     def thread(self, tid: int) -> ThreadRun:
         return next(t for t in self.threads if t.tid == tid)
 
 
-def load(log: Path, program: Path) -> Truth:
-    """Parse a raw QEMU log of one run of ``program``."""
+def load(log: Path, program: Path, *, parent_log: Path | None = None, pid: int = 0) -> Truth:
+    """Parse a raw QEMU log of one run of ``program``.
+
+    A forked child's log (``parent_log`` and the child's ``pid`` given) starts with the
+    parent's translations and memory map, as the child itself does."""
     listings: dict[int, list[tuple[int, bytes]]] = {}
     blocks: dict[tuple[int, int], list[tuple[int, bytes]]] = {}
+    parent = load(parent_log, program) if parent_log is not None else None
+    if parent is not None:
+        blocks.update(parent.blocks)
     asm: list[tuple[int, bytes]] | None = None
     per_cpu: dict[int, list[tuple[str, object]]] = {}
     order: list[int] = []
     pending_signal = False
-    pid = 0
     clone_tids: list[int] = []
     page: dict[str, int] = {}
     fds: dict[int, str] = {}
@@ -228,6 +239,10 @@ def load(log: Path, program: Path) -> Truth:
                 if int(m.group(1)) != pid:
                     continue
                 name, args, result = m.group(2), m.group(3), m.group(4)
+                if last_block is not None and last_block[1][-1][1].endswith(b"\x0f\x05"):
+                    events = per_cpu[last_block[0]]
+                    if events and events[-1][0] == "tb":
+                        events.append(("syscall", name))
                 if name == "exit" and in_syscall:
                     # The thread that just entered a system call is the one leaving.
                     cpu = max(in_syscall, key=in_syscall.__getitem__)
@@ -246,13 +261,13 @@ def load(log: Path, program: Path) -> Truth:
                         pending_mmap = args
                     else:
                         _add_mmap(args, result, fds, images)
-    images = _startup_images(program, page) + images
+    images = (parent.images if parent else _startup_images(program, page)) + images
     threads = []
     for n, slot in enumerate(order):
         run = ThreadRun(cpu=slot, tid=pid if n == 0 else clone_tids[n - 1])
         _expand(run, per_cpu[slot])
         threads.append(run)
-    return Truth(pid=pid, threads=threads, images=images)
+    return Truth(pid=pid, threads=threads, images=images, blocks=blocks)
 
 
 def _add_mmap(args: str, result: str, fds: dict[int, str], images: list[tuple[int, str]]) -> None:
@@ -267,10 +282,10 @@ def _add_mmap(args: str, result: str, fds: dict[int, str], images: list[tuple[in
     with open(path, "rb") as f:
         elf = ELFFile(f)
         for seg in elf.iter_segments():
-            if seg["p_type"] == "PT_LOAD" and seg["p_flags"] & 1:
-                if seg["p_offset"] & ~0xFFF == offset & ~0xFFF:
-                    images.append((addr - (seg["p_vaddr"] & ~0xFFF), path))
-                    return
+            executable = seg["p_type"] == "PT_LOAD" and seg["p_flags"] & 1
+            if executable and seg["p_offset"] & ~0xFFF == offset & ~0xFFF:
+                images.append((addr - (seg["p_vaddr"] & ~0xFFF), path))
+                return
 
 
 def _startup_images(program: Path, page: dict[str, int]) -> list[tuple[int, str]]:
@@ -299,7 +314,7 @@ def _successors(i: Insn) -> tuple[int, ...] | None:
     """Where execution may continue after ``i`` without an interruption (None: anywhere)."""
     if i.kind in ("other", "syscall"):
         return (i.end,)
-    if i.kind in ("ret", "int") or i.kind in ("call", "jmp") and _direct_target(i) is None:
+    if i.kind in ("ret", "int") or (i.kind in ("call", "jmp") and _direct_target(i) is None):
         return None
     target = _direct_target(i)
     assert target is not None
@@ -322,6 +337,10 @@ def _expand(run: ThreadRun, events: list[tuple[str, object]]) -> None:
         if what == "sig":
             sig_next = True
             continue
+        if what == "syscall":
+            if insns and insns[-1].kind == "syscall":
+                run.syscall_names[len(insns) - 1] = str(value)
+            continue
         listing = list(value)  # type: ignore[call-overload]
         code_all = b"".join(c for _, c in listing)
         block = [
@@ -332,7 +351,7 @@ def _expand(run: ThreadRun, events: list[tuple[str, object]]) -> None:
         for pc, code in block:
             ins = decode(pc, code)
             if ins.kind in ("call", "jmp", "jcc"):
-                ops = list(_MD.disasm(code, pc))[0].operands
+                ops = next(iter(_MD.disasm(code, pc))).operands
                 _TARGETS[pc] = (
                     ops[0].imm if ops and ops[0].type == capstone.x86.X86_OP_IMM else None
                 )
@@ -375,18 +394,28 @@ class Branch:
 
 
 def _resume_after(run: ThreadRun, handler: int) -> int | None:
-    """Where the program went on after the handler starting at ``run.insns[handler]``."""
+    """Where the program went on after the handler starting at ``run.insns[handler]``.
+
+    ``rt_sigreturn`` goes back to the interrupted point, unless another pending signal is
+    delivered right then: that handler interrupts the same point."""
     depth = 0
     insns = run.insns
     for k in range(handler, len(insns) - 1):
-        if k in run.deliveries:
+        if k in run.deliveries and not _redelivery(run, k):
             depth += 1
         i = insns[k]
-        if i.kind == "syscall" and insns[k + 1].pc != i.end and k + 1 not in run.deliveries:
+        if i.kind == "syscall" and run.syscall_names.get(k) == "rt_sigreturn":
+            if k + 1 in run.deliveries:
+                continue  # the next handler is for the same interrupted point
             depth -= 1
             if depth == 0:
                 return insns[k + 1].pc
     return None
+
+
+def _redelivery(run: ThreadRun, k: int) -> bool:
+    """Is the handler at index ``k`` delivered as ``rt_sigreturn`` returned?"""
+    return k > 0 and run.syscall_names.get(k - 1) == "rt_sigreturn"
 
 
 def expected_branches(run: ThreadRun) -> list[Branch]:
@@ -442,35 +471,260 @@ class Symbols:
     """Function symbols of every image (pyelftools), by run-time address."""
 
     def __init__(self, images: Iterable[tuple[int, str]]) -> None:
-        entries: list[tuple[int, int, str]] = []
+        entries: list[tuple[int, int, str, bool]] = []
         for bias, path in images:
-            entries += [(bias + lo, bias + hi, name) for lo, hi, name in _functions(path)]
+            entries += [
+                (bias + lo, bias + hi, name, sized) for lo, hi, name, sized in _functions(path)
+            ]
         entries.sort()
         self._starts = [e[0] for e in entries]
-        self._entries = entries
+        self._entries: list[tuple[int, int, str, bool]] = entries
+
+    def is_real(self, entry: int) -> bool:
+        """Is ``entry`` the start of a function with a size (not a PLT stub or an address
+        only covered by a stretched size-0 symbol)?"""
+        k = bisect.bisect_right(self._starts, entry) - 1
+        while k >= 0 and self._starts[k] == entry:
+            if self._entries[k][3]:
+                return True
+            k -= 1
+        return False
 
     def lookup(self, addr: int) -> tuple[int, str] | None:
         """(function start, name) of the function containing ``addr``."""
         k = bisect.bisect_right(self._starts, addr) - 1
+        best = None
         while k >= 0:
-            lo, hi, name = self._entries[k]
-            if lo <= addr < hi or (lo == hi == addr):
-                return lo, name
+            lo, hi, name, _ = self._entries[k]
+            if lo <= addr < hi and (best is None or lo > best[0]):
+                best = (lo, name)
             if addr - lo > 1 << 20:
                 break
             k -= 1
-        return None
+        return best
 
 
-@functools.cache
-def _functions(path: str) -> list[tuple[int, int, str]]:
+def _elf_functions(elf: ELFFile) -> list[tuple[int, int, str]]:
     out = []
-    with open(path, "rb") as f:
-        elf = ELFFile(f)
-        for sec in elf.iter_sections():
-            if not isinstance(sec, SymbolTableSection):
-                continue
+    for sec in elf.iter_sections():
+        if isinstance(sec, SymbolTableSection):
             for s in sec.iter_symbols():
                 if s["st_info"]["type"] in ("STT_FUNC", "STT_GNU_IFUNC") and s["st_value"]:
                     out.append((s["st_value"], s["st_value"] + s["st_size"], s.name))
-    return sorted(set(out))
+    return out
+
+
+def _debug_file(elf: ELFFile) -> str | None:
+    for sec in elf.iter_sections():
+        if sec["sh_type"] == "SHT_NOTE":
+            for note in sec.iter_notes():
+                if note["n_type"] == "NT_GNU_BUILD_ID" and note["n_name"] == "GNU":
+                    bid = note["n_desc"]
+                    path = f"/usr/lib/debug/.build-id/{bid[:2]}/{bid[2:]}.debug"
+                    return path if os.path.exists(path) else None
+    return None
+
+
+@functools.cache
+def _functions(path: str) -> list[tuple[int, int, str, bool]]:
+    """Function symbols like perf 6.1 sees them: ELF symbols, or those of the detached debug
+    file, a size-0 one extending to the next symbol (perf's ``symbols__fixup_end``: so PLT
+    stubs after ``_init`` belong to ``_init``)."""
+    out: list[tuple[int, int, str]] = []
+    with open(path, "rb") as f:
+        elf = ELFFile(f)
+        out += _elf_functions(elf)
+        debug = _debug_file(elf)
+    if debug is not None:
+        # Like perf, read the symbols of a stripped library from its detached debug file.
+        with open(debug, "rb") as f:
+            out += _elf_functions(ELFFile(f))
+    out = sorted(set(out))
+    fixed = []
+    for k, (lo, hi, name) in enumerate(out):
+        sized = hi > lo
+        if not sized:
+            hi = next((o[0] for o in out[k + 1 :] if o[0] > lo), lo + 1)
+        fixed.append((lo, hi, name, sized))
+    return fixed
+
+
+@dataclass
+class Slice:
+    """One expected frame: function entry, name, depth, [start, end) in instruction indices."""
+
+    entry: int
+    name: str
+    depth: int
+    start: int
+    end: int
+    parent: Slice | None = field(default=None, repr=False, compare=False)
+    children: list[Slice] = field(default_factory=list, repr=False, compare=False)
+    ret: int | None = field(default=None, repr=False, compare=False)
+    """Return address that closes this frame (None: its call was never seen)."""
+
+
+SYSCALL_NAME = "[syscall]"
+
+
+class _Tree:
+    """The call-tree builder of :func:`expected_call_tree`."""
+
+    def __init__(self, symbols: Symbols) -> None:
+        self.symbols = symbols
+        self.roots: list[Slice] = []
+        # contexts[-1] is the running one; a signal handler opens a new context.
+        self.contexts: list[list[Slice]] = [[]]
+        self.all: list[Slice] = []
+
+    def function(self, addr: int) -> tuple[int, str]:
+        found = self.symbols.lookup(addr)
+        return found if found is not None else (addr, f"[unknown {addr:#x}]")
+
+    def open(self, addr: int, start: int, ret: int | None, *, name: str | None = None) -> Slice:
+        entry, fname = self.function(addr)
+        stack = self.contexts[-1]
+        parent = stack[-1] if stack else self._below()
+        s = Slice(entry, name or fname, 0, start, -1, parent, ret=ret)
+        (parent.children if parent else self.roots).append(s)
+        stack.append(s)
+        self.all.append(s)
+        return s
+
+    def _below(self) -> Slice | None:
+        for stack in reversed(self.contexts[:-1]):
+            if stack:
+                return stack[-1]
+        return None
+
+    def close_to(self, keep: int, end: int) -> None:
+        stack = self.contexts[-1]
+        while len(stack) > keep:
+            stack.pop().end = end
+
+    def caller_found(self, addr: int, now: int) -> None:
+        """A return to ``addr`` that matches no open frame: the caller was never seen."""
+        stack = self.contexts[-1]
+        if len(self.contexts) > 1:
+            # Inside a signal handler: the function returned into replaces the leaf.
+            self.close_to(0, now)
+            self.open(addr, now, None)
+            return
+        self.close_to(0, now)
+        entry, fname = self.function(addr)
+        outer = Slice(entry, fname, 0, 0, -1, None, ret=None)
+        for r in self.roots:
+            r.parent = outer
+        outer.children, self.roots = self.roots, [outer]
+        self.all.append(outer)
+        stack.append(outer)
+
+
+def expected_call_tree(run: ThreadRun, symbols: Symbols) -> list[Slice]:
+    """The expected slices of one thread (semantics in the module docstring), in the order
+    of their start (parents before children)."""
+    tree = _Tree(symbols)
+    insns = run.insns
+    if not insns:
+        return []
+    tree.open(insns[0].pc, 0, None)
+    n = len(insns)
+    for k, i in enumerate(insns):
+        nxt = insns[k + 1].pc if k + 1 < n else run.final_resume
+        now = k + 1  # index of the next instruction: when this one's effect starts
+        if k + 1 in run.deliveries and _redelivery(run, k + 1) and nxt is not None:
+            # rt_sigreturn, and at once the next handler: close the context, open another.
+            tree.open(i.pc, k, None, name=SYSCALL_NAME)
+            tree.close_to(len(tree.contexts[-1]) - 1, now)
+            tree.close_to(0, now)
+            tree.contexts[-1] = []
+            tree.open(nxt, now, None)
+            continue
+        if k + 1 in run.deliveries and nxt is not None:
+            resume = _resume_after(run, k + 1)
+            if i.kind not in ("other", "syscall") and resume is not None:
+                _flow(tree, i, resume, now)
+            elif i.kind == "syscall":
+                tree.open(i.pc, k, None, name=SYSCALL_NAME)
+                tree.close_to(len(tree.contexts[-1]) - 1, now)
+            tree.contexts.append([])
+            tree.open(nxt, now, None)
+            continue
+        if i.kind == "syscall":
+            tree.open(i.pc, k, None, name=SYSCALL_NAME)
+            tree.close_to(len(tree.contexts[-1]) - 1, now)
+            if run.syscall_names.get(k) == "rt_sigreturn" and len(tree.contexts) > 1:
+                tree.close_to(0, now)  # rt_sigreturn: back to the interrupted context
+                tree.contexts.pop()
+            continue
+        if nxt is None:
+            continue
+        _flow(tree, i, nxt, now)
+    end = n
+    for stack in tree.contexts:
+        for s in stack:
+            s.end = end
+    _assign_depths(tree.roots, 0)
+    out = sorted(tree.all, key=lambda s: (s.start, s.depth))
+    return out
+
+
+def _flow(tree: _Tree, i: Insn, dst: int, now: int) -> None:
+    stack = tree.contexts[-1]
+    if i.kind == "call":
+        if dst != i.end:  # `call +0` (get the PC) is not a call
+            tree.open(dst, now, i.end)
+        return
+    if i.kind == "ret":
+        for depth in range(len(stack) - 1, -1, -1):
+            if stack[depth].ret == dst:
+                tree.close_to(depth, now)
+                return
+        tree.caller_found(dst, now)
+        return
+    if i.kind != "jmp":
+        return
+    entry, name = tree.function(dst)
+    leaf = stack[-1] if stack else None
+    if leaf is None:
+        return
+    if _key(name) == _key(leaf.name) and entry != dst:
+        return  # a jump inside the function
+    if entry != dst:
+        for depth in range(len(stack) - 2, -1, -1):
+            if _key(stack[depth].name) == _key(name):
+                tree.close_to(depth + 1, now)  # longjmp / exception landing pad
+                return
+    if _key(name) != _key(leaf.name) or entry == dst != leaf.entry:
+        # A tail call: the leaf is replaced, the new function returns to the same place.
+        ret = leaf.ret
+        tree.close_to(len(stack) - 1, now)
+        tree.open(dst, now, ret)
+
+
+def _key(name: str) -> str:
+    return name[:-5] if name.endswith(".cold") else name
+
+
+def _assign_depths(nodes: list[Slice], depth: int) -> None:
+    for s in nodes:
+        s.depth = depth
+        _assign_depths(s.children, depth + 1)
+
+
+def to_ns(
+    index: int,
+    run: ThreadRun,
+    cycles_per_insn: int = 1,
+    syscall_cycles: int = 100,
+    tsc_hz: int = 2_000_000_000,
+) -> float:
+    """Time (ns after the thread's first instruction) at instruction index ``index`` under
+    the default cycle model, for a single-threaded run."""
+    syscalls = sum(1 for i in run.insns[:index] if i.kind == "syscall")
+    # A signal interrupting user code costs a kernel entry too (one after a syscall does not).
+    syscalls += sum(
+        1 for d in run.deliveries if 0 < d <= index and run.insns[d - 1].kind != "syscall"
+    )
+    cycles = index * cycles_per_insn + syscalls * syscall_cycles
+    return cycles * 1e9 / tsc_hz

@@ -100,6 +100,8 @@ class Arrival(IntEnum):
     """After a system call (``rt_sigreturn`` or a plain return elsewhere)."""
     DISCONTINUITY = 3
     """Unexplained jump with no branch: encoded like an interrupt."""
+    REDELIVERY = 4
+    """A handler starts right as ``rt_sigreturn`` returns (the next pending signal)."""
 
 
 @dataclass
@@ -584,6 +586,11 @@ class EmulationState:
         ):
             self._signal_hint = None
             self.handler_entries.add(pc)
+            if kind == _SYSCALL and self._sigreturn_hint:
+                # rt_sigreturn restored the interrupted context and the kernel delivered the
+                # next pending signal right away: a new handler for the same interruption.
+                self._sigreturn_hint = False
+                return Arrival.REDELIVERY
             t.sig_depth += 1
             return Arrival.DELIVERY
         if consistent:

@@ -1,0 +1,149 @@
+"""The emulated backend's test corpus: programs recorded once per session, with ground truth."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from ptscope.perftool import find_perf, perf_env
+from ptscope.record.emulated import EmulatedResult, EmulationOptions, record
+from support import programs, qemu_truth
+
+
+@dataclass(frozen=True)
+class Case:
+    """One corpus program and how to build and run it."""
+
+    name: str
+    static: bool = False
+    opt: str = "-O1"
+    single_step: bool = False
+
+    @property
+    def id(self) -> str:
+        kind = "static" if self.static else "dynamic"
+        mode = "-single-step" if self.single_step else ""
+        return f"{self.name}-{kind}{self.opt}{mode}"
+
+    def argv(self) -> list[str]:
+        exe = programs.build(self.name, static=self.static, opt=self.opt)
+        if self.name == "dlopen":
+            return [str(exe), str(programs.build("plugin", shared=True))]
+        return [str(exe)]
+
+
+# Every program of tests/programs that runs to completion on its own.
+CORPUS = [
+    Case("basics", static=True),
+    Case("basics"),
+    Case("tailcall", opt="-O2"),
+    Case("longjmp"),
+    Case("signals"),
+    Case("dlopen"),
+    Case("threads"),
+    Case("fork"),
+    Case("rep", static=True),
+    Case("exceptions"),
+    Case("crash"),
+    Case("basics", static=True, single_step=True),
+    Case("threads", single_step=True),
+]
+
+
+@dataclass
+class Recorded:
+    case: Case
+    exe: Path
+    directory: Path
+    result: EmulatedResult
+    truth: qemu_truth.Truth
+    """Ground truth of the main process (``child_truths`` for forked children)."""
+    child_truths: dict[int, qemu_truth.Truth]
+
+
+_cache: dict[str, Recorded] = {}
+
+
+def needs_tools() -> None:
+    if shutil.which("qemu-x86_64") is None:
+        pytest.skip("qemu-x86_64 is not installed")
+    try:
+        find_perf()
+    except Exception:
+        pytest.skip("perf is not usable")
+
+
+def recorded(case: Case, base: Path) -> Recorded:
+    """Record ``case`` (once per session) with a copy of QEMU's raw log, and load the truth."""
+    needs_tools()
+    if case.id in _cache:
+        return _cache[case.id]
+    argv = case.argv()
+    directory = base / case.id
+    raw = directory / "qemu.log"
+    directory.mkdir(parents=True, exist_ok=True)
+    result = record(
+        argv, directory, options=EmulationOptions(raw_log=raw, single_step=case.single_step)
+    )
+    exe = Path(argv[0])
+    truth = qemu_truth.load(raw, exe)
+    children = {}
+    for log in sorted(directory.glob("qemu.log.*")):
+        pid = int(log.suffix[1:])
+        children[pid] = qemu_truth.load(log, exe, parent_log=raw, pid=pid)
+    _cache[case.id] = rec = Recorded(case, exe, directory, result, truth, children)
+    return rec
+
+
+_BRANCH_RE = re.compile(r"^\s*(\d+)/(\d+)\s+(.*?)\s+([0-9a-f]+) =>\s+([0-9a-f]+)\s*$")
+_KINDS = {
+    "call": "call",
+    "return": "return",
+    "jmp": "jmp",
+    "jcc": "jcc",
+    "tr end  syscall": "syscall",
+    "tr strt": "start",
+    "tr end  async": "async",
+}
+
+
+@dataclass
+class PerfBranches:
+    by_tid: dict[int, list[qemu_truth.Branch]]
+    errors: list[str]
+
+
+def perf_branches(perf_data: Path) -> PerfBranches:
+    """``perf script --itrace=be`` of a recording: taken branches per thread, and errors."""
+    out = subprocess.run(
+        [
+            find_perf().path,
+            "script",
+            "-i",
+            str(perf_data),
+            "--itrace=be",
+            "-F",
+            "pid,tid,flags,ip,addr",
+        ],
+        capture_output=True,
+        text=True,
+        env=perf_env(),
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    got = PerfBranches({}, [])
+    for line in out.stdout.splitlines():
+        if "instruction trace error" in line:
+            got.errors.append(line.strip())
+            continue
+        m = _BRANCH_RE.match(line)
+        assert m, f"unexpected perf script line: {line!r}"
+        kind = _KINDS.get(m.group(3).strip(), m.group(3).strip())
+        branch = qemu_truth.Branch(kind, int(m.group(4), 16), int(m.group(5), 16))
+        got.by_tid.setdefault(int(m.group(2)), []).append(branch)
+    return got
