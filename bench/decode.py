@@ -13,8 +13,8 @@ RSS is its own), and is reported as a ratio to the floor measured in the same ru
   nothing else (built here from ``bench/null_dlfilter.c``): no perf-based decoder can beat it
   on one core;
 * dlfilter / text / parallel: ptscope's decoders alone (events out of the reader), then
-  through the reconstruction engine (events/s through the engine), then, when
-  ``ptscope.pipeline`` exists, the whole decode to ``.fxt.gz``.
+  through the reconstruction engine (events/s through the engine), then the whole
+  ``ptscope decode`` (``ptscope.pipeline``: decode, engine, writer) to ``.fxt.gz``.
 """
 
 from __future__ import annotations
@@ -35,10 +35,21 @@ CACHE = ROOT / "bench" / "cache"
 ITRACE = "bep"
 
 PROGRAM = r"""
-/* Benchmark workload: calls, returns, loops, a jump table, recursion. */
+/* Benchmark workload: calls and returns, loops and branches inside functions, a jump table,
+ * recursion, libc string functions -- a mix like ordinary compiled code. */
 #include <stdlib.h>
+#include <string.h>
 static volatile unsigned sink;
+static char buf[256];
 __attribute__((noinline)) static unsigned leaf(unsigned x) { return x * 2654435761u; }
+__attribute__((noinline)) static unsigned checksum(const char *p, unsigned n) {
+    unsigned h = 0;
+    for (unsigned i = 0; i < n; i++) {
+        if (p[i] & 1) h = h * 31 + (unsigned char)p[i];
+        else h ^= (unsigned char)p[i] << (i & 7);
+    }
+    return h;
+}
 __attribute__((noinline)) static unsigned mix(unsigned x) {
     unsigned s = 0;
     for (unsigned i = 0; i < (x & 7); i++) s += leaf(x + i);
@@ -48,7 +59,7 @@ __attribute__((noinline)) static unsigned dispatch(unsigned x) {
     switch (x & 3) {
     case 0: return mix(x);
     case 1: return leaf(x) ^ mix(x >> 1);
-    case 2: return x + 1;
+    case 2: return checksum(buf + (x & 63), 48);
     default: return leaf(leaf(x));
     }
 }
@@ -57,8 +68,10 @@ __attribute__((noinline)) static unsigned fib(unsigned n) {
 }
 int main(int argc, char **argv) {
     unsigned n = argc > 1 ? (unsigned)atoi(argv[1]) : 1000;
+    for (unsigned i = 0; i < sizeof buf; i++) buf[i] = (char)(i * 7 + 3);
     for (unsigned i = 0; i < n; i++) {
         sink += dispatch(i);
+        sink += (unsigned)strlen(buf + (i & 127));
         if ((i & 63) == 0) sink += fib(12);
     }
     return 0;
@@ -98,8 +111,8 @@ def build_null_dlfilter() -> Path:
 
 def emulated_recording(branches: int) -> Path:
     """An emulated-PT recording of the workload with at least ``branches`` branches."""
-    # About 12 branches per iteration of the workload's main loop (measured with perf).
-    iterations = max(1000, branches // 10)
+    # About 37 branches per iteration of the workload's main loop (measured with perf).
+    iterations = max(1000, branches // 36)
     directory = CACHE / f"decode-{_hash(PROGRAM, str(iterations))}"
     perf_data = directory / "perf.data"
     if perf_data.exists():
@@ -138,12 +151,18 @@ def _child_floor(perf_data: Path, _jobs: int) -> dict[str, float]:
 
 
 def _child_dlfilter(perf_data: Path, _jobs: int) -> dict[str, float]:
-    from ptscope.decode.dlfilter_stream import decode_with_dlfilter
+    from ptscope.decode.dlfilter_stream import DlfilterRun, decode_with_dlfilter
 
     n = 0
-    for batch in decode_with_dlfilter(perf_data, itrace=ITRACE):
+    info: list[DlfilterRun] = []
+    for batch in decode_with_dlfilter(perf_data, itrace=ITRACE, run_info=info):
         n += len(batch)
-    return {"events": n}
+    trailer = info[0].stats.trailer or {}
+    return {
+        "events": n,
+        "samples": trailer.get("samples", 0),
+        "dropped": trailer.get("branches_dropped", 0),
+    }
 
 
 def _child_parallel(perf_data: Path, jobs: int) -> dict[str, float]:
@@ -157,12 +176,18 @@ def _child_parallel(perf_data: Path, jobs: int) -> dict[str, float]:
 
 
 def _child_text(perf_data: Path, _jobs: int) -> dict[str, float]:
-    from ptscope.decode import perf_text  # type: ignore[attr-defined]
+    from ptscope.decode.perf_script import decode_perf_data_text
 
     n = 0
-    for batch in perf_text.decode_perf_data(perf_data):  # type: ignore[attr-defined]
+    for batch in decode_perf_data_text(perf_data, ipc=True):
         n += len(batch)
     return {"events": n}
+
+
+def _child_text_engine(perf_data: Path, _jobs: int) -> dict[str, float]:
+    from ptscope.decode.perf_script import decode_perf_data_text
+
+    return _engine_run(decode_perf_data_text(perf_data, ipc=True))
 
 
 def _engine_run(stream: object) -> dict[str, float]:
@@ -187,6 +212,33 @@ def _child_parallel_engine(perf_data: Path, jobs: int) -> dict[str, float]:
     return _engine_run(decode_parallel(perf_data, jobs=jobs, itrace=ITRACE))
 
 
+def _pipeline(perf_data: Path, decoder: str, jobs: int) -> dict[str, float]:
+    import tempfile
+
+    from ptscope import pipeline  # type: ignore[attr-defined, unused-ignore]
+    from ptscope.recording import Recording
+
+    with tempfile.TemporaryDirectory() as tmp:
+        summary = pipeline.decode_recording(
+            Recording.find(perf_data),
+            Path(tmp) / "trace.fxt.gz",
+            pipeline.DecodeOptions(decoder=decoder, jobs=jobs),
+        )
+        return {"events": summary.events, "slices": summary.slices}
+
+
+def _child_pipeline_dlfilter(perf_data: Path, _jobs: int) -> dict[str, float]:
+    return _pipeline(perf_data, "dlfilter", 1)
+
+
+def _child_pipeline_parallel(perf_data: Path, jobs: int) -> dict[str, float]:
+    return _pipeline(perf_data, "dlfilter", jobs)
+
+
+def _child_pipeline_text(perf_data: Path, _jobs: int) -> dict[str, float]:
+    return _pipeline(perf_data, "text", 1)
+
+
 CHILDREN: dict[str, Callable[[Path, int], dict[str, float]]] = {
     "floor": _child_floor,
     "dlfilter": _child_dlfilter,
@@ -194,6 +246,10 @@ CHILDREN: dict[str, Callable[[Path, int], dict[str, float]]] = {
     "text": _child_text,
     "dlfilter+engine": _child_dlfilter_engine,
     "parallel+engine": _child_parallel_engine,
+    "text+engine": _child_text_engine,
+    "ptscope dlfilter": _child_pipeline_dlfilter,
+    "ptscope --jobs": _child_pipeline_parallel,
+    "ptscope text": _child_pipeline_text,
 }
 
 
@@ -215,6 +271,12 @@ def run_child(name: str, perf_data: Path, jobs: int) -> dict[str, float] | None:
 
 
 def child_main(name: str, perf_data: Path, jobs: int) -> None:
+    # Imports are not part of any measurement.
+    import ptscope.decode.dlfilter_stream
+    import ptscope.decode.parallel
+    import ptscope.decode.perf_script
+    import ptscope.reconstruct.engine  # noqa: F401
+
     t0 = time.perf_counter()
     result = CHILDREN[name](perf_data, jobs)
     result["inner_wall"] = time.perf_counter() - t0
@@ -265,9 +327,19 @@ def main() -> None:
             f"{name:<17} {wall:7.2f} {ratio:>8} {ev:>10} {rate:>10} {r['rss_python_mb']:9.0f}"
             f" {r['rss_perf_mb']:8.0f}"
         )
-    if "dlfilter" in results and "text" in results:
-        speedup = results["text"]["inner_wall"] / results["dlfilter"]["inner_wall"]
-        print(f"\ntext / dlfilter: {speedup:.1f}x")
+    if "dlfilter" in results and results["dlfilter"].get("samples"):
+        d = results["dlfilter"]
+        print(
+            f"\nperf samples: {int(d['samples']):,}; the dlfilter dropped {int(d['dropped']):,}"
+            f" same-function jumps ({d['dropped'] / d['samples']:.0%})"
+        )
+    for a, b in (
+        ("text", "dlfilter"),
+        ("text+engine", "dlfilter+engine"),
+        ("ptscope text", "ptscope dlfilter"),
+    ):
+        if a in results and b in results:
+            print(f"{a} / {b}: {results[a]['inner_wall'] / results[b]['inner_wall']:.1f}x")
 
 
 if __name__ == "__main__":
