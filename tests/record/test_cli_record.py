@@ -585,3 +585,50 @@ def test_attached_process_exiting_ends_the_recording(program: Build, tmp_path: P
         for rows in read_trace(tmp_path / "a.fxt.gz").slices.values()
         for s in rows
     )
+
+
+def test_recording_survives_ptscope_being_killed(
+    spin: subprocess.Popen[bytes], tmp_path: Path
+) -> None:
+    """kill -9 of ptscope: perf is told to finish (SIGINT), the directory decodes later."""
+    rec = tmp_path / "rec"
+    process = subprocess.Popen(
+        [
+            *PTSCOPE,
+            "attach",
+            "-p",
+            str(spin.pid),
+            "--backend",
+            "sampling",
+            "--keep-recording",
+            str(rec),
+            "-o",
+            str(tmp_path / "never.fxt.gz"),
+        ],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for_line(process, "attached to")
+        time.sleep(0.3)
+        perf = next(
+            int(p.name)
+            for p in Path("/proc").iterdir()
+            if p.name.isdigit() and _ppid(p) == process.pid
+        )
+        process.kill()
+        process.wait()
+        deadline = time.monotonic() + 60
+        while Path(f"/proc/{perf}").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert spin.poll() is None
+    meta = json.loads((rec / "ptscope-recording.json").read_text())
+    assert meta["backend"] == "sampling" and meta["notes"]["complete"] is False
+    done = ptscope("decode", str(rec), "-o", str(tmp_path / "later.fxt.gz"))
+    assert done.returncode == 0, done.stderr
+    rows = slices_of(read_trace(tmp_path / "later.fxt.gz"), spin.pid)
+    assert any(s.name == "spin_leaf" for s in rows)

@@ -17,6 +17,7 @@ from ptscope.cli.run import (
     hit_source_factory,
     prepare_trigger,
     probe_capabilities,
+    region_of,
     report_session,
     require_perf,
     session_options,
@@ -65,6 +66,7 @@ class AttachCommand:
 
     def run(self, args: argparse.Namespace) -> int:
         output = check_output(args.output)
+        region_of(args)
         if args.pid:
             pids = parse_pids(args.pid)
         else:

@@ -167,10 +167,13 @@ class RecordingPlace:
                 ) from e
 
     def has_data(self) -> bool:
-        return any(
-            p.name.startswith("perf.data") and (p.is_dir() or p.stat().st_size > 0)
-            for p in self.directory.iterdir()
-        )
+        try:
+            return any(
+                p.name.startswith("perf.data") and (p.is_dir() or p.stat().st_size > 0)
+                for p in self.directory.iterdir()
+            )
+        except OSError:
+            return False
 
     def discard(self) -> None:
         if not self.keep:
@@ -228,18 +231,22 @@ def status(message: str) -> Iterator[Callable[[str], None]]:
         yield lambda text: live.update(text)
 
 
+def region_of(args: argparse.Namespace) -> tuple[str, str] | None:
+    """``--filter START,STOP`` (checked before recording, so a typo costs no recording)."""
+    if not args.filter:
+        return None
+    from ptscope.reconstruct.region_filter import parse_filter
+
+    return parse_filter(args.filter)
+
+
 def decode_step(
     recording: Recording, output: Path, args: argparse.Namespace, place: RecordingPlace
 ) -> int:
     """Decode a recording into ``output`` (one call into the pipeline)."""
     from ptscope import pipeline
 
-    region = None
-    if args.filter:
-        from ptscope.reconstruct.region_filter import parse_filter
-
-        region = parse_filter(args.filter)
-    options = pipeline.DecodeOptions(region=region)
+    options = pipeline.DecodeOptions(region=region_of(args))
     with place.decoding(), status("decoding…") as update:
 
         def progress(events: int) -> None:
@@ -454,6 +461,7 @@ class RunCommand:
         if not command:
             raise UsageError("no program given", hint="ptscope run [options] -- PROGRAM [ARGS]")
         output = check_output(args.output)
+        region_of(args)
         caps = probe_capabilities()
         backend = choose_backend(args.backend, caps.intel_pt.present, run=True)
         if args.max_instructions is not None and backend != "emulated":

@@ -137,6 +137,12 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
     _libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
+def _stop_with_parent() -> None:  # perf, between fork and exec
+    # SIGINT, not SIGKILL: if ptscope is killed, perf still finishes its file (and its
+    # exit snapshot), so the recording directory stays decodable.
+    _libc().prctl(_PR_SET_PDEATHSIG, signal.SIGINT, 0, 0, 0)
+
+
 def process_command_line(pid: int) -> str:
     """The command line of a process (its comm for kernel threads); '' when it is gone."""
     try:
@@ -424,7 +430,7 @@ class PerfRecorder:
                     stderr=log_file,
                     env=perf_env(),
                     process_group=0,  # the terminal's Ctrl-C must not reach perf
-                    preexec_fn=_die_with_parent,
+                    preexec_fn=_stop_with_parent,
                 )
             except OSError as e:
                 raise RecordingError(f"cannot start perf: {e}") from e
@@ -834,6 +840,8 @@ def run_program(
         recorder.kill()
         raise
     processes = {pid: shlex.join(argv)}
+    # Metadata first, so that a ptscope killed mid-way still leaves a decodable recording.
+    _save(recorder, options, list(argv), processes, {}, [], _scope_of(backend), {"complete": False})
     session = _Session(recorder, options, [pid], program)
     session.hit_source = hits
     with contextlib.ExitStack() as cleanup:
@@ -870,7 +878,7 @@ def run_program(
         threads,
         session.hits,
         _scope_of(backend),
-        {"exit_code": exit_code, "held_by": program.method},
+        {"exit_code": exit_code, "held_by": program.method, "complete": True},
     )
     result = SessionResult(
         recording=recording,
@@ -945,6 +953,7 @@ def attach_processes(
         _close_hits(hits)
         recorder.kill()
         raise
+    _save(recorder, options, [], processes, threads, [], _scope_of(backend), {"complete": False})
     session = _Session(recorder, options, pids, None)
     session.hit_source = hits
     with contextlib.ExitStack() as cleanup:
@@ -959,7 +968,14 @@ def attach_processes(
             threads.update(_thread_names(pid))
         status = _finish(session, signals)
     recording = _save(
-        recorder, options, [], processes, threads, session.hits, _scope_of(backend), {}
+        recorder,
+        options,
+        [],
+        processes,
+        threads,
+        session.hits,
+        _scope_of(backend),
+        {"complete": True},
     )
     result = SessionResult(
         recording=recording,
