@@ -65,7 +65,6 @@ DEFAULT_ITRACE: Final = "bep"
 CHUNK_SIZE: Final = 1 << 20
 _LOOKAHEAD: Final = 16384  # branch records checked per vectorised run search
 _TAGS: Final = frozenset(range(0xF8, 0x100))
-_MAX_EXAMPLES: Final = 5
 _IN_TX: Final = int(BranchFlags.IN_TX)
 
 
@@ -154,7 +153,6 @@ class RecordStreamParser:
         self._locations: list[Location] = [NOWHERE]  # id 0 is never used
         self._loc_array: np.ndarray[Any, np.dtype[np.object_]] = np.empty(0, dtype=object)
         self._loc_dedup: dict[tuple[int, str, int, str], Location] = {}
-        self._kinds: dict[int, tuple[Any, Any]] = {}
 
     # ---------------------------------------------------------------- public
 
@@ -204,16 +202,17 @@ class RecordStreamParser:
             if tag == rf.TAG_BRANCH:
                 if not self._header_seen:
                     self._fail("does not start with a header record", pos)
-                n = (end - pos) // 72
+                size = rf.BRANCH.size
+                n = min((end - pos) // size, _LOOKAHEAD)
                 if n == 0:
                     break
-                n = min(n, _LOOKAHEAD)
-                tags = np.frombuffer(buf, dtype=np.uint8, count=n * 72, offset=pos)[::72]
+                # A run of branch records: the first byte of every record-sized step.
+                tags = np.frombuffer(buf, dtype=np.uint8, count=n * size, offset=pos)[::size]
                 other = np.flatnonzero(tags != rf.TAG_BRANCH)
                 if other.size:
                     n = int(other[0])
                 self._branches(buf, pos, n, events)
-                pos += n * 72
+                pos += n * size
             elif tag not in _TAGS:
                 nl = buf.find(b"\n", pos)
                 if nl < 0:
