@@ -172,7 +172,12 @@ def _branch_timeline(
             engine.end_segment()  # snapshots are separate stretches of time
         if decoder == "dlfilter":
             stream = decode_parallel(
-                path, jobs=options.jobs, extra=filters, perf=perf, run_info=runs
+                path,
+                jobs=options.jobs,
+                extra=filters,
+                perf=perf,
+                run_info=runs,
+                task_events=True,
             )
             feed_sink(engine, _mapped_stream(stream, maps, progress))
         else:
