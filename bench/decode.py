@@ -12,6 +12,8 @@ RSS is its own), and is reported as a ratio to the floor measured in the same ru
 * floor: ``perf script --itrace=bep`` with a dlfilter that drops every sample and does
   nothing else (built here from ``bench/null_dlfilter.c``): no perf-based decoder can beat it
   on one core;
+* perf+dlfilter: perf with ptscope's dlfilter, its record stream thrown away (the cost of
+  the C filter itself);
 * dlfilter / text / parallel: ptscope's decoders alone (events out of the reader), then
   through the reconstruction engine (events/s through the engine), then the whole
   ``ptscope decode`` (``ptscope.pipeline``: decode, engine, writer) to ``.fxt.gz``.
@@ -150,6 +152,16 @@ def _child_floor(perf_data: Path, _jobs: int) -> dict[str, float]:
     return {"events": 0}
 
 
+def _child_perf_dlfilter(perf_data: Path, _jobs: int) -> dict[str, float]:
+    """perf running ptscope's dlfilter with its stream discarded: the filter's own cost."""
+    from ptscope.decode.dlfilter_stream import dlfilter_command
+    from ptscope.perftool import find_perf, perf_env
+
+    argv = dlfilter_command(perf_data, perf=find_perf().path, itrace=ITRACE)
+    subprocess.run(argv, check=True, env=perf_env(), stdout=subprocess.DEVNULL)
+    return {"events": 0}
+
+
 def _child_dlfilter(perf_data: Path, _jobs: int) -> dict[str, float]:
     from ptscope.decode.dlfilter_stream import DlfilterRun, decode_with_dlfilter
 
@@ -241,6 +253,7 @@ def _child_pipeline_text(perf_data: Path, _jobs: int) -> dict[str, float]:
 
 CHILDREN: dict[str, Callable[[Path, int], dict[str, float]]] = {
     "floor": _child_floor,
+    "perf+dlfilter": _child_perf_dlfilter,
     "dlfilter": _child_dlfilter,
     "parallel": _child_parallel,
     "text": _child_text,
