@@ -159,7 +159,7 @@ def perf_breakpoint_ns_per_call(prog: Path, calls: int) -> float | None:
 
 def bench_trigger(prog: Path, calls: int) -> None:
     from ptscope.record.breakpoints import BreakpointSet
-    from ptscope.record.session import StoppedProgram
+    from ptscope.record.launch import StoppedProgram
     from ptscope.record.symbols import parse_selection, read_maps, resolve_selection
 
     def run_once(mode: str) -> tuple[float, int]:

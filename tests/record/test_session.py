@@ -19,11 +19,11 @@ import pytest
 from ptscope.errors import BadInputError, UsageError
 from ptscope.perftool import PerfTool, find_perf, perf_env
 from ptscope.record.breakpoints import BreakpointSet
+from ptscope.record.launch import StoppedProgram
 from ptscope.record.perf_commands import Control, Targets
 from ptscope.record.session import (
     HitSource,
     SessionOptions,
-    StoppedProgram,
     attach_processes,
     run_program,
 )

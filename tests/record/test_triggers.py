@@ -21,7 +21,8 @@ import pytest
 
 from ptscope.errors import BadInputError, RecordingError, UsageError
 from ptscope.record.breakpoints import Breakpoint, BreakpointSet
-from ptscope.record.session import Hit, StoppedProgram
+from ptscope.record.launch import StoppedProgram
+from ptscope.record.session import Hit
 from ptscope.record.symbols import (
     ElfImage,
     load_bias,

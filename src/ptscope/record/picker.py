@@ -32,7 +32,7 @@ def _has_command_line(pid: int) -> bool:
 
 def process_choices(*, exclude: Iterable[int] = ()) -> list[tuple[int, str]]:
     """(pid, command line) of every user process but ptscope itself, by PID."""
-    from ptscope.record.session import process_command_line
+    from ptscope.record.launch import process_command_line
 
     skip = {os.getpid(), os.getppid(), *exclude}
     out: list[tuple[int, str]] = []
