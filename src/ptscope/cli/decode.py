@@ -5,17 +5,15 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ptscope.cli.output import print_summary
 from ptscope.errors import UsageError
-from ptscope.pipeline import (
-    DecodeOptions,
-    decode_perf_script_text,
-    decode_recording,
-    parse_id_list,
-)
-from ptscope.reconstruct.region_filter import parse_filter
-from ptscope.recording import Recording
+
+if TYPE_CHECKING:
+    from ptscope.pipeline import DecodeOptions
+
+# The pipeline (numpy, every stage) is imported when a command runs, not when the CLI
+# starts: `ptscope run` must start the workload as soon as perf is ready.
 
 
 class DecodeCommand:
@@ -45,6 +43,10 @@ class DecodeCommand:
         add_decode_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
+        from ptscope.cli.output import print_summary
+        from ptscope.pipeline import decode_perf_script_text, decode_recording
+        from ptscope.recording import Recording
+
         options = decode_options(args)
         if args.perf_script is not None:
             if args.recording is not None:
@@ -89,6 +91,9 @@ def add_decode_options(parser: argparse.ArgumentParser) -> None:
 
 
 def decode_options(args: argparse.Namespace) -> DecodeOptions:
+    from ptscope.pipeline import DecodeOptions, parse_id_list
+    from ptscope.reconstruct.region_filter import parse_filter
+
     if args.jobs is not None and args.jobs < 1:
         raise UsageError("--jobs must be at least 1")
     return DecodeOptions(

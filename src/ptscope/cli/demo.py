@@ -14,7 +14,6 @@ from pathlib import Path
 
 from ptscope.cli.output import PERFETTO_URL
 from ptscope.errors import RecordingError, ToolMissingError
-from ptscope.fxt import read_trace
 
 DEMO_FLAGS = ["-O1", "-g", "-fno-omit-frame-pointer"]
 
@@ -97,6 +96,8 @@ class DemoCommand:
 
 def summarise(trace_path: Path, top: int = 8) -> None:
     """Threads, slices and the functions with the most time in them, from the trace."""
+    from ptscope.fxt import read_trace
+
     trace = read_trace(trace_path)
     calls: dict[str, int] = defaultdict(int)
     total: dict[str, int] = defaultdict(int)

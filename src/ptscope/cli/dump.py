@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ptscope.errors import BadInputError
-from ptscope.fxt.reader import FxtFormatError, FxtTrace, read_trace
+
+if TYPE_CHECKING:
+    from ptscope.fxt.reader import FxtTrace
 
 __all__ = ["DumpCommand", "dump_lines"]
 
@@ -51,6 +54,8 @@ class DumpCommand:
         )
 
     def run(self, args: argparse.Namespace) -> int:
+        from ptscope.fxt.reader import FxtFormatError, read_trace
+
         path = Path(args.trace)
         try:
             trace = read_trace(path)

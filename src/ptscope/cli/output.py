@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from ptscope.pipeline import DecodeSummary
+if TYPE_CHECKING:
+    from ptscope.pipeline import DecodeSummary
 
 PERFETTO_URL = "https://ui.perfetto.dev"
 
