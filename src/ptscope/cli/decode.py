@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ptscope.cli.run import positive_int
 from ptscope.errors import UsageError
 
 if TYPE_CHECKING:
@@ -74,7 +75,7 @@ def add_decode_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "-j",
         "--jobs",
-        type=int,
+        type=positive_int,
         default=None,
         metavar="N",
         help="decode N time windows in parallel (default: number of cores)",
@@ -94,8 +95,6 @@ def decode_options(args: argparse.Namespace) -> DecodeOptions:
     from ptscope.pipeline import DecodeOptions, parse_id_list
     from ptscope.reconstruct.region_filter import parse_filter
 
-    if args.jobs is not None and args.jobs < 1:
-        raise UsageError("--jobs must be at least 1")
     return DecodeOptions(
         decoder=args.decoder,
         jobs=args.jobs,

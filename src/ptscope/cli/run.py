@@ -36,6 +36,17 @@ __all__ = ["RecordingPlace", "RunCommand", "add_record_arguments", "kept_message
 BACKENDS = ("auto", "intel-pt", "emulated", "sampling")
 
 
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
 def add_record_arguments(parser: argparse.ArgumentParser, *, run: bool) -> None:
     """Options common to ``run`` and ``attach``."""
     parser.add_argument(
@@ -53,6 +64,21 @@ def add_record_arguments(parser: argparse.ArgumentParser, *, run: bool) -> None:
         metavar="DIR",
         type=Path,
         help="keep perf.data and metadata in DIR (decode again with: ptscope decode DIR)",
+    )
+    dec = parser.add_argument_group("decoding")
+    dec.add_argument(
+        "--decoder",
+        choices=("auto", "dlfilter", "text"),
+        default="auto",
+        help="auto: the C dlfilter when perf supports it (>= 5.14), else perf script text",
+    )
+    dec.add_argument(
+        "-j",
+        "--jobs",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="decode N time windows in parallel (default: number of cores)",
     )
     trig = parser.add_argument_group("snapshots and triggers")
     trig.add_argument(
@@ -246,7 +272,7 @@ def decode_step(
     """Decode a recording into ``output`` (one call into the pipeline)."""
     from ptscope import pipeline
 
-    options = pipeline.DecodeOptions(region=region_of(args))
+    options = pipeline.DecodeOptions(decoder=args.decoder, jobs=args.jobs, region=region_of(args))
     with place.decoding(), status("decoding…") as update:
 
         def progress(events: int) -> None:
