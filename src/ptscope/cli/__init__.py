@@ -10,6 +10,7 @@ import os
 import sys
 import traceback
 from collections.abc import Sequence
+from typing import NoReturn
 
 from ptscope import __version__
 from ptscope.cli.base import Command
@@ -31,17 +32,25 @@ def _commands() -> list[Command]:
     ]
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (and a pointer to --help), like every error."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        raise SystemExit(2)
+
+
 def _build_parser(commands: Sequence[Command]) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="ptscope",
         description="Every function call a native program made, on a zoomable timeline.",
     )
     parser.add_argument("--version", action="version", version=f"ptscope {__version__}")
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument(
         "-v", "--verbose", action="count", default=0, help="more detail (repeat for debug)"
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for command in commands:
         p = sub.add_parser(
