@@ -70,7 +70,9 @@ class Recording:
         try:
             data = json.loads(path.read_text())
         except FileNotFoundError:
-            raise BadInputError(f"{directory} is not a ptscope recording (no {METADATA_NAME})")
+            raise BadInputError(
+                f"{directory} is not a ptscope recording (no {METADATA_NAME})"
+            ) from None
         except (OSError, ValueError) as e:
             raise BadInputError(f"cannot read {path}: {e}") from e
         if data.get("format") != RECORDING_FORMAT:

@@ -159,7 +159,8 @@ def check_nesting(thread: ThreadTimeline) -> None:
     Rules (the ones a viewer relies on): rows are sorted by (start, depth); no slice ends
     before it starts; a slice with children lasts at least 1 ns; a slice at depth d > 0 lies
     inside its parent (the latest earlier row at depth d - 1) and starts strictly before the
-    parent ends (unless both start together); siblings do not overlap. Raises :class:`NestingError` naming the first violation.
+    parent ends (unless both start together); siblings do not overlap. Raises
+    :class:`NestingError` naming the first violation.
     """
     n = len(thread)
     if n == 0:

@@ -145,11 +145,6 @@ def test_parallel_decode_gives_the_same_events(
         assert _untimed(parallel) == _untimed(single)
 
 
-@pytest.mark.xfail(
-    reason="TraceSegmentEngine.end_segment() logs a segment-start slot, which lasts >= 1 ns "
-    "and shifts the next slice by 1 ns; with a plain slot the slices are identical",
-    strict=False,
-)
 @pytest.mark.parametrize("key", IDS)
 def test_parallel_decode_gives_the_same_slices(recordings: dict[str, Path], key: str) -> None:
     perf_data = recordings[key]

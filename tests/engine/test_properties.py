@@ -22,10 +22,12 @@ from ptscope.reconstruct.engine import TraceSegmentEngine
 from ptscope.timeline import SliceFlags
 from support.fxt_check import check_against_timeline
 
-FUNCS = ["main", "f", "g", "h", "memcpy", "puts@plt", "puts"]
+FUNCS = ["main", "f", "g", "h", "memcpy", "puts@plt", "puts", "ksys_write"]
 
 
 def loc(fn: str, off: int) -> Location:
+    if fn == "ksys_write":  # a kernel address (above 2**63)
+        return Location(0xFFFFFFFF81000000 + off, fn, off, "[kernel.kallsyms]")
     base = 0x400000 + 0x1000 * FUNCS.index(fn)
     return Location(base + off, fn, off, "prog")
 

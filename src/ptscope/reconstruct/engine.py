@@ -22,12 +22,15 @@ Model (see ``docs/architecture.md`` for the rules with examples):
 * **Roots**: a return out of the bottom frame of a context into a function that was never seen
   adds that function below *every* frame the context ever had (O(1) per frame, by re-parenting
   the context's top-level frames), starting at the context's start.
-* **Time**: each frame boundary takes a slot ``time*2 + consumes_time``. Runs of equal
-  timestamps are spread over the interval to the next timestamp, calls taking equal shares and
-  returns none; every call gets at least 1 ns, and time never goes backwards.
+* **Time**: each frame boundary takes a slot ``time*4 + flags``. Runs of equal timestamps are
+  spread over the interval to the next timestamp, calls taking equal shares and returns none;
+  every call gets at least 1 ns, and time never goes backwards.
 
-Hot-path note: frames are small lists indexed by the ``_F_*`` constants, not objects: the
-engine must sustain about a million events per second in CPython.
+Storage (the engine must sustain about a million events per second in CPython and keep a
+big trace's history in memory): a frame's fields live in one flat ``array('q')`` per thread,
+six integers per frame (48 bytes, handed to numpy without copying); a frame that is still
+open also has a *handle* ``[function, index]`` on its context's stack, which is what events
+are matched against. The common events are handled inline in :meth:`feed_all`.
 """
 
 from __future__ import annotations
@@ -67,23 +70,21 @@ from ptscope.timeline import (
 
 __all__ = ["EngineStats", "TraceSegmentEngine"]
 
-# Frame layout: [function, parent index, start_slot, end_slot, address, flags, index,
-# call site]. ``function`` is what events are matched against (and the slice's name unless
-# the frame was renamed, see ``_Thread.renamed``); ``index`` is the frame's position in its
-# thread's ``all_frames`` (parent -1 = none); ``call site`` is the address of the call
-# instruction that created the frame (0 when not created by a call).
-_F_NAME: Final = 0
-_F_PARENT: Final = 1
-_F_START: Final = 2
-_F_END: Final = 3
-_F_ADDR: Final = 4
-_F_FLAGS: Final = 5
-_F_INDEX: Final = 6
-_F_CALLSITE: Final = 7
-# A return lands this close after its call instruction (x86 instructions are <= 15 bytes).
-_MAX_INSN: Final = 15
+# A frame's fields in its thread's `fd` array (frame i at fd[i*6 : i*6+6]): parent frame
+# index (-1 = none), start slot, end slot (-1 = open), entry address, flags, and the address
+# of the call instruction that created it (0 = not created by a call).
+_PARENT: Final = 0
+_START: Final = 1
+_END: Final = 2
+_ADDR: Final = 3
+_FLAGS: Final = 4
+_CALLSITE: Final = 5
+_FIELDS: Final = 6
 
-Frame = list[Any]
+# An open frame's handle on its context's stack: [function matched against events, index].
+Handle = list[Any]
+_FN: Final = 0
+_IX: Final = 1
 
 _INFERRED: Final = int(SliceFlags.INFERRED_START)
 _OPEN_AT_END: Final = int(SliceFlags.OPEN_AT_END)
@@ -91,6 +92,12 @@ _SYNTHETIC: Final = int(SliceFlags.SYNTHETIC)
 # Private flag: an [untraced] frame that began with a call whose target was not traced; if
 # the trace resumes in an unrelated function, that function is the callee.
 _AFTER_CALL: Final = 1 << 8
+# A return lands this close after its call instruction (x86 instructions are <= 15 bytes).
+_MAX_INSN: Final = 15
+# Addresses are stored in a signed array: kernel addresses (>= 2**63) wrap around.
+_SIGN: Final = 1 << 63
+_WRAP: Final = 1 << 64
+_MASK64: Final = _WRAP - 1
 
 # Slot log entries are ``time * 4 + flags``: a call slot takes a share of the time until
 # the next timestamp and lasts at least 1 ns; a segment-start slot only lasts at least 1 ns
@@ -120,8 +127,8 @@ class _Context:
     __slots__ = ("detached", "frames", "parent", "start_slot", "suspend_slot", "toplevel")
 
     def __init__(self, parent: int, detached: bool, start_slot: int) -> None:
-        self.frames: list[Frame] = []
-        self.toplevel: list[Frame] = []
+        self.frames: list[Handle] = []
+        self.toplevel: list[int] = []  # frames whose parent is this context's base
         self.parent = parent  # index of the frame this context runs on top of, or -1
         self.detached = detached
         self.start_slot = start_slot
@@ -132,27 +139,30 @@ class _Thread:
     """Everything the engine keeps about one thread."""
 
     __slots__ = (
-        "all_frames",
         "counters",
-        "counts",
         "ctxs",
         "cum_cycles",
         "cum_insns",
+        "cycle_counts",
+        "fd",
+        "insn_counts",
         "instants",
         "last_time",
         "log",
         "name",
+        "names",
         "pid",
-        "renamed",
         "tid",
         "txq",
+        "update_slots",
     )
 
     def __init__(self, pid: int, tid: int, time: int) -> None:
         self.pid = pid
         self.tid = tid
         self.name = ""
-        self.all_frames: list[Frame] = []
+        self.fd = array("q")
+        self.names: list[str] = []  # each frame's slice name
         # The first slot starts the thread's first segment (frames found later start there).
         self.log = array("q", [time * 4 + _START_SLOT])
         self.last_time = time
@@ -161,12 +171,14 @@ class _Thread:
         self.ctxs: list[_Context] = [_Context(-1, True, 0)]
         self.instants: list[tuple[int, str]] = []
         self.counters: list[tuple[int, str, int]] = []
-        self.counts: list[tuple[int, int, int]] = []
+        # Cumulative instruction/cycle counts, as sparse updates: the values hold from the
+        # slot `update_slots[i]` on (several updates before one slot keep the last).
+        self.update_slots = array("q")
+        self.insn_counts = array("q")
+        self.cycle_counts = array("q")
         self.cum_insns = 0
         self.cum_cycles = 0
         self.txq: list[BranchEvent] = []
-        # Frames matched by another name than their slice's (frame index -> slice name).
-        self.renamed: dict[int, str] = {}
 
 
 @dataclass
@@ -182,6 +194,40 @@ class EngineStats:
     unexpected: int = 0
     ignored: int = 0
     unexpected_examples: list[str] = field(default_factory=list)
+
+
+def _new_frame(
+    th: _Thread,
+    function: str,
+    parent: int,
+    start_slot: int,
+    address: int,
+    flags: int,
+    callsite: int = 0,
+) -> Handle:
+    index = len(th.names)
+    th.names.append(function)
+    if address >= _SIGN:
+        address -= _WRAP
+    if callsite >= _SIGN:
+        callsite -= _WRAP
+    th.fd.extend((parent, start_slot, -1, address, flags, callsite))
+    return [function, index]
+
+
+def _count(th: _Thread, insns: int, cycles: int) -> None:
+    """Add an event's instruction/cycle counts; they hold from the next slot on."""
+    th.cum_insns += insns
+    th.cum_cycles += cycles
+    slot = len(th.log)
+    slots = th.update_slots
+    if slots and slots[-1] == slot:
+        th.insn_counts[-1] = th.cum_insns
+        th.cycle_counts[-1] = th.cum_cycles
+    else:
+        slots.append(slot)
+        th.insn_counts.append(th.cum_insns)
+        th.cycle_counts.append(th.cum_cycles)
 
 
 class TraceSegmentEngine:
@@ -252,7 +298,7 @@ class TraceSegmentEngine:
                 cur_tid = ev.tid
                 th = thread_of(cur_pid, cur_tid, ev.time)
                 ctxs = th.ctxs
-            if ev.in_tx or th.txq or ev.insn_count or ev.cycle_count:
+            if ev.in_tx or th.txq:
                 slow(ev)
                 continue
             count += 1
@@ -261,6 +307,8 @@ class TraceSegmentEngine:
                 t = th.last_time
             else:
                 th.last_time = t
+            if ev.insn_count or ev.cycle_count:
+                _count(th, ev.insn_count, ev.cycle_count)
             kind = ev.kind
             if ev.state != no_change:
                 apply(th, ev, t)
@@ -271,28 +319,24 @@ class TraceSegmentEngine:
                 if fn == src.function and dst.offset != 0:
                     continue  # `call next; pop`
                 frames = ctxs[-1].frames
-                if not frames or frames[-1][_F_NAME] != src.function:
+                if not frames or frames[-1][_FN] != src.function:
                     frames = self._sync_source(th, src, t).frames
                 log = th.log
-                all_frames = th.all_frames
-                frame = [
-                    fn,
-                    frames[-1][_F_INDEX],
-                    len(log),
-                    -1,
-                    dst.entry,
-                    0,
-                    len(all_frames),
-                    src.ip,
-                ]
+                names = th.names
+                entry = dst.entry
+                site = src.ip
+                if entry >= _SIGN or site >= _SIGN:  # kernel addresses
+                    entry = entry - _WRAP if entry >= _SIGN else entry
+                    site = site - _WRAP if site >= _SIGN else site
+                th.fd.extend((frames[-1][_IX], len(log), -1, entry, 0, site))
+                frames.append([fn, len(names)])
+                names.append(fn)
                 log.append(t * 4 + _CALL_SLOT)
-                frames.append(frame)
-                all_frames.append(frame)
             elif kind == ret:
                 frames = ctxs[-1].frames
-                if len(frames) >= 2 and frames[-2][_F_NAME] == ev.dst.function:
+                if len(frames) >= 2 and frames[-2][_FN] == ev.dst.function:
                     log = th.log
-                    frames.pop()[_F_END] = len(log)
+                    th.fd[frames.pop()[_IX] * _FIELDS + _END] = len(log)
                     log.append(t * 4)
                 else:
                     self._return_slow(th, ev, t)
@@ -313,10 +357,13 @@ class TraceSegmentEngine:
     def end_segment(self) -> None:
         """Break every thread's segment here without a marker (parallel-decode windows).
 
-        What follows is stitched to what came before exactly as after a decode error.
+        What follows is stitched to what came before exactly as after a decode error; the
+        break takes no time, so a stitched decode equals an unbroken one.
         """
         for th in self._threads.values():
-            self._break(th, th.last_time)
+            slot = len(th.log)
+            th.log.append(th.last_time * 4)
+            self._break(th, slot)
 
     def decode_error(self, err: DecodeError) -> None:
         """A decode error: an instant marker, and the thread's segment ends here."""
@@ -342,7 +389,7 @@ class TraceSegmentEngine:
         slot = len(th.log)
         th.log.append(time * 4 + _START_SLOT)
         th.instants.append((slot, f"[decode error: {err.message}]"))
-        self._break(th, time, slot)
+        self._break(th, slot)
 
     # ------------------------------------------------------------- threads
 
@@ -377,20 +424,13 @@ class TraceSegmentEngine:
         stats = self.stats
         stats.events += 1
         stats.branches += 1
-        key = (ev.pid, ev.tid)
-        if key == self._last_key:
-            th = self._last_thread
-            assert th is not None
-        else:
-            th = self._thread(ev.pid, ev.tid, ev.time)
+        th = self._thread(ev.pid, ev.tid, ev.time)
         t = ev.time
         if t < th.last_time:
             t = th.last_time
         th.last_time = t
         if ev.insn_count or ev.cycle_count:
-            th.cum_insns += ev.insn_count
-            th.cum_cycles += ev.cycle_count
-            th.counts.append((len(th.log), th.cum_insns, th.cum_cycles))
+            _count(th, ev.insn_count, ev.cycle_count)
         if ev.in_tx:
             # Speculative until the transaction commits: a later abort discards it.
             th.txq.append(ev)
@@ -413,25 +453,17 @@ class TraceSegmentEngine:
             if kind == _CALL:
                 if dst.function == src.function and dst.offset != 0:
                     return  # `call next; pop`: reads the PC, not a call
-                ctx = th.ctxs[-1]
-                frames = ctx.frames
-                if not frames or frames[-1][_F_NAME] != src.function:
-                    ctx = self._sync_source(th, src, t)
-                    frames = ctx.frames
+                frames = th.ctxs[-1].frames
+                if not frames or frames[-1][_FN] != src.function:
+                    frames = self._sync_source(th, src, t).frames
                 slot = len(th.log)
                 th.log.append(t * 4 + _CALL_SLOT)
-                parent = frames[-1][_F_INDEX]
-                frame = self._new_frame(th, dst.function, parent, slot, dst.entry, 0)
-                frame[_F_CALLSITE] = src.ip
-                frames.append(frame)
+                parent = frames[-1][_IX]
+                frames.append(_new_frame(th, dst.function, parent, slot, dst.entry, 0, src.ip))
             elif kind == _RETURN:
-                ctx = th.ctxs[-1]
-                frames = ctx.frames
-                fn = dst.function
-                if len(frames) >= 2 and frames[-2][_F_NAME] == fn:
-                    slot = len(th.log)
-                    th.log.append(t * 4)
-                    frames.pop()[_F_END] = slot
+                frames = th.ctxs[-1].frames
+                if len(frames) >= 2 and frames[-2][_FN] == dst.function:
+                    self._close(th, frames.pop(), self._slot(th, t))
                 else:
                     self._return_slow(th, ev, t)
             elif kind in (_JUMP, _CJUMP):
@@ -471,16 +503,14 @@ class TraceSegmentEngine:
         ctx = th.ctxs[-1]
         frames = ctx.frames
         fn = src.function
-        if frames and frames[-1][_F_NAME] == fn:
+        if frames and frames[-1][_FN] == fn:
             return ctx
         if frames:
             for i in range(len(frames) - 2, -1, -1):
-                if frames[i][_F_NAME] == fn:
+                if frames[i][_FN] == fn:
                     # Frames above returned without us seeing it (lost data).
-                    self._unexpected(th, f"branch from {fn} while in {frames[-1][_F_NAME]}")
-                    slot = len(th.log)
-                    th.log.append(t * 4)
-                    self._close_above(ctx, i, slot, _OPEN_AT_END)
+                    self._unexpected(th, f"branch from {fn} while in {frames[-1][_FN]}")
+                    self._close_above(th, ctx, i, self._slot(th, t), _OPEN_AT_END)
                     return ctx
         if self._land(th, fn, t):
             return th.ctxs[-1]
@@ -488,49 +518,45 @@ class TraceSegmentEngine:
             self._unexpected(th, f"branch from {fn}, which is not on the stack")
             ctx = self._push_detached(th, t)
         # The function we are in was entered before we could see it.
-        self._new_first_frame(th, ctx, src, ctx.start_slot, _INFERRED)
+        self._first_frame(th, ctx, src, _INFERRED)
         return ctx
 
     def _return_slow(self, th: _Thread, ev: BranchEvent, t: int) -> None:
         ctx = th.ctxs[-1]
         frames = ctx.frames
-        fn = ev.dst.function
+        dst = ev.dst
+        fn = dst.function
         if not frames:
             # The segment begins with a return: the function returning was running since
             # the segment started.
             ctx = self._sync_source(th, ev.src, t)
             frames = ctx.frames
-            if len(frames) >= 2 and frames[-2][_F_NAME] == fn:
-                slot = len(th.log)
-                th.log.append(t * 4)
-                frames.pop()[_F_END] = slot
+            if len(frames) >= 2 and frames[-2][_FN] == fn:
+                self._close(th, frames.pop(), self._slot(th, t))
                 return
         for i in range(len(frames) - 3, -1, -1):
-            if frames[i][_F_NAME] == fn:
+            if frames[i][_FN] == fn:
                 # A return past several frames (exception unwinding, longjmp via ret).
-                slot = len(th.log)
-                th.log.append(t * 4)
-                self._close_above(ctx, i, slot, 0)
+                self._close_above(th, ctx, i, self._slot(th, t), 0)
                 return
         top = frames[-1]
-        if top[_F_CALLSITE] and 0 < ev.dst.ip - top[_F_CALLSITE] <= _MAX_INSN and len(frames) > 1:
+        callsite = th.fd[top[_IX] * _FIELDS + _CALLSITE] & _MASK64
+        if callsite and 0 < dst.ip - callsite <= _MAX_INSN and len(frames) > 1:
             # It returns right after its call, into a differently named function: an
             # assembly label inside the caller (ld.so's `_start` / `_dl_start_user`). The
             # caller carries on; from now on events name it by the label.
-            slot = len(th.log)
-            th.log.append(t * 4)
-            frames.pop()[_F_END] = slot
-            self._rename(th, frames[-1], fn)
+            self._close(th, frames.pop(), self._slot(th, t))
+            frames[-1][_FN] = fn
             return
         if self._land(th, fn, t):
             return
         if len(frames) == 1:
-            self._add_root(th, ctx, ev.dst, t)
+            self._add_root(th, ctx, dst, t)
             return
         # A return into a function that is nowhere on a non-empty stack: data was lost.
         self._unexpected(th, f"return to {fn}, which is not on the stack")
         ctx = self._push_detached(th, t)
-        self._new_first_frame(th, ctx, ev.dst, ctx.start_slot, _INFERRED)
+        self._first_frame(th, ctx, dst, _INFERRED)
 
     def _jump(self, th: _Thread, ev: BranchEvent, t: int) -> None:
         """A jump between functions: tail call, unwind (longjmp) or leaf replacement."""
@@ -540,39 +566,36 @@ class TraceSegmentEngine:
         if dst.offset != 0:
             frames = ctx.frames
             for i in range(len(frames) - 2, -1, -1):
-                if frames[i][_F_NAME] == fn:
+                if frames[i][_FN] == fn:
                     # Into the middle of a caller: longjmp, landing pad, OCaml raise.
-                    slot = len(th.log)
-                    th.log.append(t * 4)
-                    self._close_above(ctx, i, slot, 0)
+                    self._close_above(th, ctx, i, self._slot(th, t), 0)
                     return
             if self._land(th, fn, t):
                 return
         ctx = self._sync_source(th, ev.src, t)
         frames = ctx.frames
-        if frames[-1][_F_NAME] == fn:
+        if frames[-1][_FN] == fn:
             return
         # A tail call (jump to the start of another function, PLT stubs), or a jump into
         # the middle of an unrelated function: the leaf is replaced.
-        slot = len(th.log)
-        th.log.append(t * 4 + _CALL_SLOT)
+        slot = self._slot(th, t, _CALL_SLOT)
         old = frames.pop()
-        old[_F_END] = slot
-        frame = self._new_frame(th, fn, old[_F_PARENT], slot, dst.entry, 0)
+        self._close(th, old, slot)
+        parent = th.fd[old[_IX] * _FIELDS + _PARENT]
+        frame = _new_frame(th, fn, parent, slot, dst.entry, 0)
         frames.append(frame)
         if len(frames) == 1:
-            ctx.toplevel.append(frame)
+            ctx.toplevel.append(frame[_IX])
 
     def _enter_nested(self, th: _Thread, ev: BranchEvent, t: int) -> None:
         """Syscall / interrupt entry with kernel tracing: a new stack on top of this frame."""
         ctx = self._sync_source(th, ev.src, t)
-        slot = len(th.log)
-        th.log.append(t * 4 + _CALL_SLOT)
-        nested = _Context(ctx.frames[-1][_F_INDEX], False, slot)
+        slot = self._slot(th, t, _CALL_SLOT)
+        nested = _Context(ctx.frames[-1][_IX], False, slot)
         th.ctxs.append(nested)
-        frame = self._new_frame(th, ev.dst.function, nested.parent, slot, ev.dst.entry, 0)
+        frame = _new_frame(th, ev.dst.function, nested.parent, slot, ev.dst.entry, 0)
         nested.frames.append(frame)
-        nested.toplevel.append(frame)
+        nested.toplevel.append(frame[_IX])
 
     def _long_return(self, th: _Thread, dst: Location, t: int) -> None:
         """sysret / iret: back to where the kernel was entered (any context)."""
@@ -580,15 +603,13 @@ class TraceSegmentEngine:
         ctx = th.ctxs[-1]
         frames = ctx.frames
         for i in range(len(frames) - 2, -1, -1):
-            if frames[i][_F_NAME] == fn:
-                slot = len(th.log)
-                th.log.append(t * 4)
-                self._close_above(ctx, i, slot, 0)
+            if frames[i][_FN] == fn:
+                self._close_above(th, ctx, i, self._slot(th, t), 0)
                 return
         if self._land(th, fn, t):
             return
         if not frames:
-            self._new_first_frame(th, ctx, dst, ctx.start_slot, _INFERRED)
+            self._first_frame(th, ctx, dst, _INFERRED)
             return
         # The kernel was entered before the trace began: the user function it returns to
         # was running underneath all of it.
@@ -599,24 +620,20 @@ class TraceSegmentEngine:
         ctx = self._sync_source(th, ev.src, t)
         if kind == _RETURN and len(ctx.frames) >= 2:
             # The return executed; its target (the caller) is where tracing stopped.
-            slot = len(th.log)
-            th.log.append(t * 4)
-            ctx.frames.pop()[_F_END] = slot
-        elif (kind in (_SYSRET, _IRET)) and len(th.ctxs) > 1 and not ctx.detached:
+            self._close(th, ctx.frames.pop(), self._slot(th, t))
+        elif kind in (_SYSRET, _IRET) and len(th.ctxs) > 1 and not ctx.detached:
             # Back to the interrupted stack, which is not traced.
-            slot = len(th.log)
-            th.log.append(t * 4)
+            slot = self._slot(th, t)
             for f in ctx.frames:
-                f[_F_END] = slot
+                self._close(th, f, slot)
             th.ctxs.pop()
             ctx = th.ctxs[-1]
             if not ctx.frames:
                 return
         name = SYNTHETIC_SYSCALL if kind == _SYSCALL else SYNTHETIC_UNTRACED
         flags = _SYNTHETIC | (_AFTER_CALL if kind == _CALL else 0)
-        slot = len(th.log)
-        th.log.append(t * 4 + _CALL_SLOT)
-        ctx.frames.append(self._new_frame(th, name, ctx.frames[-1][_F_INDEX], slot, 0, flags))
+        slot = self._slot(th, t, _CALL_SLOT)
+        ctx.frames.append(_new_frame(th, name, ctx.frames[-1][_IX], slot, 0, flags))
 
     def _trace_start(self, th: _Thread, ev: BranchEvent, t: int) -> None:
         dst = ev.dst
@@ -625,83 +642,67 @@ class TraceSegmentEngine:
         frames = ctx.frames
         if not frames:
             if not self._land(th, fn, t):
-                self._new_first_frame(th, ctx, dst, ctx.start_slot, _INFERRED)
+                self._first_frame(th, ctx, dst, _INFERRED)
             return
         top = frames[-1]
-        if top[_F_NAME] == fn:
+        if top[_FN] == fn:
             return  # a repeated `tr strt` where we already are
         for i in range(len(frames) - 2, -1, -1):
-            if frames[i][_F_NAME] == fn:
+            if frames[i][_FN] == fn:
                 # Normally the frame just below [untraced]/[syscall]: tracing resumed where
                 # it stopped. Further up: frames returned while untraced.
-                slot = len(th.log)
-                th.log.append(t * 4)
-                self._close_above(ctx, i, slot, 0)
+                self._close_above(th, ctx, i, self._slot(th, t), 0)
                 return
-        if top[_F_FLAGS] & _AFTER_CALL:
+        base = top[_IX] * _FIELDS
+        if th.fd[base + _FLAGS] & _AFTER_CALL:
             # `tr end  call` then resume in a new function: that is the callee.
-            top[_F_NAME] = fn
-            top[_F_ADDR] = dst.entry
-            top[_F_FLAGS] = 0
+            top[_FN] = fn
+            th.names[top[_IX]] = fn
+            th.fd[base + _ADDR] = dst.entry - _WRAP if dst.entry >= _SIGN else dst.entry
+            th.fd[base + _FLAGS] = 0
             return
         if self._land(th, fn, t):
             return
         # Resumed somewhere unrelated to the stack (a signal handler, lost data): a new
         # segment, which stitching rejoins if control comes back to this stack.
         ctx = self._push_detached(th, t)
-        self._new_first_frame(th, ctx, dst, ctx.start_slot, _INFERRED)
+        self._first_frame(th, ctx, dst, _INFERRED)
 
     # ------------------------------------------------------ stack surgery
 
     @staticmethod
-    def _close_above(ctx: _Context, index: int, slot: int, flags: int) -> None:
+    def _slot(th: _Thread, t: int, flags: int = 0) -> int:
+        slot = len(th.log)
+        th.log.append(t * 4 + flags)
+        return slot
+
+    @staticmethod
+    def _close(th: _Thread, frame: Handle, slot: int, flags: int = 0) -> None:
+        base = frame[_IX] * _FIELDS
+        th.fd[base + _END] = slot
+        if flags:
+            th.fd[base + _FLAGS] |= flags
+
+    def _close_above(self, th: _Thread, ctx: _Context, index: int, slot: int, flags: int) -> None:
         frames = ctx.frames
         for f in frames[index + 1 :]:
-            f[_F_END] = slot
-            f[_F_FLAGS] |= flags
+            self._close(th, f, slot, flags)
         del frames[index + 1 :]
 
-    def _new_first_frame(
-        self, th: _Thread, ctx: _Context, loc: Location, start_slot: int, flags: int
-    ) -> Frame:
+    @staticmethod
+    def _first_frame(th: _Thread, ctx: _Context, loc: Location, flags: int) -> Handle:
         """The first frame of an empty context (its call was not seen)."""
-        frame = self._new_frame(th, loc.function, ctx.parent, start_slot, loc.entry, flags)
+        frame = _new_frame(th, loc.function, ctx.parent, ctx.start_slot, loc.entry, flags)
         ctx.frames.append(frame)
-        ctx.toplevel.append(frame)
-        return frame
-
-    @staticmethod
-    def _rename(th: _Thread, frame: Frame, function: str) -> None:
-        """Match ``frame`` by another function name from now on; its slice keeps its name."""
-        th.renamed.setdefault(frame[_F_INDEX], frame[_F_NAME])
-        frame[_F_NAME] = function
-
-    @staticmethod
-    def _new_frame(
-        th: _Thread, name: str, parent: int, start_slot: int, address: int, flags: int
-    ) -> Frame:
-        frame = [name, parent, start_slot, -1, address, flags, len(th.all_frames), 0]
-        th.all_frames.append(frame)
+        ctx.toplevel.append(frame[_IX])
         return frame
 
     def _push_detached(self, th: _Thread, t: int) -> _Context:
         """End the current segment here; what follows is a new, detached one."""
-        slot = len(th.log)
-        th.log.append(t * 4 + _START_SLOT)
-        cur = th.ctxs[-1]
-        if not cur.frames and cur.detached:
-            cur.start_slot = slot
-            return cur
-        cur.suspend_slot = slot
-        ctx = _Context(-1, True, slot)
-        th.ctxs.append(ctx)
-        self.stats.segments_started += 1
-        return ctx
+        self._break(th, self._slot(th, t, _START_SLOT))
+        return th.ctxs[-1]
 
-    def _break(self, th: _Thread, time: int, slot: int | None = None) -> None:
-        if slot is None:
-            slot = len(th.log)
-            th.log.append(time * 4 + _START_SLOT)
+    def _break(self, th: _Thread, slot: int) -> None:
         cur = th.ctxs[-1]
         if not cur.frames and cur.detached:
             cur.start_slot = slot
@@ -712,14 +713,14 @@ class TraceSegmentEngine:
 
     def _add_root(self, th: _Thread, ctx: _Context, loc: Location, t: int) -> None:
         """Return out of the context's bottom frame into a never-seen caller."""
-        slot = len(th.log)
-        th.log.append(t * 4)
-        root = self._new_frame(th, loc.function, ctx.parent, ctx.start_slot, loc.entry, _INFERRED)
-        for f in ctx.toplevel:
-            f[_F_PARENT] = root[_F_INDEX]
-        ctx.toplevel = [root]
+        slot = self._slot(th, t)
+        root = _new_frame(th, loc.function, ctx.parent, ctx.start_slot, loc.entry, _INFERRED)
+        fd = th.fd
+        for i in ctx.toplevel:
+            fd[i * _FIELDS + _PARENT] = root[_IX]
+        ctx.toplevel = [root[_IX]]
         for f in ctx.frames:
-            f[_F_END] = slot
+            self._close(th, f, slot)
         ctx.frames = [root]
         self.stats.roots_inferred += 1
 
@@ -734,26 +735,24 @@ class TraceSegmentEngine:
             target = ctxs[ci]
             tframes = target.frames
             for fi in range(len(tframes) - 1, -1, -1):
-                if tframes[fi][_F_NAME] == fn:
+                if tframes[fi][_FN] == fn:
                     break
             else:
                 continue
-            landed = tframes[fi]
-            slot = len(th.log)
-            th.log.append(t * 4)
-            end = slot
+            landed = tframes[fi][_IX]
+            end = self._slot(th, t)
+            fd = th.fd
             for j in range(len(ctxs) - 1, ci, -1):
                 c = ctxs[j]
                 for f in c.frames:
-                    f[_F_END] = end
+                    self._close(th, f, end)
                 if c.detached:
-                    for f in c.toplevel:
-                        f[_F_PARENT] = landed[_F_INDEX]
+                    for i in c.toplevel:
+                        fd[i * _FIELDS + _PARENT] = landed
                     self.stats.stitched += 1
                     end = ctxs[j - 1].suspend_slot
             for f in tframes[fi + 1 :]:
-                f[_F_END] = end
-                f[_F_FLAGS] |= _OPEN_AT_END
+                self._close(th, f, end, _OPEN_AT_END)
             del tframes[fi + 1 :]
             del ctxs[ci + 1 :]
             target.suspend_slot = -1
@@ -777,54 +776,38 @@ class TraceSegmentEngine:
         timeline.names = list(names)
         return timeline
 
-    @staticmethod
-    def _close_all(th: _Thread) -> None:
-        slot = len(th.log)
-        th.log.append(th.last_time * 4)
-        end = slot
+    def _close_all(self, th: _Thread) -> None:
+        end = self._slot(th, th.last_time)
         ctxs = th.ctxs
         for j in range(len(ctxs) - 1, -1, -1):
             c = ctxs[j]
             for f in c.frames:
-                f[_F_END] = end
-                f[_F_FLAGS] |= _OPEN_AT_END
+                self._close(th, f, end, _OPEN_AT_END)
             c.frames = []
             if j > 0 and c.detached:
                 end = ctxs[j - 1].suspend_slot
 
     def _thread_timeline(self, th: _Thread, names: dict[str, int]) -> ThreadTimeline:
         times = _slot_times(th.log)
-        frames = th.all_frames
-        n = len(frames)
-        if n:
-            name_col, parent_col, start_col, end_col, addr_col, flag_col, _, _ = zip(
-                *frames, strict=True
-            )
-            if th.renamed:
-                name_col = tuple(th.renamed.get(i, x) for i, x in enumerate(name_col))
-            intern = names.setdefault
-            name_ids = np.array([intern(x, len(names)) for x in name_col], dtype=np.int32)
-            parents = np.array(parent_col, dtype=np.int64)
-            start_slot = np.array(start_col, dtype=np.int64)
-            end_slot = np.array(end_col, dtype=np.int64)
-            addrs = np.array(addr_col, dtype=np.uint64)
-            flags = (np.array(flag_col, dtype=np.int64) & 0xFF).astype(np.uint8)
-        else:
-            name_ids = np.zeros(0, dtype=np.int32)
-            parents = start_slot = end_slot = np.zeros(0, dtype=np.int64)
-            addrs = np.zeros(0, dtype=np.uint64)
-            flags = np.zeros(0, dtype=np.uint8)
-        depths = _depths(parents)
+        n = len(th.names)
+        fd = np.frombuffer(th.fd, dtype=np.int64).reshape(n, _FIELDS)
+        intern = names.setdefault
+        name_ids = np.array([intern(x, len(names)) for x in th.names], dtype=np.int32)
+        start_slot = fd[:, _START]
+        end_slot = fd[:, _END]
+        depths = _depths(fd[:, _PARENT])
         start = times[start_slot]
         end = times[end_slot]
         insns = np.full(n, -1, dtype=np.int64)
         cycles = np.full(n, -1, dtype=np.int64)
-        if th.counts and n:
-            updates = np.array(th.counts, dtype=np.int64)
-            at_start = np.searchsorted(updates[:, 0], start_slot, side="right") - 1
-            at_end = np.searchsorted(updates[:, 0], end_slot, side="right") - 1
-            insns = _counter_delta(updates[:, 1], at_start, at_end)
-            cycles = _counter_delta(updates[:, 2], at_start, at_end)
+        if len(th.update_slots) and n:
+            slots = np.frombuffer(th.update_slots, dtype=np.int64)
+            at_start = np.searchsorted(slots, start_slot, side="right") - 1
+            at_end = np.searchsorted(slots, end_slot, side="right") - 1
+            insns = _counter_delta(np.frombuffer(th.insn_counts, dtype=np.int64), at_start, at_end)
+            cycles = _counter_delta(
+                np.frombuffer(th.cycle_counts, dtype=np.int64), at_start, at_end
+            )
         order = np.lexsort((depths, start))
         timeline = ThreadTimeline(
             pid=th.pid,
@@ -834,10 +817,10 @@ class TraceSegmentEngine:
             end=end[order],
             depth=depths[order],
             name_id=name_ids[order],
-            address=addrs[order],
+            address=fd[:, _ADDR].astype(np.uint64)[order],
             instructions=insns[order],
             cycles=cycles[order],
-            flags=flags[order],
+            flags=(fd[:, _FLAGS] & 0xFF).astype(np.uint8)[order],
             instants=[Instant(int(times[s]), name) for s, name in th.instants],
             counters=[CounterSample(int(times[s]), name, v) for s, name, v in th.counters],
         )
@@ -858,11 +841,13 @@ class TraceSegmentEngine:
         inside their parents, and names/ids are consistent.
         """
         for th in self._threads.values():
-            for f in th.all_frames:
-                if f[_F_END] < 0:
-                    raise AssertionError(f"tid {th.tid}: frame {f[_F_NAME]} never closed")
-                if f[_F_END] < f[_F_START]:
-                    raise AssertionError(f"tid {th.tid}: frame {f[_F_NAME]} ends before start")
+            fd = np.frombuffer(th.fd, dtype=np.int64).reshape(-1, _FIELDS)
+            if np.any(fd[:, _END] < 0):
+                i = int(np.flatnonzero(fd[:, _END] < 0)[0])
+                raise AssertionError(f"tid {th.tid}: frame {th.names[i]} never closed")
+            if np.any(fd[:, _END] < fd[:, _START]):
+                i = int(np.flatnonzero(fd[:, _END] < fd[:, _START])[0])
+                raise AssertionError(f"tid {th.tid}: frame {th.names[i]} ends before start")
             log = np.frombuffer(th.log, dtype=np.int64) >> 2
             if np.any(np.diff(log) < 0):
                 raise AssertionError(f"tid {th.tid}: time goes backwards")
