@@ -32,7 +32,9 @@ Call tree semantics (:func:`expected_call_tree`), per thread, on that instructio
   replaced; a ``jmp`` into the middle of a function that is on the stack further up unwinds
   to that frame (``longjmp``, exception landing pads); a ``jmp`` into the middle of another
   function that is not on the stack also replaces the leaf (``mempcpy`` jumping into
-  ``memmove``'s body); jumps inside a function (``f`` and ``f.cold`` are one) are not calls;
+  ``memmove``'s body); jumps inside a function are not calls. A function is identified by
+  its name, as in ptscope's model (``f`` and ``f.cold`` are one; libc's ``_dl_find_object``
+  jumping to ld.so's is not a tail call);
 * a ``syscall`` is a ``[syscall]`` child of the current frame from the syscall instruction to
   the next instruction of the thread;
 * a signal delivery nests the handler as a new frame on top of the interrupted frame; the
@@ -41,7 +43,7 @@ Call tree semantics (:func:`expected_call_tree`), per thread, on that instructio
   first instruction.
 
 Times are instruction indices within the thread (the instruction that starts a frame and the
-first instruction after it ended); :func:`to_ns` converts them with a cycle model.
+first instruction after it ended); :class:`Timing` converts them with the cycle model.
 Threads: QEMU's CPU index identifies a thread; tids come from ``clone`` results in order
 (CPU index reuse by later threads is not handled: the corpus does not need it).
 """
@@ -477,8 +479,19 @@ class Symbols:
                 (bias + lo, bias + hi, name, sized) for lo, hi, name, sized in _functions(path)
             ]
         entries.sort()
+        self._images = sorted(
+            (bias + lo, bias + hi, path) for bias, path in images for lo, hi in _extent(path)
+        )
         self._starts = [e[0] for e in entries]
         self._entries: list[tuple[int, int, str, bool]] = entries
+        self._cache: dict[int, tuple[int, str] | None] = {}
+
+    def image(self, addr: int) -> str:
+        """The file whose executable code contains ``addr`` ("" if none)."""
+        for lo, hi, path in self._images:
+            if lo <= addr < hi:
+                return path
+        return ""
 
     def is_real(self, entry: int) -> bool:
         """Is ``entry`` the start of a function with a size (not a PLT stub or an address
@@ -492,6 +505,12 @@ class Symbols:
 
     def lookup(self, addr: int) -> tuple[int, str] | None:
         """(function start, name) of the function containing ``addr``."""
+        if addr in self._cache:
+            return self._cache[addr]
+        found = self._cache[addr] = self._lookup(addr)
+        return found
+
+    def _lookup(self, addr: int) -> tuple[int, str] | None:
         k = bisect.bisect_right(self._starts, addr) - 1
         best = None
         while k >= 0:
@@ -502,6 +521,16 @@ class Symbols:
                 break
             k -= 1
         return best
+
+
+@functools.cache
+def _extent(path: str) -> list[tuple[int, int]]:
+    with open(path, "rb") as f:
+        return [
+            (seg["p_vaddr"], seg["p_vaddr"] + seg["p_memsz"])
+            for seg in ELFFile(f).iter_segments()
+            if seg["p_type"] == "PT_LOAD" and seg["p_flags"] & 1
+        ]
 
 
 def _elf_functions(elf: ELFFile) -> list[tuple[int, int, str]]:
@@ -579,7 +608,10 @@ class _Tree:
 
     def function(self, addr: int) -> tuple[int, str]:
         found = self.symbols.lookup(addr)
-        return found if found is not None else (addr, f"[unknown {addr:#x}]")
+        if found is not None:
+            return found
+        # Code without a symbol is one function per file, as in ptscope's model.
+        return addr, f"[unknown] ({self.symbols.image(addr)})"
 
     def open(self, addr: int, start: int, ret: int | None, *, name: str | None = None) -> Slice:
         entry, fname = self.function(addr)
@@ -695,7 +727,7 @@ def _flow(tree: _Tree, i: Insn, dst: int, now: int) -> None:
             if _key(stack[depth].name) == _key(name):
                 tree.close_to(depth + 1, now)  # longjmp / exception landing pad
                 return
-    if _key(name) != _key(leaf.name) or entry == dst != leaf.entry:
+    if _key(name) != _key(leaf.name):
         # A tail call: the leaf is replaced, the new function returns to the same place.
         ret = leaf.ret
         tree.close_to(len(stack) - 1, now)
@@ -712,19 +744,63 @@ def _assign_depths(nodes: list[Slice], depth: int) -> None:
         _assign_depths(s.children, depth + 1)
 
 
-def to_ns(
-    index: int,
-    run: ThreadRun,
-    cycles_per_insn: int = 1,
-    syscall_cycles: int = 100,
-    tsc_hz: int = 2_000_000_000,
-) -> float:
-    """Time (ns after the thread's first instruction) at instruction index ``index`` under
-    the default cycle model, for a single-threaded run."""
-    syscalls = sum(1 for i in run.insns[:index] if i.kind == "syscall")
-    # A signal interrupting user code costs a kernel entry too (one after a syscall does not).
-    syscalls += sum(
-        1 for d in run.deliveries if 0 < d <= index and run.insns[d - 1].kind != "syscall"
-    )
-    cycles = index * cycles_per_insn + syscalls * syscall_cycles
-    return cycles * 1e9 / tsc_hz
+class Timing:
+    """Instruction index -> time under the default cycle model, for a single-threaded run,
+    and where the packets that carry time to perf are.
+
+    ``ns(i)``: time (ns after the thread's first instruction) before instruction ``i`` runs;
+    every instruction costs one cycle, every system call and every signal interrupting user
+    code ``syscall_cycles``, at ``tsc_hz``."""
+
+    def __init__(
+        self,
+        run: ThreadRun,
+        cycles_per_insn: int = 1,
+        syscall_cycles: int = 100,
+        tsc_hz: int = 2_000_000_000,
+    ) -> None:
+        insns = run.insns
+        n = len(insns)
+        kernel = [0] * (n + 1)  # kernel entries completed before instruction i
+        count = 0
+        for i in range(n + 1):
+            kernel[i] = count
+            if i < n and insns[i].kind == "syscall":
+                count += 1
+            if i + 1 in run.deliveries and i < n and insns[i].kind != "syscall":
+                count += 1
+        self._kernel = kernel
+        self._cpi, self._sys, self._hz = cycles_per_insn, syscall_cycles, tsc_hz
+        # Instructions that make Intel PT write a packet (with the CYC that dates it).
+        packet = [
+            i.kind in ("jcc", "ret", "syscall", "int")
+            or (i.kind in ("call", "jmp") and _direct_target(i) is None)
+            for i in insns
+        ]
+        self._next = [n - 1] * (n + 1)
+        following = n - 1
+        for i in range(n - 1, -1, -1):
+            if packet[i]:
+                following = i
+            self._next[i] = following
+        self._prev = [-1] * (n + 1)
+        preceding = -1
+        for i in range(n):
+            self._prev[i] = preceding
+            if packet[i]:
+                preceding = i
+        self._prev[n] = preceding
+
+    def ns(self, index: int) -> float:
+        index = max(0, min(index, len(self._kernel) - 1))
+        cycles = index * self._cpi + self._kernel[index] * self._sys
+        return cycles * 1e9 / self._hz
+
+    def window(self, index: int) -> tuple[float, float]:
+        """When perf (and a trace built from its branches) may date an event that takes
+        effect before instruction ``index``: between the packets around the instruction
+        that caused it (direct calls and jumps write no packet of their own)."""
+        if index <= 0:
+            return 0.0, self.ns(1)
+        k = index - 1
+        return self.ns(self._prev[k] + 1), self.ns(self._next[k] + 1)
