@@ -27,6 +27,7 @@ tid returned by the ``clone`` that created it, and freed by the thread's ``exit`
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
 import re
@@ -35,6 +36,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Final
+
+import numpy as np
 
 from ptscope.errors import RecordingError
 from ptscope.record.emulated.cycle_model import CycleModel
@@ -48,11 +51,18 @@ __all__ = ["EmulationState", "Ending", "ThreadInfo"]
 
 log = logging.getLogger(__name__)
 
-_OTHER, _COND, _JUMP, _CALL = InsnKind.OTHER, InsnKind.COND, InsnKind.JUMP, InsnKind.CALL
-_JUMP_IND, _CALL_IND, _RET = InsnKind.JUMP_INDIRECT, InsnKind.CALL_INDIRECT, InsnKind.RET
-_SYSCALL, _OTHER_IND = InsnKind.SYSCALL, InsnKind.OTHER_INDIRECT
+# Plain ints: IntEnum comparisons cost several times more in the hot loop.
+_OTHER, _COND, _JUMP, _CALL = (
+    int(k) for k in (InsnKind.OTHER, InsnKind.COND, InsnKind.JUMP, InsnKind.CALL)
+)
+_JUMP_IND, _CALL_IND, _RET = (
+    int(k) for k in (InsnKind.JUMP_INDIRECT, InsnKind.CALL_INDIRECT, InsnKind.RET)
+)
+_SYSCALL, _OTHER_IND = int(InsnKind.SYSCALL), int(InsnKind.OTHER_INDIRECT)
 _REP, _ZERO_CALL = 1, 2
 _AUX_CHUNK: Final = 1 << 20
+_PROGRESS_STEP: Final = 1_000_000
+_MASK48: Final = (1 << 48) - 1
 _STASH_LIMIT: Final = 1 << 20
 _SIDEBAND_LEAD_NS: Final = 10_000
 _FAULT_SIGNALS: Final = frozenset({"SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGTRAP", "SIGSYS"})
@@ -63,6 +73,30 @@ _SIGNAL_RE: Final = re.compile(rb"^--- (SIG\w+) \{(.*)\} ---")
 _RESULT_WANTED: Final = frozenset({b"clone", b"mmap", b"openat", b"open", b"fork", b"vfork"})
 _STOPPED_RE: Final = re.compile(rb"\[([0-9a-f]+)\]")
 _PATH_ARG_RE: Final = re.compile(rb'"((?:[^"\\]|\\.)*)"')
+
+
+def _put_cyc(out: bytearray, cycles: int) -> None:
+    """A CYC packet of 32 cycles or more (the short form is written inline)."""
+    out.append(((cycles & 0x1F) << 3) | 0x07)
+    cycles >>= 5
+    while True:
+        more = cycles >> 7
+        out.append(((cycles & 0x7F) << 1) | (1 if more else 0))
+        if not more:
+            return
+        cycles = more
+
+
+def _tip(ip: int, last: int) -> bytes:
+    """A TIP packet for ``ip``, compressed against the last IP."""
+    x = ip ^ last
+    if x >> 32 == 0:
+        return bytes((0x4D,)) + (ip & 0xFFFFFFFF).to_bytes(4, "little")
+    if x >> 48 == 0:
+        return bytes((0x8D,)) + (ip & _MASK48).to_bytes(6, "little")
+    if ip < 1 << 47:
+        return bytes((0x6D,)) + ip.to_bytes(6, "little")
+    return bytes((0xCD,)) + ip.to_bytes(8, "little")
 
 
 def _closing_paren(text: bytes) -> int:
@@ -116,7 +150,6 @@ class ThreadInfo:
     enc: PtEncoder
     start_ns: int
     prev: int = -1
-    insns: int = 0
     in_syscall: bool = False
     syscall_seq: int = 0
     exited: bool = False
@@ -232,6 +265,12 @@ class EmulationState:
         self.ending = Ending()
         self._syscall_seq = 0
         self._arrivals = 0
+        self._next_progress = 0
+        self._cflags_class: dict[int, int] = {}
+        self._sorted_keys = np.empty(0, dtype=np.uint64)
+        self._sorted_ids = np.empty(0, dtype=np.int64)
+        self._recent: dict[int, int] = {}
+        self._keys_of_pc: dict[int, list[tuple[int, int]]] = {}
         self._empty: dict[int, int] = {}
         self.forks: list[Fork] = []
         self.parent = parent
@@ -244,13 +283,33 @@ class EmulationState:
             self.tb_flags = list(parent.tb_flags)
             self.tb_insns = list(parent.tb_insns)
             self.tb_index = dict(parent.tb_index)
+            self._cflags_class = dict(parent._cflags_class)
+            self._sorted_keys = parent._sorted_keys.copy()
+            self._sorted_ids = parent._sorted_ids.copy()
+            self._recent = dict(parent._recent)
+            self._keys_of_pc = {pc: list(keys) for pc, keys in parent._keys_of_pc.items()}
             self._pending_tb = dict(parent._pending_tb)
             self._fds = dict(parent._fds)
             self.handler_entries = set(parent.handler_entries)
 
     # -- blocks ------------------------------------------------------------------------
 
+    def _listed(self, asm: list[tuple[int, bytes]]) -> None:
+        """QEMU translated (again) the block at ``asm[0]``: the next execution of that PC
+        under new flags, or of a block that was invalidated, is this listing."""
+        pc = asm[0][0]
+        self._pending_tb[pc] = asm
+        for key in self._keys_of_pc.pop(pc, ()):
+            # Forget the old translation: the code at pc may have changed (dlclose/dlopen).
+            self.tb_index.pop(key, None)
+            packed = (self._cflags_class.get(key[1], -1) << 56) | (pc & ((1 << 56) - 1))
+            self._recent.pop(packed, None)
+            pos = int(np.searchsorted(self._sorted_keys, np.uint64(packed)))
+            if pos < len(self._sorted_keys) and int(self._sorted_keys[pos]) == packed:
+                self._sorted_ids[pos] = -1
+
     def _define(self, key: tuple[int, int], asm: list[tuple[int, bytes]]) -> int:
+        self._keys_of_pc.setdefault(key[0], []).append(key)
         tb = len(self.tb_pc)
         insns = [classify(pc, code) for pc, code in split_block(asm)]
         last = insns[-1]
@@ -267,16 +326,15 @@ class EmulationState:
 
     def _lookup_missing(self, pc: int, cflags: int) -> int:
         asm = self._pending_tb.pop(pc, None)
-        if asm is None:
-            # No listing: QEMU re-used a translation under new flags; the code is the same.
-            for (kpc, _), tb in self.tb_index.items():
-                if kpc == pc:
-                    self.tb_index[(pc, cflags)] = tb
-                    return tb
-            raise LogFormatError(
-                f"QEMU executed a block at {pc:#x} that its in_asm log never listed"
-            )
-        return self._define((pc, cflags), asm)
+        if asm is not None:
+            return self._define((pc, cflags), asm)
+        # No listing: QEMU ran a known block under other flags; the code is the same.
+        for key in self._keys_of_pc.get(pc, ()):
+            tb = self.tb_index[key]
+            self.tb_index[(pc, cflags)] = tb
+            self._keys_of_pc[pc].append((pc, cflags))
+            return tb
+        raise LogFormatError(f"QEMU executed a block at {pc:#x} that its in_asm log never listed")
 
     # -- raw lines -----------------------------------------------------------------------
 
@@ -301,12 +359,12 @@ class EmulationState:
                 return
             if not raw.strip():
                 if asm:
-                    self._pending_tb[asm[0][0]] = asm
+                    self._listed(asm)
                 self._asm = None
                 return
             # Anything else ends the listing (defensive: QEMU always ends it with a blank line).
             if asm:
-                self._pending_tb[asm[0][0]] = asm
+                self._listed(asm)
             self._asm = None
         if raw.startswith(b"IN:"):
             self._asm = []
@@ -539,28 +597,180 @@ class EmulationState:
         """Process executed blocks; returns False once ``max_instructions`` is reached."""
         if not self._started:
             self._start_process()
-        tb_index = self.tb_index
+        ids = self._tb_ids(run)
+        cpus = run.cpu
+        bounds = [0, *(np.flatnonzero(np.diff(cpus)) + 1).tolist(), len(ids)]
         by_cpu = self.by_cpu
         session = self.session
-        limit = session.max_instructions
-        for cpu, pc, cflags in zip(
-            run.cpu.tolist(), run.pc.tolist(), run.cflags.tolist(), strict=True
-        ):
-            tb = tb_index.get((pc, cflags))
-            if tb is None:
-                tb = self._lookup_missing(pc, cflags)
+        for lo, hi in itertools.pairwise(bounds):
+            cpu = int(cpus[lo])
             t = by_cpu.get(cpu)
             if t is None:
                 t = self._new_thread(cpu, None)
-            n = self._arrive(t, tb)
-            self.insns += n
-            session.insns += n
-            if limit is not None and session.insns >= limit:
+            if not self._run(t, ids, lo, hi):
                 session.stopped_at_limit = True
                 return False
-        if session.progress is not None:
+        if session.progress is not None and session.insns >= self._next_progress:
+            self._next_progress = session.insns + _PROGRESS_STEP
             session.progress(session.insns)
         return True
+
+    def _tb_ids(self, run: BlockRun) -> list[int]:
+        """Block ids of a run's (pc, cflags) pairs, binding new translations to listings.
+
+        Known blocks are found in bulk (a sorted array of ``cflags class << 56 | pc`` keys);
+        the few others, in order, through the dictionary and the pending listings."""
+        cflags = run.cflags
+        classes = np.empty(len(cflags), dtype=np.uint64)
+        for value in np.unique(cflags).tolist():
+            cid = self._cflags_class.setdefault(value, len(self._cflags_class))
+            classes[cflags == value] = cid
+        keys = (classes << np.uint64(56)) | (run.pc & np.uint64((1 << 56) - 1))
+        sorted_keys, sorted_ids = self._sorted_keys, self._sorted_ids
+        if len(sorted_keys):
+            pos = np.minimum(np.searchsorted(sorted_keys, keys), len(sorted_keys) - 1)
+            ids = sorted_ids[pos]
+            found = (sorted_keys[pos] == keys) & (ids >= 0)
+        else:
+            found = np.zeros(len(keys), dtype=bool)
+            ids = np.full(len(keys), -1, dtype=np.int64)
+        out: list[int] = ids.tolist()
+        if not found.all():
+            tb_index = self.tb_index
+            pcs = run.pc
+            for i in np.flatnonzero(~found).tolist():
+                pc, cf = int(pcs[i]), int(cflags[i])
+                tb = tb_index.get((pc, cf))
+                if tb is None:
+                    tb = self._lookup_missing(pc, cf)
+                self._recent[int(keys[i])] = tb
+                out[i] = tb
+            if len(self._recent) > 16 + len(sorted_keys) // 8:
+                self._merge_recent()
+        return out
+
+    def _merge_recent(self) -> None:
+        recent = self._recent
+        keys = np.concatenate([self._sorted_keys, np.fromiter(recent, np.uint64, len(recent))])
+        ids = np.concatenate(
+            [self._sorted_ids, np.fromiter(recent.values(), np.int64, len(recent))]
+        )
+        order = np.argsort(keys, kind="stable")
+        self._sorted_keys, self._sorted_ids = keys[order], ids[order]
+        recent.clear()
+
+    def _run(self, t: ThreadInfo, ids: list[int], lo: int, hi: int) -> bool:
+        """Thread ``t`` executed blocks ``ids[lo:hi]``; False once the budget is used up."""
+        session = self.session
+        limit = session.max_instructions
+        budget = (limit - session.insns) if limit is not None else 1 << 62
+        count = 0
+        k = lo
+        fast_ok = self.model.cyc_threshold == 1
+        while k < hi and count < budget:
+            t_ok = t.prev >= 0 and t.stash is None and t.enc.enabled
+            if fast_ok and t_ok and self._signal_hint is None:
+                k, count = self._fast(t, ids, k, hi, count, budget)
+            else:
+                count += self._arrive(t, ids[k])
+                k += 1
+        self._account(t, count, k - lo)
+        return count < budget
+
+    def _fast(
+        self, t: ThreadInfo, ids: list[int], k: int, hi: int, count: int, budget: int
+    ) -> tuple[int, int]:
+        """The hot loop: common transitions (a branch going where its kind allows) write
+        their packets inline. Returns at the first block that needs :meth:`_arrive` (after
+        handing it over) or at ``hi``."""
+        tb_pc, tb_n, tb_kind = self.tb_pc, self.tb_n, self.tb_kind
+        tb_end, tb_target, tb_flags = self.tb_end, self.tb_target, self.tb_flags
+        cpi = self.cpi
+        enc = t.enc
+        enc._flush_tnt()
+        out = enc.out
+        stack = enc._stack
+        now, last_timing, last_ip = enc.now, enc._last_timing, enc._last_ip
+        psb_at = enc._next_psb - enc.flushed
+        prev = t.prev
+        while k < hi and count < budget:
+            tb = ids[k]
+            k += 1
+            pc = tb_pc[tb]
+            kind = tb_kind[prev]
+            ok = True
+            if kind == _COND:
+                end = tb_end[prev]
+                e = now - last_timing
+                if e < 1 or (pc != end and pc != tb_target[prev]):
+                    ok = False
+                else:
+                    if e < 32:
+                        out.append((e << 3) | 3)
+                    else:
+                        _put_cyc(out, e)
+                    out.append(0x04 if pc == end else 0x06)
+                    last_timing = now
+            elif kind == _CALL:
+                if pc != tb_target[prev]:
+                    ok = False
+                elif not tb_flags[prev] & _ZERO_CALL:
+                    stack.append(tb_end[prev])
+                    if len(stack) > 64:
+                        del stack[0]
+            elif kind in (_RET, _JUMP_IND, _CALL_IND, _OTHER_IND):
+                e = now - last_timing
+                if e < 1:
+                    ok = False
+                else:
+                    if e < 32:
+                        out.append((e << 3) | 3)
+                    else:
+                        _put_cyc(out, e)
+                    last_timing = now
+                    if kind == _RET and stack and stack.pop() == pc:
+                        out.append(0x06)  # a compressed return: one taken TNT bit
+                    else:
+                        if (pc ^ last_ip) >> 16 == 0:
+                            out += bytes((0x2D, pc & 0xFF, (pc >> 8) & 0xFF))
+                        else:
+                            out += _tip(pc, last_ip)
+                        last_ip = pc
+                    if kind == _CALL_IND:
+                        stack.append(tb_end[prev])
+                        if len(stack) > 64:
+                            del stack[0]
+            elif kind == _JUMP:
+                ok = pc == tb_target[prev]
+            elif kind == _OTHER:
+                ok = pc == tb_end[prev]
+            else:
+                ok = False
+            if ok and len(out) < psb_at and tb_kind[tb] != _SYSCALL:
+                n = tb_n[tb]
+                now += n * cpi
+                prev = tb
+                count += n
+                continue
+            # Hand the state back and let the general path do the rest of this block.
+            enc.now, enc._last_timing, enc._last_ip = now, last_timing, last_ip
+            if ok:  # the transition is written; a PSB or a system call is left
+                t.prev = tb
+                enc.maybe_psb(pc)
+                count += self._execute(t, tb)
+            else:
+                t.prev = prev
+                count += self._arrive(t, tb)
+            return k, count
+        enc.now, enc._last_timing, enc._last_ip = now, last_timing, last_ip
+        t.prev = prev
+        return k, count
+
+    def _account(self, t: ThreadInfo, insns: int, blocks: int) -> None:
+        self.insns += insns
+        self.session.insns += insns
+        self._arrivals += blocks
+        t.last_arrival = self._arrivals
 
     def _classify_arrival(self, t: ThreadInfo, tb: int) -> Arrival | None:
         """How control reached ``tb`` from the thread's previous block (None: a rep repeat)."""
@@ -622,7 +832,6 @@ class EmulationState:
     def _execute(self, t: ThreadInfo, tb: int) -> int:
         n = self.tb_n[tb]
         t.prev = tb
-        t.insns += n
         t.enc.now += n * self.cpi
         self._arrivals += 1
         t.last_arrival = self._arrivals
@@ -674,7 +883,6 @@ class EmulationState:
         if t.stash is not None:
             t.prev = empty
             return
-        t.insns -= n
         t.enc.now -= n * self.cpi
         if self.tb_kind[tb] == _SYSCALL and t.syscall_undo is not None:
             t.enc.restore(t.syscall_undo)
@@ -688,7 +896,6 @@ class EmulationState:
         if not insns or pc == insns[0] or pc not in insns:
             return False
         dropped = len(insns) - insns.index(pc)
-        t.insns -= dropped
         t.enc.now -= dropped * self.cpi
         self.insns -= dropped
         self.session.insns -= dropped
@@ -811,7 +1018,6 @@ class EmulationState:
             # unknown, so the trace ends at its first instruction.
             p = t.prev
             n = self.tb_n[p]
-            t.insns -= n
             self.insns -= n
             self.session.insns -= n
             enc.now -= n * self.cpi
