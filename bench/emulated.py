@@ -127,20 +127,21 @@ def measure_qemu_alone(argv: list[str]) -> dict[str, Any]:
 
 def _child(kind: str, argv: list[str], decode: bool) -> dict[str, Any]:
     """Run one measurement in a fresh Python process; returns its JSON result."""
-    code = (
-        "import json, sys; sys.path.insert(0, %r); import emulated as b; from pathlib import Path; "
-        "import tempfile; d = tempfile.mkdtemp(prefix='ptscope-bench-'); "
-        "r = b.measure_%s(%r%s); print(json.dumps(r))"
-    ) % (
-        str(ROOT / "bench"),
-        kind,
-        argv,
-        f", Path(d), {decode}" if kind == "record" else "",
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
-    )
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    cmd = [sys.executable, __file__, "--child", kind, json.dumps(argv)]
+    if not decode:
+        cmd.append("--no-decode")
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=ROOT)
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def _run_child(kind: str, argv: list[str], decode: bool) -> None:
+    if kind == "qemu_alone":
+        result = measure_qemu_alone(argv)
+    else:
+        with tempfile.TemporaryDirectory(prefix="ptscope-bench-") as tmp:
+            result = measure_record(argv, Path(tmp), decode)
+    print(json.dumps(result))
 
 
 def main() -> None:
@@ -149,7 +150,11 @@ def main() -> None:
         "--sizes", type=float, nargs="+", default=[5, 20], help="millions of instructions"
     )
     parser.add_argument("--no-decode", action="store_true", help="time the recording only")
+    parser.add_argument("--child", nargs=2, metavar=("KIND", "ARGV"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        _run_child(args.child[0], json.loads(args.child[1]), not args.no_decode)
+        return
     exe = build_workload()
     print(f"workload: {exe.relative_to(ROOT)} ({os.cpu_count()} CPUs)")
     header = (
