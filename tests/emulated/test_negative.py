@@ -5,14 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from support import qemu_truth
-from support.emulated_corpus import Case, perf_branches, recorded
-from support.fxt_check import third_party_view
-from support.pt_corrupt import auxtrace_buffers, damaged_copy, flip_tnt_bit, packets
 
 from ptscope.perftool import find_perf
 from ptscope.pipeline import decode_recording
 from ptscope.recording import Recording
+from support import qemu_truth
+from support.emulated_corpus import Case, perf_branches, recorded
+from support.fxt_check import third_party_view
+from support.pt_corrupt import auxtrace_buffers, damaged_copy, flip_tnt_bit, packets
 
 pytestmark = pytest.mark.slow
 
