@@ -390,6 +390,8 @@ class Branch:
     start (``tr strt``)."""
     src: int
     dst: int
+    at: int = field(default=-1, compare=False)
+    """Index (in the thread's instructions) of the instruction after which it happened."""
 
     def __str__(self) -> str:
         return f"{self.kind:8} {self.src:#x} => {self.dst:#x}"
@@ -426,13 +428,13 @@ def expected_branches(run: ThreadRun) -> list[Branch]:
     insns = run.insns
     if not insns:
         return out
-    out.append(Branch("start", 0, insns[0].pc))
+    out.append(Branch("start", 0, insns[0].pc, 0))
     for k, i in enumerate(insns):
         nxt = insns[k + 1].pc if k + 1 < len(insns) else run.final_resume
         if i.kind == "syscall":
-            out.append(Branch("syscall", i.pc, 0))
+            out.append(Branch("syscall", i.pc, 0, k))
             if nxt is not None:
-                out.append(Branch("start", 0, nxt))
+                out.append(Branch("start", 0, nxt, k + 1))
             continue
         if nxt is None:
             continue
@@ -444,25 +446,25 @@ def expected_branches(run: ThreadRun) -> list[Branch]:
             if resume is None:
                 resume = i.pc  # never resumed: the branch is shown as not executed
             else:
-                out.extend(_taken(i, resume))
-            out.append(Branch("async", resume, 0))
-            out.append(Branch("start", 0, nxt))
+                out.extend(_taken(i, resume, k))
+            out.append(Branch("async", resume, 0, k))
+            out.append(Branch("start", 0, nxt, k + 1))
             continue
-        out.extend(_taken(i, nxt))
+        out.extend(_taken(i, nxt, k))
     if run.final_resume is not None:
-        out.append(Branch("async", run.final_resume, 0))
+        out.append(Branch("async", run.final_resume, 0, len(insns) - 1))
     return out
 
 
-def _taken(i: Insn, dst: int) -> list[Branch]:
+def _taken(i: Insn, dst: int, k: int) -> list[Branch]:
     if i.kind == "call":
-        return [Branch("call", i.pc, dst)]
+        return [Branch("call", i.pc, dst, k)]
     if i.kind == "ret":
-        return [Branch("return", i.pc, dst)]
+        return [Branch("return", i.pc, dst, k)]
     if i.kind == "jmp":
-        return [Branch("jmp", i.pc, dst)]
+        return [Branch("jmp", i.pc, dst, k)]
     if i.kind == "jcc" and dst != i.end:
-        return [Branch("jcc", i.pc, dst)]
+        return [Branch("jcc", i.pc, dst, k)]
     return []
 
 

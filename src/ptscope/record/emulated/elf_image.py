@@ -19,6 +19,7 @@ from ptscope.errors import BadInputError
 __all__ = ["ElfImage", "Segment", "read_elf"]
 
 _PAGE = 4096
+_MACHINES = {3: "EM_386", 40: "EM_ARM", 62: "EM_X86_64", 183: "EM_AARCH64", 243: "EM_RISCV"}
 _PF_X = 1
 
 
@@ -64,8 +65,14 @@ def read_elf(path: str) -> ElfImage:
     real = os.path.realpath(path)
     try:
         with open(real, "rb") as f:
-            if f.read(4) != b"\x7fELF":
+            head = f.read(20)
+            if head[:4] != b"\x7fELF":
                 raise BadInputError(f"{path} is not an ELF executable")
+            elf_class = 64 if head[4:5] == b"\x02" else 32
+            machine = _MACHINES.get(int.from_bytes(head[18:20], "little"), "EM_OTHER")
+            if (elf_class, machine) != (64, "EM_X86_64"):
+                # Not ours to run: say what it is without parsing the rest.
+                return ElfImage(real, machine, elf_class, False, 0, None, (), None)
             f.seek(0)
             elf = ELFFile(f)
             segments = []
