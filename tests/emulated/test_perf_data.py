@@ -69,7 +69,8 @@ def test_sideband_names_threads_and_maps_the_files(corpus_dir: Path) -> None:
     assert len(re.findall(r"PERF_RECORD_FORK", text)) == len(tids) - 1
     # One MMAP2 per executable segment, at the file offset perf reads code from.
     maps = re.findall(
-        r"PERF_RECORD_MMAP2 \d+/\d+: \[(0x[0-9a-f]+)\((0x[0-9a-f]+)\) @ (0x[0-9a-f]+) .*?\]: r-xp (\S+)",
+        r"PERF_RECORD_MMAP2 \d+/\d+: \[(0x[0-9a-f]+)\((0x[0-9a-f]+)\) @ (0x[0-9a-f]+) .*?\]: "
+        r"r-xp (\S+)",
         text,
     )
     files = {m[3] for m in maps}
