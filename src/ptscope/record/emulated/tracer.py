@@ -428,6 +428,7 @@ class EmulationState:
         if result is None:
             if name in _RESULT_WANTED:
                 self._pending_calls.append((name, args))
+                del self._pending_calls[:-64]  # results that never came are forgotten
             if name in (b"exit", b"exit_group"):
                 self._thread_exit(name == b"exit_group", args)
             elif name == b"rt_sigreturn":
@@ -438,11 +439,22 @@ class EmulationState:
     def _strace_result(self, raw: bytes) -> None:
         m = _RESULT_RE.match(raw)
         pending = self._pending_calls
-        if m and pending:
-            # Results arrive in completion order, not call order (threads); the calls whose
-            # results matter are short, so the most recent one of them is the best guess.
-            name, args = pending.pop()
-            self._syscall_done(name, args, m.group(1))
+        if not m or not pending:
+            return
+        # Results arrive in completion order, not call order (threads). The calls whose
+        # results matter are short, so the most recent one is the best guess -- among those
+        # the value fits: an address for mmap, a small descriptor for open, a tid for clone.
+        try:
+            value = int(m.group(1), 0)
+        except ValueError:
+            value = -1
+        fits = {b"mmap": value >= 1 << 16, b"openat": 0 <= value < 1 << 16}
+        fits[b"open"] = fits[b"openat"]
+        for k in range(len(pending) - 1, -1, -1):
+            if fits.get(pending[k][0], True) or value < 0:
+                name, args = pending.pop(k)
+                self._syscall_done(name, args, m.group(1))
+                return
 
     def _syscall_done(self, name: bytes, args: bytes, result: bytes) -> None:
         if name == b"rt_sigreturn":
