@@ -9,6 +9,7 @@ PSB events.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import shutil
 import subprocess
 from pathlib import Path
@@ -203,5 +204,14 @@ def test_decode_errors_land_where_the_text_decoder_puts_them(
     dlfilter = _events(decode_with_dlfilter(damaged))
     text = _events(decode_perf_data_text(damaged, ipc=True))
     assert any(isinstance(e, DecodeError) for e in dlfilter)
-    assert dlfilter == text
-    _assert_same_slices(_timeline([dlfilter]), _timeline([text]))
+    # perf's text prints IPC only when both counts are non-zero, so after a decode error a
+    # cycles-only update can be missing from the text path: compare all but the counts.
+    assert _uncounted(dlfilter) == _uncounted(text)
+    _assert_same_slices(_timeline([_uncounted(dlfilter)]), _timeline([_uncounted(text)]))
+
+
+def _uncounted(events: list[Event]) -> list[Event]:
+    return [
+        dataclasses.replace(e, insn_count=0, cycle_count=0) if isinstance(e, BranchEvent) else e
+        for e in events
+    ]
