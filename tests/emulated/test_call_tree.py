@@ -139,17 +139,7 @@ def _check_times(expected: list[Frame], got: list[Frame]) -> None:
     assert not late, f"{len(late)} frames off the cycle model: " + "; ".join(late[:5])
 
 
-_ENGINE_UNKNOWN_CODE = pytest.mark.xfail(
-    strict=False,
-    reason="engine: in exceptions-dynamic, _Unwind_Find_FDE is split in two where code "
-    "without symbols (libgcc_s) calls more such code and returns (823716 ns)",
-)
-SHAPE_CASES = [
-    pytest.param(c, marks=_ENGINE_UNKNOWN_CODE) if c.name == "exceptions" else c for c in CORPUS
-]
-
-
-@pytest.mark.parametrize("case", SHAPE_CASES, ids=lambda c: c.id)
+@pytest.mark.parametrize("case", CORPUS, ids=lambda c: c.id)
 def test_trace_has_the_call_tree_qemu_executed(case: Case, corpus_dir: Path) -> None:
     _compare(case, corpus_dir, times=False)
 

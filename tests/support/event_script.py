@@ -65,6 +65,8 @@ class Script:
         text, _, at = text.partition("!")
         if at:  # an explicit address: `sym+0xOFF!0xADDR`
             sym, _, off = text.partition("+")
+            if sym == "[unknown]":
+                return Location(int(at, 16), sym, -1, "libgcc_s.so.1")
             return Location(int(at, 16), sym, int(off, 16) if off else 0, "prog")
         sym, _, off = text.partition("+")
         offset = int(off, 16) if off else 0

@@ -316,7 +316,7 @@ class TraceSegmentEngine:
                 src = ev.src
                 dst = ev.dst
                 fn = dst.function
-                if fn == src.function and dst.offset != 0:
+                if 0 < dst.ip - src.ip <= _MAX_INSN:
                     continue  # `call next; pop`
                 frames = ctxs[-1].frames
                 if not frames or frames[-1][_FN] != src.function:
@@ -451,7 +451,7 @@ class TraceSegmentEngine:
         dst = ev.dst
         if state == _ST_NONE:
             if kind == _CALL:
-                if dst.function == src.function and dst.offset != 0:
+                if 0 < dst.ip - src.ip <= _MAX_INSN:
                     return  # `call next; pop`: reads the PC, not a call
                 frames = th.ctxs[-1].frames
                 if not frames or frames[-1][_FN] != src.function:
@@ -563,7 +563,10 @@ class TraceSegmentEngine:
         dst = ev.dst
         fn = dst.function
         ctx = th.ctxs[-1]
-        if dst.offset != 0:
+        # Only a known symbol has boundaries: a jump into unknown code (a PLT header, a
+        # stripped library) says nothing about the frames further up, even if they are
+        # unknown code of the same library.
+        if dst.offset > 0:
             frames = ctx.frames
             for i in range(len(frames) - 2, -1, -1):
                 if frames[i][_FN] == fn:
