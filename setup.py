@@ -1,10 +1,14 @@
-"""Build hook: declares only the perf dlfilter shared object (metadata is in pyproject.toml).
+"""Build hook: declares the perf dlfilter and the C engine (metadata is in pyproject.toml).
 
 The dlfilter is a plain C shared object that ``perf script --dlfilter`` loads, not a Python
 extension module: no ``PyInit_`` symbol, no ABI tag in its name, no libpython. It is built
 against the system's ``<perf/perf_dlfilter.h>`` (Debian/Ubuntu package ``linux-perf``),
 never a vendored copy. Set ``PTSCOPE_NO_DLFILTER=1`` to skip it (ptscope then decodes with
 the slower ``perf script`` text decoder).
+
+``ptscope.reconstruct._cengine`` is an ordinary, optional extension module (the C twin of
+the reconstruction engine): when it cannot be built the install still succeeds and ptscope
+uses the Python engine. ``PTSCOPE_NO_CENGINE=1`` skips it.
 """
 
 import os
@@ -62,6 +66,18 @@ if not os.environ.get("PTSCOPE_NO_DLFILTER"):
             sources=["src/ptscope/_native/dlfilter.c"],
             depends=["src/ptscope/_native/record_format.h"],
             extra_compile_args=["-O2", "-Wall", "-Werror", "-std=c11", "-fvisibility=hidden"],
+        )
+    )
+
+if not os.environ.get("PTSCOPE_NO_CENGINE"):
+    # The C twin of the trace-segment engine. Optional: if it cannot be built, ptscope
+    # installs anyway and reconstructs with the Python engine (reconstruct/engine.py).
+    ext_modules.append(
+        Extension(
+            "ptscope.reconstruct._cengine",
+            sources=["src/ptscope/reconstruct/_cengine.c"],
+            extra_compile_args=["-O2", "-Wall", "-Werror", "-std=c11"],
+            optional=True,
         )
     )
 

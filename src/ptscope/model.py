@@ -10,15 +10,22 @@ address, so an event costs one allocation.
 
 from __future__ import annotations
 
+from array import array
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import IntEnum, IntFlag
 from typing import Final, TypeAlias
 
+import numpy as np
+import numpy.typing as npt
+
 __all__ = [
+    "IN_TX_FLAG",
     "NOWHERE",
     "SYNTHETIC_SYSCALL",
     "SYNTHETIC_UNTRACED",
     "UNKNOWN_SYMBOL",
+    "BranchBatch",
     "BranchEvent",
     "BranchFlags",
     "BranchKind",
@@ -26,9 +33,11 @@ __all__ = [
     "DecodeError",
     "Event",
     "Location",
+    "LocationTable",
     "PowerEvent",
     "StackSample",
     "TraceState",
+    "branch_flags",
     "classify_flags",
     "function_key",
 ]
@@ -268,3 +277,198 @@ def classify_flags(flags: int) -> tuple[BranchKind, TraceState]:
     except KeyError:
         result = _KIND_STATE_CACHE[flags] = _classify(flags)
         return result
+
+
+IN_TX_FLAG: Final = int(BranchFlags.IN_TX)
+
+# Raw flags that classify_flags maps to each kind (plus TRACE_BEGIN/TRACE_END for the state).
+_KIND_FLAGS: Final[dict[BranchKind, int]] = {
+    BranchKind.NONE: 0,
+    BranchKind.CALL: BranchFlags.BRANCH | BranchFlags.CALL,
+    BranchKind.RETURN: BranchFlags.BRANCH | BranchFlags.RETURN,
+    BranchKind.JUMP: BranchFlags.BRANCH,
+    BranchKind.CONDITIONAL_JUMP: BranchFlags.BRANCH | BranchFlags.CONDITIONAL,
+    BranchKind.SYSCALL: BranchFlags.BRANCH | BranchFlags.CALL | BranchFlags.SYSCALLRET,
+    BranchKind.SYSRET: BranchFlags.BRANCH | BranchFlags.RETURN | BranchFlags.SYSCALLRET,
+    BranchKind.HARDWARE_INTERRUPT: (
+        BranchFlags.BRANCH | BranchFlags.CALL | BranchFlags.ASYNC | BranchFlags.INTERRUPT
+    ),
+    BranchKind.IRET: BranchFlags.BRANCH | BranchFlags.RETURN | BranchFlags.INTERRUPT,
+    BranchKind.SOFTWARE_INTERRUPT: BranchFlags.BRANCH | BranchFlags.CALL | BranchFlags.INTERRUPT,
+    BranchKind.ASYNC: BranchFlags.BRANCH | BranchFlags.ASYNC,
+    BranchKind.TX_ABORT: BranchFlags.BRANCH | BranchFlags.TX_ABORT,
+    BranchKind.VMENTRY: BranchFlags.BRANCH | BranchFlags.VMENTRY,
+    BranchKind.VMEXIT: BranchFlags.BRANCH | BranchFlags.VMEXIT,
+}
+_STATE_FLAGS: Final[dict[TraceState, int]] = {
+    TraceState.NONE: 0,
+    TraceState.START: BranchFlags.TRACE_BEGIN,
+    TraceState.END: BranchFlags.TRACE_END,
+}
+
+
+def branch_flags(kind: BranchKind, state: TraceState, in_tx: bool = False) -> int:
+    """Raw perf flags that :func:`classify_flags` maps to ``(kind, state)`` (its inverse)."""
+    return int(_KIND_FLAGS[kind] | _STATE_FLAGS[state] | (IN_TX_FLAG if in_tx else 0))
+
+
+_SIGN: Final = 1 << 63
+_WRAP: Final = 1 << 64
+
+
+class LocationTable:
+    """Append-only numbering of locations (id -> :class:`Location`) for columnar batches.
+
+    One table is shared by the :class:`BranchBatch` es of a stream (or of several streams
+    that are consumed together). Equal locations get one id and one shared object. Each
+    location's ``function`` is interned as well (``function_ids[id]`` indexes
+    ``functions``), and the fields a consumer compares are kept as flat columns:
+    ``ips``, ``offsets`` and ``entries`` (the entry address as a wrapped signed 64-bit
+    value, as the engine stores addresses).
+    """
+
+    __slots__ = (
+        "_fn_ids",
+        "_ids",
+        "entries",
+        "function_ids",
+        "functions",
+        "ips",
+        "locations",
+        "offsets",
+    )
+
+    def __init__(self) -> None:
+        self.locations: list[Location] = []
+        self.functions: list[str] = []
+        self.function_ids = array("i")
+        self.ips = array("Q")
+        self.offsets = array("q")
+        self.entries = array("q")
+        self._ids: dict[tuple[int, str, int, str], int] = {}
+        self._fn_ids: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.locations)
+
+    def __getitem__(self, index: int) -> Location:
+        return self.locations[index]
+
+    def add(self, loc: Location) -> int:
+        """The id of ``loc`` (of an equal location added before, if any)."""
+        key = (loc.ip, loc.symbol, loc.offset, loc.dso)
+        found = self._ids.get(key)
+        if found is not None:
+            return found
+        index = len(self.locations)
+        entry = loc.entry - _WRAP if loc.entry >= _SIGN else loc.entry
+        fn = self._fn_ids.get(loc.function)
+        if fn is None:
+            fn = self._fn_ids[loc.function] = len(self.functions)
+            self.functions.append(loc.function)
+        # Columns first: a value out of range fails before the table changes.
+        self.ips.append(loc.ip)
+        try:
+            self.offsets.append(loc.offset)
+            self.entries.append(entry)
+        except OverflowError:
+            del self.ips[index:], self.offsets[index:]
+            raise
+        self.function_ids.append(fn)
+        self.locations.append(loc)
+        self._ids[key] = index
+        return index
+
+
+Int32Array: TypeAlias = npt.NDArray[np.int32]
+Int64Array: TypeAlias = npt.NDArray[np.int64]
+UInt32Array: TypeAlias = npt.NDArray[np.uint32]
+UInt64Array: TypeAlias = npt.NDArray[np.uint64]
+
+
+@dataclass(slots=True, eq=False)
+class BranchBatch:
+    """A run of branch events of one stream as columns (no Python object per event).
+
+    Row ``i`` is the event ``BranchEvent(pid[i], tid[i], time[i], *classify_flags(flags[i]),
+    locations[src[i]], locations[dst[i]], flags[i] & IN_TX, insn_count[i], cycle_count[i])``
+    (:meth:`events` yields exactly these). Column types: pid/tid/src/dst int32, time int64,
+    flags uint32 (raw perf flags), insn_count/cycle_count uint64.
+    """
+
+    locations: LocationTable
+    pid: Int32Array
+    tid: Int32Array
+    time: Int64Array
+    flags: UInt32Array
+    src: Int32Array
+    dst: Int32Array
+    insn_count: UInt64Array
+    cycle_count: UInt64Array
+
+    def __post_init__(self) -> None:
+        n = len(self.pid)
+        columns = (self.tid, self.time, self.flags, self.src, self.dst)
+        if any(len(c) != n for c in (*columns, self.insn_count, self.cycle_count)):
+            raise ValueError("branch batch columns differ in length")
+
+    def __len__(self) -> int:
+        return len(self.pid)
+
+    def events(self) -> Iterator[BranchEvent]:
+        """The batch as :class:`BranchEvent` objects (slow: one object per row)."""
+        locs = self.locations.locations
+        for pid, tid, time, flags, src, dst, insns, cycles in zip(
+            self.pid.tolist(),
+            self.tid.tolist(),
+            self.time.tolist(),
+            self.flags.tolist(),
+            self.src.tolist(),
+            self.dst.tolist(),
+            self.insn_count.tolist(),
+            self.cycle_count.tolist(),
+            strict=True,
+        ):
+            kind, state = classify_flags(flags)
+            yield BranchEvent(
+                pid,
+                tid,
+                time,
+                kind,
+                state,
+                locs[src],
+                locs[dst],
+                bool(flags & IN_TX_FLAG),
+                insns,
+                cycles,
+            )
+
+    @classmethod
+    def from_events(cls, events: Iterable[BranchEvent], locations: LocationTable) -> BranchBatch:
+        """Columns for ``events`` (their locations are added to ``locations``)."""
+        add = locations.add
+        rows = [
+            (
+                e.pid,
+                e.tid,
+                e.time,
+                branch_flags(e.kind, e.state, e.in_tx),
+                add(e.src),
+                add(e.dst),
+                e.insn_count,
+                e.cycle_count,
+            )
+            for e in events
+        ]
+        cols = list(zip(*rows, strict=True)) if rows else [()] * 8
+        return cls(
+            locations,
+            np.array(cols[0], dtype=np.int32),
+            np.array(cols[1], dtype=np.int32),
+            np.array(cols[2], dtype=np.int64),
+            np.array(cols[3], dtype=np.uint32),
+            np.array(cols[4], dtype=np.int32),
+            np.array(cols[5], dtype=np.int32),
+            np.array(cols[6], dtype=np.uint64),
+            np.array(cols[7], dtype=np.uint64),
+        )

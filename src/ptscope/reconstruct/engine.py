@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import gc
 from array import array
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -48,6 +48,7 @@ import numpy.typing as npt
 from ptscope.model import (
     SYNTHETIC_SYSCALL,
     SYNTHETIC_UNTRACED,
+    BranchBatch,
     BranchEvent,
     BranchKind,
     CommEvent,
@@ -68,7 +69,7 @@ from ptscope.timeline import (
     check_nesting,
 )
 
-__all__ = ["EngineStats", "TraceSegmentEngine"]
+__all__ = ["EngineStats", "TraceSegmentEngine", "build_thread_timeline"]
 
 # A frame's fields in its thread's `fd` array (frame i at fd[i*6 : i*6+6]): parent frame
 # index (-1 = none), start slot, end slot (-1 = open), entry address, flags, and the address
@@ -250,8 +251,8 @@ class TraceSegmentEngine:
 
     # ------------------------------------------------------------------ input
 
-    def feed(self, event: Event) -> None:
-        """Consume one event of any type."""
+    def feed(self, event: Event | BranchBatch) -> None:
+        """Consume one event of any type (or a batch of branches, one event at a time)."""
         if type(event) is BranchEvent:
             self._branch(event)
         elif isinstance(event, DecodeError):
@@ -260,12 +261,14 @@ class TraceSegmentEngine:
             self._power(event)
         elif isinstance(event, CommEvent):
             self._comm(event)
+        elif isinstance(event, BranchBatch):
+            self.feed_all(event.events())
         elif isinstance(event, StackSample):
             self.stats.ignored += 1
         else:
             raise TypeError(f"not an event: {event!r}")
 
-    def feed_all(self, events: Iterable[Event]) -> None:
+    def feed_all(self, events: Iterable[Event | BranchBatch]) -> None:
         """Consume a stream of events.
 
         The fast path: the common cases (a call, a return to the parent, a jump inside a
@@ -277,7 +280,7 @@ class TraceSegmentEngine:
         self.stats.events += count
         self.stats.branches += count
 
-    def _feed_loop(self, events: Iterable[Event]) -> int:
+    def _feed_loop(self, events: Iterable[Event | BranchBatch]) -> int:
         branch_event = BranchEvent
         feed = self.feed
         slow = self._branch
@@ -791,44 +794,23 @@ class TraceSegmentEngine:
                 end = ctxs[j - 1].suspend_slot
 
     def _thread_timeline(self, th: _Thread, names: dict[str, int]) -> ThreadTimeline:
-        times = _slot_times(th.log)
         n = len(th.names)
-        fd = np.frombuffer(th.fd, dtype=np.int64).reshape(n, _FIELDS)
         intern = names.setdefault
-        name_ids = np.array([intern(x, len(names)) for x in th.names], dtype=np.int32)
-        start_slot = fd[:, _START]
-        end_slot = fd[:, _END]
-        depths = _depths(fd[:, _PARENT])
-        start = times[start_slot]
-        end = times[end_slot]
-        insns = np.full(n, -1, dtype=np.int64)
-        cycles = np.full(n, -1, dtype=np.int64)
-        if len(th.update_slots) and n:
-            slots = np.frombuffer(th.update_slots, dtype=np.int64)
-            at_start = np.searchsorted(slots, start_slot, side="right") - 1
-            at_end = np.searchsorted(slots, end_slot, side="right") - 1
-            insns = _counter_delta(np.frombuffer(th.insn_counts, dtype=np.int64), at_start, at_end)
-            cycles = _counter_delta(
-                np.frombuffer(th.cycle_counts, dtype=np.int64), at_start, at_end
-            )
-        order = np.lexsort((depths, start))
-        timeline = ThreadTimeline(
+        timeline, start_slots, end_slots = build_thread_timeline(
             pid=th.pid,
             tid=th.tid,
             name=th.name,
-            start=start[order],
-            end=end[order],
-            depth=depths[order],
-            name_id=name_ids[order],
-            address=fd[:, _ADDR].astype(np.uint64)[order],
-            instructions=insns[order],
-            cycles=cycles[order],
-            flags=(fd[:, _FLAGS] & 0xFF).astype(np.uint8)[order],
-            instants=[Instant(int(times[s]), name) for s, name in th.instants],
-            counters=[CounterSample(int(times[s]), name, v) for s, name, v in th.counters],
+            fd=np.frombuffer(th.fd, dtype=np.int64).reshape(n, _FIELDS),
+            name_ids=np.array([intern(x, len(names)) for x in th.names], dtype=np.int32),
+            log=np.frombuffer(th.log, dtype=np.int64),
+            update_slots=np.array(th.update_slots, dtype=np.int64),
+            insn_counts=np.array(th.insn_counts, dtype=np.int64),
+            cycle_counts=np.array(th.cycle_counts, dtype=np.int64),
+            instants=th.instants,
+            counters=th.counters,
         )
         if self._keep_slots:
-            self.slot_columns[(th.pid, th.tid)] = (start_slot[order], end_slot[order])
+            self.slot_columns[(th.pid, th.tid)] = (start_slots, end_slots)
         return timeline
 
     # ------------------------------------------------------------ checks
@@ -854,6 +836,11 @@ class TraceSegmentEngine:
             log = np.frombuffer(th.log, dtype=np.int64) >> 2
             if np.any(np.diff(log) < 0):
                 raise AssertionError(f"tid {th.tid}: time goes backwards")
+        self.check_timeline(timeline)
+
+    @staticmethod
+    def check_timeline(timeline: Timeline) -> None:
+        """The finished trace's own invariants: nesting, name ids in range."""
         for tt in timeline.threads:
             try:
                 check_nesting(tt)
@@ -863,9 +850,90 @@ class TraceSegmentEngine:
                 raise AssertionError("name id out of range")
 
 
-def _slot_times(log: array[int]) -> npt.NDArray[np.int64]:
+def build_thread_timeline(
+    *,
+    pid: int,
+    tid: int,
+    name: str,
+    fd: npt.NDArray[np.int64],
+    name_ids: npt.NDArray[np.int32],
+    log: npt.NDArray[np.int64],
+    update_slots: npt.NDArray[np.int64],
+    insn_counts: npt.NDArray[np.int64],
+    cycle_counts: npt.NDArray[np.int64],
+    instants: Sequence[tuple[int, str]],
+    counters: Sequence[tuple[int, str, int]],
+    depths: npt.NDArray[np.int32] | None = None,
+) -> tuple[ThreadTimeline, npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The final pass over one thread's closed history (shared by both engines).
+
+    ``fd``: the frames' fields, one row of six per frame (``_PARENT`` ... ``_CALLSITE``;
+    only the low 8 bits of ``_FLAGS`` are slice flags); ``name_ids``: each frame's index
+    into the timeline's names; ``log``: the slot log (``time*4 + flags``); the count
+    updates as sparse cumulative values with strictly increasing slots; ``instants`` and
+    ``counters`` by slot. ``depths`` may be given when already known (it must equal
+    ``_depths(fd[:, _PARENT])``). Returns the thread's timeline and each slice's start and
+    end slot, in slice order.
+    """
+    times = _slot_times(log)
+    n = fd.shape[0]
+    start_slot = fd[:, _START]
+    end_slot = fd[:, _END]
+    if depths is None:
+        depths = _depths(fd[:, _PARENT])
+    order = _start_depth_order(times[start_slot], depths)
+    start_slot = start_slot[order]
+    end_slot = end_slot[order]
+    insns = np.full(n, -1, dtype=np.int64)
+    cycles = np.full(n, -1, dtype=np.int64)
+    if len(update_slots) and n:
+        # Index of the update in force at each slot (the last one at or before it).
+        at_slot = np.zeros(max(len(log), int(update_slots[-1]) + 1), dtype=np.int64)
+        at_slot[update_slots] = np.arange(1, len(update_slots) + 1)
+        np.maximum.accumulate(at_slot, out=at_slot)
+        at_slot -= 1
+        at_start = at_slot[start_slot]
+        at_end = at_slot[end_slot]
+        insns = _counter_delta(insn_counts, at_start, at_end)
+        cycles = _counter_delta(cycle_counts, at_start, at_end)
+    timeline = ThreadTimeline(
+        pid=pid,
+        tid=tid,
+        name=name,
+        start=times[start_slot],
+        end=times[end_slot],
+        depth=depths[order],
+        name_id=name_ids[order],
+        address=fd[:, _ADDR][order].view(np.uint64),
+        instructions=insns,
+        cycles=cycles,
+        flags=(fd[:, _FLAGS][order] & 0xFF).astype(np.uint8),
+        instants=[Instant(int(times[s]), text) for s, text in instants],
+        counters=[CounterSample(int(times[s]), text, v) for s, text, v in counters],
+    )
+    return timeline, start_slot, end_slot
+
+
+def _start_depth_order(start: npt.NDArray[np.int64], depth: npt.NDArray[np.int32]) -> Any:
+    """The permutation sorting slices by (start, depth), ties in frame order.
+
+    Equal to ``np.lexsort((depth, start))``, but one stable sort of a combined key when
+    it fits in 63 bits: frames are created almost in start order, which the sort exploits.
+    """
+    if not len(start):
+        return np.zeros(0, dtype=np.intp)
+    lo = int(start.min())
+    span = int(start.max()) - lo + 1
+    deepest = int(depth.max()) + 1
+    if span * deepest >= 1 << 62 or int(depth.min()) < 0:
+        return np.lexsort((depth, start))
+    key = (start - lo) * deepest + depth
+    return np.argsort(key, kind="stable")
+
+
+def _slot_times(log: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     """Turn a thread's slot log into nanoseconds (see "Time" in the module docstring)."""
-    raw = np.frombuffer(log, dtype=np.int64)
+    raw = log
     t = raw >> 2
     n = t.shape[0]
     same = t[1:] == t[:-1]

@@ -1,0 +1,340 @@
+"""The trace-segment engine with its ingestion in C: columnar branch batches in, a Timeline out.
+
+:class:`FastEngine` has the public API of :class:`~ptscope.reconstruct.engine.TraceSegmentEngine`
+and gives identical results (differential tests run both on the golden scripts, on random
+streams and on real recordings). The stack rules run in ``_cengine.c``, a rule-for-rule port
+of ``engine.py``, over the columns of :class:`~ptscope.model.BranchBatch` es without a Python
+object per event; this module registers locations and names with it (as integer ids), passes
+the other events in stream order and runs the shared final pass
+(:func:`~ptscope.reconstruct.engine.build_thread_timeline`). :func:`make_engine` falls back to
+the Python engine when the extension was not built.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+
+from ptscope.model import (
+    SYNTHETIC_SYSCALL,
+    SYNTHETIC_UNTRACED,
+    BranchBatch,
+    BranchEvent,
+    CommEvent,
+    DecodeError,
+    Event,
+    LocationTable,
+    PowerEvent,
+    StackSample,
+    classify_flags,
+)
+from ptscope.reconstruct.engine import EngineStats, TraceSegmentEngine, build_thread_timeline
+from ptscope.timeline import Timeline
+
+try:
+    from ptscope.reconstruct import _cengine  # type: ignore[attr-defined]
+except ImportError as _e:  # not built: make_engine() falls back to the Python engine
+    _cengine = None
+    _IMPORT_ERROR: str = str(_e)
+else:
+    _IMPORT_ERROR = ""
+
+__all__ = ["FastEngine", "is_available", "make_engine"]
+
+log = logging.getLogger("ptscope")
+
+_FIELDS: Final = 6
+_POWER_COUNTER: Final = "CPU frequency (MHz)"
+_UNEXPECTED: Final = (
+    "branch from {fn} while in {fn2}",
+    "branch from {fn}, which is not on the stack",
+    "return to {fn}, which is not on the stack",
+)
+
+
+def is_available() -> bool:
+    """Whether the C engine was built."""
+    return _cengine is not None
+
+
+def make_engine(*, keep_slots: bool = False) -> FastEngine | TraceSegmentEngine:
+    """The C engine when it is built, else the Python one (saying which in the log)."""
+    if _cengine is not None:
+        log.info("engine: C (ptscope.reconstruct._cengine)")
+        return FastEngine(keep_slots=keep_slots)
+    log.info("engine: Python (the C engine is not built: %s)", _IMPORT_ERROR)
+    return TraceSegmentEngine(keep_slots=keep_slots)
+
+
+@cache
+def _kind_state_table() -> bytes:
+    """``classify_flags`` for every value of the bits it reads, as ``kind | state << 4``."""
+    size = 1 << 15
+    table = bytearray(size)
+    for flags in range(size):
+        kind, state = classify_flags(flags)
+        table[flags] = int(kind) | int(state) << 4
+    return bytes(table)
+
+
+def _i32(a: Any) -> npt.NDArray[np.int32]:
+    return np.asarray(a, dtype=np.int32)
+
+
+def _i64(a: Any) -> npt.NDArray[np.int64]:
+    return np.asarray(a, dtype=np.int64)
+
+
+@dataclass
+class _TableSync:
+    """How much of one LocationTable the C side has, and how its ids map to the engine's."""
+
+    table: LocationTable
+    synced: int = 0
+    remap: npt.NDArray[np.int32] | None = None  # table id -> engine id (None: the same)
+    functions: npt.NDArray[np.int32] | None = None  # table function id -> engine name id
+
+
+class FastEngine:
+    """:class:`~ptscope.reconstruct.engine.TraceSegmentEngine`, ingestion in C.
+
+    Takes the same events (:meth:`feed`, :meth:`feed_all`) and, much faster, whole
+    :class:`~ptscope.model.BranchBatch` es (:meth:`feed_batch`); ``keep_slots`` keeps each
+    slice's start/end slot in :attr:`slot_columns` (for transcript tests).
+    """
+
+    def __init__(self, *, keep_slots: bool = False, max_examples: int = 5) -> None:
+        if _cengine is None:
+            raise RuntimeError(f"the C engine is not built ({_IMPORT_ERROR})")
+        self._c = _cengine.Engine(_kind_state_table(), max_examples)
+        self._keep_slots = keep_slots
+        self.slot_columns: dict[tuple[int, int], tuple[npt.NDArray[np.int64], ...]] = {}
+        # Engine name ids: the synthetic frames' are fixed in the C code.
+        self._names: list[str] = [SYNTHETIC_UNTRACED, SYNTHETIC_SYSCALL]
+        self._name_ids: dict[str, int] = {n: i for i, n in enumerate(self._names)}
+        self._tables: dict[int, _TableSync] = {}
+        self._locations = 0  # locations the C side holds
+        self._own_table = LocationTable()  # for events fed as objects
+        self._messages: list[str] = []  # instant names, by id
+        self._counter_names: list[str] = [_POWER_COUNTER]
+        self._comms: dict[tuple[int, int], str] = {}
+        self._orphan_errors: list[DecodeError] = []
+        self._ignored = 0  # counted here, not in C (stack samples)
+        self._comm_events = 0
+        self._finished = False
+        self._arrays: list[tuple[int, npt.NDArray[np.int64], npt.NDArray[np.int64]]] = []
+
+    # ------------------------------------------------------------------ input
+
+    def feed(self, event: Event | BranchBatch) -> None:
+        """Consume one event of any type, or a batch."""
+        self.feed_all((event,))
+
+    def feed_all(self, events: Iterable[Event | BranchBatch]) -> None:
+        """Consume a stream of events and batches (runs of events become one batch)."""
+        pending: list[BranchEvent] = []
+        for ev in events:
+            if type(ev) is BranchEvent:
+                pending.append(ev)
+                continue
+            if pending:
+                self.feed_batch(BranchBatch.from_events(pending, self._own_table))
+                pending = []
+            if type(ev) is BranchBatch:
+                self.feed_batch(ev)
+            elif isinstance(ev, DecodeError):
+                self.decode_error(ev)
+            elif isinstance(ev, PowerEvent):
+                self._c.counter(ev.pid, ev.tid, ev.time, 0, ev.freq_mhz)
+            elif isinstance(ev, CommEvent):
+                self._comm_events += 1
+                self._comms[(ev.pid, ev.tid)] = ev.comm
+            elif isinstance(ev, StackSample):
+                self._ignored += 1
+            else:
+                raise TypeError(f"not an event: {ev!r}")
+        if pending:
+            self.feed_batch(BranchBatch.from_events(pending, self._own_table))
+
+    def feed_batch(self, batch: BranchBatch) -> None:
+        """Consume a batch of branches (the fast path)."""
+        if self._finished:
+            raise RuntimeError("the engine is finished")
+        src, dst = self._engine_ids(batch)
+        self._c.feed_batch(
+            _i32(batch.pid),
+            _i32(batch.tid),
+            _i64(batch.time),
+            np.asarray(batch.flags, dtype=np.uint32),
+            src,
+            dst,
+            np.asarray(batch.insn_count, dtype=np.uint64),
+            np.asarray(batch.cycle_count, dtype=np.uint64),
+        )
+
+    def end_segment(self) -> None:
+        """Break every thread's segment here without a marker (see the Python engine)."""
+        self._c.end_segment()
+
+    def decode_error(self, err: DecodeError) -> None:
+        """A decode error: an instant marker, and the thread's segment ends here."""
+        message = len(self._messages)
+        self._messages.append(f"[decode error: {err.message}]")
+        attributed = self._c.decode_error(
+            err.pid if err.pid is not None else -1,
+            err.tid if err.tid is not None else -1,
+            err.time is not None,
+            err.time if err.time is not None else 0,
+            message,
+        )
+        if not attributed:
+            self._messages.pop()
+            self._orphan_errors.append(err)
+
+    def thread_slot_count(self, pid: int, tid: int) -> int:
+        """Slots created so far for a thread (transcript tests map slots to input events)."""
+        return int(self._c.slot_count(pid, tid))
+
+    @property
+    def stats(self) -> EngineStats:
+        """What the engine saw (a fresh snapshot on every access)."""
+        events, branches, errors, segments, stitched, roots, unexpected, ignored = self._c.stats()
+        examples = []
+        for what, tid, time, fn, fn2 in self._c.examples():
+            text = _UNEXPECTED[what].format(
+                fn=self._names[fn], fn2=self._names[fn2] if fn2 >= 0 else ""
+            )
+            examples.append(f"tid {tid} t={time}: {text}")
+        return EngineStats(
+            events=events + self._comm_events,
+            branches=branches,
+            decode_errors=errors,
+            segments_started=segments,
+            stitched=stitched,
+            roots_inferred=roots,
+            unexpected=unexpected,
+            ignored=ignored + self._ignored,
+            unexpected_examples=examples,
+        )
+
+    # -------------------------------------------------------------- locations
+
+    def _engine_ids(self, batch: BranchBatch) -> tuple[npt.NDArray[np.int32], ...]:
+        """The batch's location ids as the C side numbers them (registering new ones)."""
+        table = batch.locations
+        sync = self._tables.get(id(table))
+        if sync is None:
+            sync = self._tables[id(table)] = _TableSync(table)
+            if len(self._tables) > 1:
+                for other in self._tables.values():
+                    if other.remap is None:  # it was the only table: ids were the same
+                        other.remap = np.arange(other.synced, dtype=np.int32)
+                sync.remap = np.zeros(0, dtype=np.int32)
+        if len(table) > sync.synced:
+            self._sync(sync)
+        src, dst = _i32(batch.src), _i32(batch.dst)
+        if sync.remap is None:
+            return src, dst  # the C side checks the ids
+        if len(src) and (
+            min(int(src.min()), int(dst.min())) < 0
+            or max(int(src.max()), int(dst.max())) >= sync.synced
+        ):
+            raise ValueError("a branch batch names a location that is not in its table")
+        return sync.remap[src], sync.remap[dst]
+
+    def _sync(self, sync: _TableSync) -> None:
+        table = sync.table
+        first, end = sync.synced, len(table)
+        functions = table.functions
+        known = 0 if sync.functions is None else len(sync.functions)
+        if len(functions) > known:
+            intern = self._name_ids.setdefault
+            new = [intern(f, len(self._name_ids)) for f in functions[known:]]
+            for name, i in zip(functions[known:], new, strict=True):
+                if i == len(self._names):
+                    self._names.append(name)
+            added = np.array(new, dtype=np.int32)
+            sync.functions = (
+                added if sync.functions is None else np.concatenate([sync.functions, added])
+            )
+        assert sync.functions is not None
+        fn_ids = sync.functions[np.array(table.function_ids[first:end], dtype=np.int32)]
+        self._c.add_locations(
+            fn_ids,
+            np.array(table.entries[first:end], dtype=np.int64),
+            np.array(table.offsets[first:end], dtype=np.int64),
+            np.array(table.ips[first:end], dtype=np.uint64),
+        )
+        if sync.remap is not None:
+            ids = np.arange(self._locations, self._locations + end - first, dtype=np.int32)
+            sync.remap = np.concatenate([sync.remap, ids])
+        self._locations += end - first
+        sync.synced = end
+
+    # ------------------------------------------------------------- output
+
+    def finish(self) -> Timeline:
+        """Close what is still open and return the whole trace (call once)."""
+        if self._finished:
+            raise RuntimeError("finish() called twice")
+        self._finished = True
+        c = self._c
+        c.close_all()
+        names: list[str] = []
+        timeline = Timeline()
+        keys: list[tuple[int, int]] = c.thread_keys()
+        for index in sorted(range(len(keys)), key=keys.__getitem__):
+            pid, tid = keys[index]
+            fd, slots, upd, insns, cycles, instants, counters, name_ids, depths, fresh = (
+                c.take_thread(index)
+            )
+            names.extend(self._names[i] for i in fresh)
+            fd_a = np.frombuffer(fd, dtype=np.int64).reshape(-1, _FIELDS)
+            log_a = np.frombuffer(slots, dtype=np.int64)
+            inst = np.frombuffer(instants, dtype=np.int64).reshape(-1, 2).tolist()
+            ctrs = np.frombuffer(counters, dtype=np.int64).reshape(-1, 3).tolist()
+            thread, start_slots, end_slots = build_thread_timeline(
+                pid=pid,
+                tid=tid,
+                name=self._comms.get((pid, tid), ""),
+                fd=fd_a,
+                name_ids=np.frombuffer(name_ids, dtype=np.int32),
+                log=log_a,
+                update_slots=np.frombuffer(upd, dtype=np.int64),
+                insn_counts=np.frombuffer(insns, dtype=np.int64),
+                cycle_counts=np.frombuffer(cycles, dtype=np.int64),
+                instants=[(s, self._messages[m]) for s, m in inst],
+                counters=[(s, self._counter_names[k], v) for s, k, v in ctrs],
+                depths=np.frombuffer(depths, dtype=np.int32),
+            )
+            timeline.threads.append(thread)
+            self._arrays.append((tid, fd_a, log_a))
+            if self._keep_slots:
+                self.slot_columns[(pid, tid)] = (start_slots, end_slots)
+        timeline.names = names
+        return timeline
+
+    # ------------------------------------------------------------ checks
+
+    def orphan_errors(self) -> list[DecodeError]:
+        """Decode errors that could not be attributed to any thread."""
+        return list(self._orphan_errors)
+
+    def self_check(self, timeline: Timeline) -> None:
+        """Verify the invariants of a finished trace (see the Python engine's)."""
+        if not self._finished:
+            raise RuntimeError("self_check() needs finish() first")
+        for tid, fd, slots in self._arrays:
+            if np.any(fd[:, 2] < 0):
+                raise AssertionError(f"tid {tid}: a frame was never closed")
+            if np.any(fd[:, 2] < fd[:, 1]):
+                raise AssertionError(f"tid {tid}: a frame ends before it starts")
+            if np.any(np.diff(slots >> 2) < 0):
+                raise AssertionError(f"tid {tid}: time goes backwards")
+        TraceSegmentEngine.check_timeline(timeline)
