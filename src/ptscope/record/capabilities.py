@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Final
 
 from ptscope.errors import PtscopeError
-from ptscope.perftool import PerfTool, find_perf, perf_env
+from ptscope.perftool import PerfTool, find_perf, perf_output
 
 __all__ = ["Capabilities", "IntelPtCaps", "probe", "probe_perf_build_options"]
 
@@ -238,17 +238,11 @@ def probe(
 def probe_perf_build_options(perf: PerfTool) -> dict[str, bool]:
     """``perf version --build-options`` as {feature: on}; empty when perf does not say."""
     try:
-        out = subprocess.run(
-            [perf.path, "version", "--build-options"],
-            capture_output=True,
-            text=True,
-            env=perf_env(),
-            timeout=30,
-        )
+        _, stdout, _ = perf_output(perf.path, "version", "--build-options")
     except (OSError, subprocess.TimeoutExpired):
         return {}
     features: dict[str, bool] = {}
-    for line in out.stdout.splitlines():
+    for line in stdout.splitlines():
         name, colon, rest = line.partition(":")
         if colon and "[" in rest:
             features[name.strip()] = "on" in rest.split("]")[0]
