@@ -13,15 +13,29 @@ from typing import Final
 import numpy as np
 
 from ptscope.decode.dlfilter_stream import DlfilterRun, choose_decoder
-from ptscope.decode.parallel import SegmentBreak, decode_parallel, feed_sink
+from ptscope.decode.parallel import (
+    SegmentBreak,
+    decode_parallel,
+    decode_parallel_columnar,
+    feed_sink,
+)
 from ptscope.decode.perf_map import PerfMap, perf_map_path, resolve_location
 from ptscope.decode.perf_script import decode_perf_data_text, decode_text_file
 from ptscope.decode.perf_text import TextStats
 from ptscope.errors import BadInputError, UsageError
 from ptscope.fxt import WriteStats, write_timeline
-from ptscope.model import BranchEvent, CommEvent, Event, Location, StackSample
+from ptscope.model import (
+    BranchBatch,
+    BranchEvent,
+    CommEvent,
+    Event,
+    Location,
+    LocationTable,
+    StackSample,
+)
 from ptscope.perftool import find_perf
 from ptscope.reconstruct.engine import EngineStats, TraceSegmentEngine
+from ptscope.reconstruct.fast_engine import FastEngine, make_engine
 from ptscope.reconstruct.region_filter import filter_regions
 from ptscope.reconstruct.sampled import SampledStackBuilder
 from ptscope.recording import Recording, TriggerHit
@@ -163,14 +177,27 @@ def _branch_timeline(
 ) -> Timeline:
     perf = find_perf()
     filters = _perf_filters(options)
-    engine = TraceSegmentEngine()
+    # The C engine takes the dlfilter's branches as columns (no object per event).
+    engine = make_engine() if decoder == "dlfilter" else TraceSegmentEngine()
+    locations = LocationTable()
     maps = _perf_maps(recording)
     text_stats: list[TextStats] = []
     runs: list[DlfilterRun] = []
     for index, path in enumerate(recording.perf_data_paths()):
         if index:
             engine.end_segment()  # snapshots are separate stretches of time
-        if decoder == "dlfilter":
+        if decoder == "dlfilter" and isinstance(engine, FastEngine):
+            columns = decode_parallel_columnar(
+                path,
+                jobs=options.jobs,
+                extra=filters,
+                perf=perf,
+                run_info=runs,
+                task_events=True,
+                locations=locations,
+            )
+            feed_sink(engine, _mapped_stream(columns, maps, progress))
+        elif decoder == "dlfilter":
             stream = decode_parallel(
                 path,
                 jobs=options.jobs,
@@ -325,20 +352,47 @@ def _with_maps(batches: Iterable[list[Event]], maps: dict[int, PerfMap]) -> Iter
 
 
 def _mapped_stream(
-    stream: Iterable[list[Event] | SegmentBreak],
+    stream: Iterable[list[Event] | list[Event | BranchBatch] | SegmentBreak],
     maps: dict[int, PerfMap],
     progress: Progress | None,
-) -> Iterator[list[Event] | SegmentBreak]:
+) -> Iterator[list[Event] | list[Event | BranchBatch] | SegmentBreak]:
     """The parallel decoder's stream (batches and segment breaks) with maps and progress."""
     total = 0
+    cache: dict[tuple[int, int], int] = {}
     for item in stream:
         if isinstance(item, list):
             if maps:
-                (item,) = _with_maps([item], maps)
+                item = [_map_batch(e, maps, cache) if type(e) is BranchBatch else e for e in item]
+                (item,) = _with_maps([item], maps)  # type: ignore[list-item]
             if progress is not None:
-                total += len(item)
+                total += sum(len(e) if type(e) is BranchBatch else 1 for e in item)
                 progress(total)
         yield item
+
+
+def _map_batch(
+    batch: BranchBatch, maps: dict[int, PerfMap], cache: dict[tuple[int, int], int]
+) -> BranchBatch:
+    """:func:`_with_maps` for a batch: its rows of mapped processes get resolved locations."""
+    rows = np.flatnonzero(np.isin(batch.pid, np.array(list(maps), dtype=np.int32)))
+    if not len(rows):
+        return batch
+    table = batch.locations
+    pids = batch.pid[rows]
+    for column in ("src", "dst"):
+        ids = getattr(batch, column).copy()
+        keys = (pids.astype(np.int64) << 32) | ids[rows].astype(np.int64)
+        uniq, inverse = np.unique(keys, return_inverse=True)
+        new = np.empty(len(uniq), dtype=np.int32)
+        for i, key in enumerate(uniq.tolist()):
+            pid, loc = key >> 32, key & 0xFFFFFFFF
+            found = cache.get((pid, loc))
+            if found is None:
+                found = cache[(pid, loc)] = table.add(resolve_location(table[loc], maps[pid]))
+            new[i] = found
+        ids[rows] = new[inverse]
+        setattr(batch, column, ids)
+    return batch
 
 
 def _name_processes(timeline: Timeline, recording: Recording) -> None:

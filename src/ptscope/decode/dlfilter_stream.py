@@ -8,7 +8,11 @@ them in order (see "dlfilter record stream" in ``docs/file-formats.md``).
 The reader works on big chunks: runs of branch records are found with one vectorised check
 of their tag column and decoded with numpy; only string/location records and text lines are
 handled one at a time. perf and Python run concurrently (perf writes into a pipe while
-Python builds events from what it has read).
+Python builds events from what it has read). The *columnar* variants
+(:meth:`RecordStreamParser.feed_columnar`, :func:`decode_with_dlfilter_columnar`) yield each
+run of branch records as one :class:`~ptscope.model.BranchBatch` (columns over a shared
+:class:`~ptscope.model.LocationTable`, no object per event) between the other events, in
+stream order: what the C engine consumes.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ import gc
 import os
 import subprocess
 import tempfile
-from collections.abc import Iterator, Sequence
+from array import array
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, NamedTuple, NoReturn
@@ -34,11 +39,13 @@ from ptscope.errors import BadInputError, ToolMissingError
 from ptscope.model import (
     NOWHERE,
     UNKNOWN_SYMBOL,
+    BranchBatch,
     BranchEvent,
     BranchFlags,
     DecodeError,
     Event,
     Location,
+    LocationTable,
     PowerEvent,
     classify_flags,
 )
@@ -54,6 +61,7 @@ __all__ = [
     "StreamStats",
     "choose_decoder",
     "decode_with_dlfilter",
+    "decode_with_dlfilter_columnar",
     "dlfilter_command",
     "make_location",
     "read_record_stream",
@@ -86,6 +94,9 @@ def make_location(ip: int, symbol: str | None, offset: int, dso: str | None) -> 
 
 
 # ------------------------------------------------------------------------ parser
+
+# Turns the run of `n` branch records at `pos` of a buffer into events or a batch.
+_BranchHandler = Callable[[bytes, int, int, list[Any]], None]
 
 
 @dataclass
@@ -124,8 +135,11 @@ class RecordStreamParser:
     """Incremental parser of one dlfilter record stream: bytes in, events out.
 
     :meth:`feed` takes chunks of any size (records may straddle chunks) and returns the
-    events completed so far; :meth:`close` checks that the stream ended properly. Any
-    malformed input raises :class:`~ptscope.errors.BadInputError` naming ``source``.
+    events completed so far (:meth:`feed_columnar`: the same, with each run of branches as
+    one :class:`~ptscope.model.BranchBatch` numbering its locations in ``locations``,
+    which several parsers may share); :meth:`close` checks that the stream ended
+    properly. Any malformed input raises :class:`~ptscope.errors.BadInputError` naming
+    ``source``.
     """
 
     def __init__(
@@ -133,6 +147,7 @@ class RecordStreamParser:
         source: str = "dlfilter record stream",
         *,
         time_window: tuple[int | None, int | None] | None = None,
+        locations: LocationTable | None = None,
     ) -> None:
         self.source = source
         # Events outside this inclusive (start, end) perf-time range are dropped (None: open).
@@ -153,24 +168,36 @@ class RecordStreamParser:
         self._locations: list[Location] = [NOWHERE]  # id 0 is never used
         self._loc_array: np.ndarray[Any, np.dtype[np.object_]] = np.empty(0, dtype=object)
         self._loc_dedup: dict[tuple[int, str, int, str], Location] = {}
+        self.locations = locations if locations is not None else LocationTable()
+        self._table_ids = array("i", [-1])  # stream location id -> id in `locations`
+        self._table_id_array = np.zeros(0, dtype=np.int32)
 
     # ---------------------------------------------------------------- public
 
     def feed(self, data: bytes) -> list[Event]:
         """Parse ``data`` (appended to any incomplete record left over) into events."""
+        events: list[Event] = []
+        self._feed(data, events, self._branches)
+        return events
+
+    def feed_columnar(self, data: bytes) -> list[Event | BranchBatch]:
+        """Like :meth:`feed`, but each run of branch records is one :class:`BranchBatch`."""
+        items: list[Event | BranchBatch] = []
+        self._feed(data, items, self._branch_batch)
+        return items
+
+    def _feed(self, data: bytes, out: list[Any], branches: _BranchHandler) -> None:
         self.stats.bytes += len(data)
         buf = self._buf + data if self._buf else data
-        events: list[Event] = []
         was_enabled = gc.isenabled()
         gc.disable()  # events hold no cycles; collecting while building them is wasted
         try:
-            pos = self._parse(buf, events)
+            pos = self._parse(buf, out, branches)
         finally:
             if was_enabled:
                 gc.enable()
         self._offset += pos
         self._buf = buf[pos:]
-        return events
 
     def close(self) -> None:
         """The stream ended: fail if it stopped inside a record or before the trailer."""
@@ -194,7 +221,7 @@ class RecordStreamParser:
         where = f" at byte {self._offset + at}" if at is not None else ""
         raise BadInputError(f"{self.source} {what}{where}")
 
-    def _parse(self, buf: bytes, events: list[Event]) -> int:
+    def _parse(self, buf: bytes, events: list[Any], branches: _BranchHandler) -> int:
         pos = 0
         end = len(buf)
         while pos < end:
@@ -211,7 +238,7 @@ class RecordStreamParser:
                 other = np.flatnonzero(tags != rf.TAG_BRANCH)
                 if other.size:
                     n = int(other[0])
-                self._branches(buf, pos, n, events)
+                branches(buf, pos, n, events)
                 pos += n * size
             elif tag not in _TAGS:
                 nl = buf.find(b"\n", pos)
@@ -232,7 +259,7 @@ class RecordStreamParser:
                 pos += used
         return pos
 
-    def _record(self, buf: bytes, pos: int, tag: int, events: list[Event]) -> int:
+    def _record(self, buf: bytes, pos: int, tag: int, events: list[Any]) -> int:
         """Parse one non-branch record at ``pos``; return its size, 0 if incomplete."""
         avail = len(buf) - pos
         if tag == rf.TAG_HEADER:
@@ -334,6 +361,7 @@ class RecordStreamParser:
         key = (loc.ip, loc.symbol, loc.offset, loc.dso)
         loc = self._loc_dedup.setdefault(key, loc)
         self._locations.append(loc)
+        self._table_ids.append(self.locations.add(loc))
 
     def _location_array(self) -> np.ndarray[Any, np.dtype[np.object_]]:
         if len(self._loc_array) != len(self._locations):
@@ -343,6 +371,59 @@ class RecordStreamParser:
         return self._loc_array
 
     def _branches(self, buf: bytes, pos: int, n: int, events: list[Event]) -> None:
+        recs = self._branch_records(buf, pos, n)
+        if recs is None:
+            return
+        locs = self._location_array()
+        flags = recs["flags"]
+        uniq, inverse = np.unique(flags, return_inverse=True)
+        kinds = np.empty(len(uniq), dtype=object)
+        states = np.empty(len(uniq), dtype=object)
+        for i, fl in enumerate(uniq.tolist()):
+            kinds[i], states[i] = classify_flags(fl)
+        in_tx = (flags & _IN_TX) != 0
+        events.extend(
+            map(
+                BranchEvent,
+                recs["pid"].tolist(),
+                recs["tid"].tolist(),
+                recs["time"].tolist(),
+                kinds[inverse].tolist(),
+                states[inverse].tolist(),
+                locs[recs["ip_loc"]].tolist(),
+                locs[recs["addr_loc"]].tolist(),
+                in_tx.tolist(),
+                recs["insn_cnt"].tolist(),
+                recs["cyc_cnt"].tolist(),
+            )
+        )
+
+    def _branch_batch(self, buf: bytes, pos: int, n: int, items: list[Any]) -> None:
+        recs = self._branch_records(buf, pos, n)
+        if recs is None:
+            return
+        if len(self._table_id_array) != len(self._table_ids):
+            self._table_id_array = np.array(self._table_ids, dtype=np.int32)
+        ids = self._table_id_array
+        # Columns are views of the records where the type allows (no copy).
+        items.append(
+            BranchBatch(
+                self.locations,
+                pid=recs["pid"],
+                tid=recs["tid"],
+                time=recs["time"].view(np.int64),
+                flags=recs["flags"],
+                src=ids[recs["ip_loc"]],
+                dst=ids[recs["addr_loc"]],
+                insn_count=recs["insn_cnt"],
+                cycle_count=recs["cyc_cnt"],
+            )
+        )
+
+    def _branch_records(
+        self, buf: bytes, pos: int, n: int
+    ) -> np.ndarray[Any, np.dtype[np.void]] | None:
+        """The ``n`` branch records at ``pos``, checked, without those outside the window."""
         if self._ended:
             self._fail("holds records after its trailer", pos)
         recs = np.frombuffer(buf, dtype=rf.BRANCH_DTYPE, count=n, offset=pos)
@@ -364,7 +445,7 @@ class RecordStreamParser:
                 self.stats.outside_window += n - int(keep.sum())
                 recs = recs[keep]
                 if not len(recs):
-                    return
+                    return None
         ip_loc = recs["ip_loc"]
         addr_loc = recs["addr_loc"]
         nloc = len(self._locations)
@@ -372,29 +453,7 @@ class RecordStreamParser:
             self._fail("is corrupted (a branch names an unknown location)", pos)
         if int(ip_loc.min()) == 0 or int(addr_loc.min()) == 0:
             self._fail("is corrupted (a branch names location 0)", pos)
-        locs = self._location_array()
-        flags = recs["flags"]
-        uniq, inverse = np.unique(flags, return_inverse=True)
-        kinds = np.empty(len(uniq), dtype=object)
-        states = np.empty(len(uniq), dtype=object)
-        for i, fl in enumerate(uniq.tolist()):
-            kinds[i], states[i] = classify_flags(fl)
-        in_tx = (flags & _IN_TX) != 0
-        events.extend(
-            map(
-                BranchEvent,
-                recs["pid"].tolist(),
-                recs["tid"].tolist(),
-                recs["time"].tolist(),
-                kinds[inverse].tolist(),
-                states[inverse].tolist(),
-                locs[ip_loc].tolist(),
-                locs[addr_loc].tolist(),
-                in_tx.tolist(),
-                recs["insn_cnt"].tolist(),
-                recs["cyc_cnt"].tolist(),
-            )
-        )
+        return recs
 
     def _note_threads(self, recs: np.ndarray[Any, np.dtype[np.void]]) -> None:
         if len(recs):
@@ -421,7 +480,7 @@ class RecordStreamParser:
                 exact = ((pid << 32) | (tid & 0xFFFFFFFF)) in decoded
                 seen[(pid, tid)] = CountFix(time, ip, addr, insn, cyc, exact)
 
-    def _text_line(self, line: str, events: list[Event]) -> None:
+    def _text_line(self, line: str, events: list[Any]) -> None:
         """A line perf printed between our records: parsed as the text decoder does."""
         self.stats.text_lines += 1
         if any(c < " " and c != "\t" for c in line.rstrip("\r")):
@@ -496,6 +555,8 @@ class DlfilterProcess:
     (parallel decode runs the windows it is not consuming yet this way). Events with a
     time outside ``time_window`` (inclusive; None = open) are dropped. ``task_events``
     adds perf's thread names (``CommEvent``), as the text decoder's option does.
+    :meth:`columnar_batches` is :meth:`batches` with each run of branches as one
+    :class:`~ptscope.model.BranchBatch` over ``locations`` (a new table if None).
     """
 
     def __init__(
@@ -509,6 +570,7 @@ class DlfilterProcess:
         stdout_path: Path | None = None,
         time_window: tuple[int | None, int | None] | None = None,
         task_events: bool = False,
+        locations: LocationTable | None = None,
     ) -> None:
         tool = perf if perf is not None else find_perf()
         check_dlfilter_prerequisites(tool, perf_data)
@@ -523,6 +585,7 @@ class DlfilterProcess:
         self.parser = RecordStreamParser(
             f"dlfilter record stream of {perf_data}",
             time_window=time_window,
+            locations=locations,
         )
         self.stdout_path = stdout_path
         self.stderr = ""
@@ -540,6 +603,13 @@ class DlfilterProcess:
 
     def batches(self) -> Iterator[list[Event]]:
         """The decoded events, batch by batch; raises a PtscopeError if decoding failed."""
+        return self._read(self.parser.feed)
+
+    def columnar_batches(self) -> Iterator[list[Event | BranchBatch]]:
+        """Like :meth:`batches`, with each run of branches as one :class:`BranchBatch`."""
+        return self._read(self.parser.feed_columnar)
+
+    def _read(self, feed: Callable[[bytes], list[Any]]) -> Iterator[list[Any]]:
         parser = self.parser
         proc = self._proc
         done = False
@@ -548,7 +618,7 @@ class DlfilterProcess:
                 proc.wait()
                 with open(self.stdout_path, "rb") as f:
                     while chunk := f.read(CHUNK_SIZE):
-                        events = parser.feed(chunk)
+                        events = feed(chunk)
                         if events:
                             yield events
             else:
@@ -556,7 +626,7 @@ class DlfilterProcess:
                 fd = proc.stdout.fileno()
                 _grow_pipe(fd)
                 while chunk := os.read(fd, CHUNK_SIZE):
-                    events = parser.feed(chunk)
+                    events = feed(chunk)
                     if events:
                         yield events
             done = True
@@ -618,6 +688,35 @@ def decode_with_dlfilter(
         task_events=task_events,
     )
     yield from proc.batches()
+    if run_info is not None:
+        run_info.append(proc.run_info())
+
+
+def decode_with_dlfilter_columnar(
+    perf_data: Path,
+    *,
+    itrace: str = DEFAULT_ITRACE,
+    keep_all: bool = False,
+    extra: Sequence[str] = (),
+    perf: PerfTool | None = None,
+    run_info: list[DlfilterRun] | None = None,
+    task_events: bool = False,
+    locations: LocationTable | None = None,
+) -> Iterator[list[Event | BranchBatch]]:
+    """:func:`decode_with_dlfilter` with each run of branches as one :class:`BranchBatch`.
+
+    The batches number their locations in ``locations`` (a new table if None).
+    """
+    proc = DlfilterProcess(
+        perf_data,
+        itrace=itrace,
+        keep_all=keep_all,
+        extra=extra,
+        perf=perf,
+        task_events=task_events,
+        locations=locations,
+    )
+    yield from proc.columnar_batches()
     if run_info is not None:
         run_info.append(proc.run_info())
 

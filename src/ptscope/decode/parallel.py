@@ -40,7 +40,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
+
+import numpy as np
 
 from ptscope.decode.dlfilter_stream import (
     DEFAULT_ITRACE,
@@ -48,8 +50,9 @@ from ptscope.decode.dlfilter_stream import (
     DlfilterProcess,
     DlfilterRun,
     decode_with_dlfilter,
+    decode_with_dlfilter_columnar,
 )
-from ptscope.model import BranchEvent, Event
+from ptscope.model import BranchBatch, BranchEvent, Event, LocationTable
 from ptscope.perftool import PerfTool, find_perf
 
 __all__ = [
@@ -60,6 +63,7 @@ __all__ = [
     "TimeWindow",
     "TraceLayout",
     "decode_parallel",
+    "decode_parallel_columnar",
     "default_jobs",
     "feed_sink",
     "plan_windows",
@@ -100,12 +104,14 @@ SEGMENT_BREAK: Final = SegmentBreak()
 class EventSink(Protocol):
     """What consumes decoded events: the reconstruction engine."""
 
-    def feed_all(self, events: Iterable[Event]) -> None: ...
+    def feed_all(self, events: Iterable[Event | BranchBatch]) -> None: ...
 
     def end_segment(self) -> None: ...
 
 
-def feed_sink(sink: EventSink, stream: Iterable[list[Event] | SegmentBreak]) -> None:
+def feed_sink(
+    sink: EventSink, stream: Iterable[Sequence[Event | BranchBatch] | SegmentBreak]
+) -> None:
     """Feed batches to ``sink``, turning window boundaries into segment breaks."""
     for item in stream:
         if isinstance(item, SegmentBreak):
@@ -301,6 +307,32 @@ def _apply_count_fixes(batch: list[Event], fixes: dict[tuple[int, int], CountFix
             return
 
 
+def _apply_count_fixes_columnar(
+    items: list[Event | BranchBatch], fixes: dict[tuple[int, int], CountFix]
+) -> None:
+    """:func:`_apply_count_fixes` for a columnar list (branches are in batches)."""
+    for item in items:
+        if type(item) is not BranchBatch:
+            continue
+        batch = item
+        for key in list(fixes):
+            rows = np.flatnonzero((batch.pid == key[0]) & (batch.tid == key[1]))
+            if not len(rows):
+                continue
+            fix = fixes.pop(key)
+            i = int(rows[0])
+            src = batch.locations[int(batch.src[i])]
+            dst = batch.locations[int(batch.dst[i])]
+            if (int(batch.time[i]), src.ip, dst.ip) == fix[:3]:
+                # The columns may be read-only views of the record stream.
+                batch.insn_count = batch.insn_count.copy()
+                batch.cycle_count = batch.cycle_count.copy()
+                batch.insn_count[i] = fix.insn_count
+                batch.cycle_count[i] = fix.cycle_count
+        if not fixes:
+            return
+
+
 def _fmt(ns: int) -> str:
     return f"{ns // 1_000_000_000}.{ns % 1_000_000_000:09d}"
 
@@ -383,19 +415,86 @@ def decode_parallel(
     ``windows`` overrides the automatic plan (tests use it); ``task_events`` adds thread
     names (see :class:`~ptscope.decode.dlfilter_stream.DlfilterProcess`).
     """
+    return _decode_windows(
+        perf_data,
+        jobs=jobs,
+        itrace=itrace,
+        extra=extra,
+        perf=perf,
+        windows=windows,
+        run_info=run_info,
+        task_events=task_events,
+        locations=None,
+    )
+
+
+def decode_parallel_columnar(
+    perf_data: Path,
+    *,
+    jobs: int | None = None,
+    itrace: str = DEFAULT_ITRACE,
+    extra: Sequence[str] = (),
+    perf: PerfTool | None = None,
+    windows: Sequence[TimeWindow] | None = None,
+    run_info: list[DlfilterRun] | None = None,
+    task_events: bool = False,
+    locations: LocationTable | None = None,
+) -> Iterator[list[Event | BranchBatch] | SegmentBreak]:
+    """:func:`decode_parallel` with each run of branches as one :class:`BranchBatch`.
+
+    Every window's batches number their locations in ``locations`` (one new table for the
+    whole decode if None), so one engine sees one table.
+    """
+    return _decode_windows(
+        perf_data,
+        jobs=jobs,
+        itrace=itrace,
+        extra=extra,
+        perf=perf,
+        windows=windows,
+        run_info=run_info,
+        task_events=task_events,
+        locations=locations if locations is not None else LocationTable(),
+    )
+
+
+def _decode_windows(
+    perf_data: Path,
+    *,
+    jobs: int | None,
+    itrace: str,
+    extra: Sequence[str],
+    perf: PerfTool | None,
+    windows: Sequence[TimeWindow] | None,
+    run_info: list[DlfilterRun] | None,
+    task_events: bool,
+    locations: LocationTable | None,
+) -> Iterator[Any]:
+    """Both decodes: events (``locations`` None) or columnar batches over ``locations``."""
     tool = perf if perf is not None else find_perf()
     if windows is None:
         n = jobs if jobs is not None else default_jobs()
         windows = plan_windows(read_trace_layout(perf_data) if n > 1 else None, n)
     if len(windows) == 1 and windows[0] == TimeWindow(None, None):
-        yield from decode_with_dlfilter(
-            perf_data,
-            itrace=itrace,
-            extra=extra,
-            perf=tool,
-            run_info=run_info,
-            task_events=task_events,
-        )
+        if locations is not None:
+            yield from decode_with_dlfilter_columnar(
+                perf_data,
+                itrace=itrace,
+                extra=extra,
+                perf=tool,
+                run_info=run_info,
+                task_events=task_events,
+                locations=locations,
+            )
+        else:
+            yield from decode_with_dlfilter(
+                perf_data,
+                itrace=itrace,
+                extra=extra,
+                perf=tool,
+                run_info=run_info,
+                task_events=task_events,
+            )
         return
     with tempfile.TemporaryDirectory(prefix="ptscope-decode-") as tmp:
         procs: list[DlfilterProcess] = []
@@ -411,16 +510,23 @@ def decode_parallel(
                         stdout_path=Path(tmp) / f"window-{i}.bin" if i else None,
                         time_window=(w.start, w.end),
                         task_events=task_events,
+                        locations=locations,
                     )
                 )
             fixes: dict[tuple[int, int], CountFix] = {}
             for i, proc in enumerate(procs):
                 if i:
                     yield SEGMENT_BREAK
-                for batch in proc.batches():
-                    if fixes:
-                        _apply_count_fixes(batch, fixes)
-                    yield batch
+                if locations is not None:
+                    for items in proc.columnar_batches():
+                        if fixes:
+                            _apply_count_fixes_columnar(items, fixes)
+                        yield items
+                else:
+                    for batch in proc.batches():
+                        if fixes:
+                            _apply_count_fixes(batch, fixes)
+                        yield batch
                 # A thread with no branch in this window keeps the fix it had (from a
                 # decode that saw it earlier), unless this one is as good.
                 for key, fix in proc.parser.first_after_end.items():
