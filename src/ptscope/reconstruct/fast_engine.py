@@ -50,6 +50,7 @@ __all__ = ["FastEngine", "is_available", "make_engine"]
 log = logging.getLogger("ptscope")
 
 _FIELDS: Final = 6
+_NAME_SHIFT: Final = 16  # a frame's name id sits above its flags (see _cengine.c)
 _POWER_COUNTER: Final = "CPU frequency (MHz)"
 _UNEXPECTED: Final = (
     "branch from {fn} while in {fn2}",
@@ -128,7 +129,8 @@ class FastEngine:
         self._ignored = 0  # counted here, not in C (stack samples)
         self._comm_events = 0
         self._finished = False
-        self._arrays: list[tuple[int, npt.NDArray[np.int64], npt.NDArray[np.int64]]] = []
+        # Per thread, by order of appearance: (tid, frames, slot log), for self_check.
+        self._arrays: dict[int, tuple[int, npt.NDArray[np.int64], npt.NDArray[np.int64]]] = {}
 
     # ------------------------------------------------------------------ input
 
@@ -314,7 +316,7 @@ class FastEngine:
                 depths=np.frombuffer(depths, dtype=np.int32),
             )
             timeline.threads.append(thread)
-            self._arrays.append((tid, fd_a, log_a))
+            self._arrays[index] = (tid, fd_a, log_a)
             if self._keep_slots:
                 self.slot_columns[(pid, tid)] = (start_slots, end_slots)
         timeline.names = names
@@ -330,11 +332,16 @@ class FastEngine:
         """Verify the invariants of a finished trace (see the Python engine's)."""
         if not self._finished:
             raise RuntimeError("self_check() needs finish() first")
-        for tid, fd, slots in self._arrays:
+        for _, (tid, fd, slots) in sorted(self._arrays.items()):
             if np.any(fd[:, 2] < 0):
-                raise AssertionError(f"tid {tid}: a frame was never closed")
+                name = self._frame_name(fd, int(np.flatnonzero(fd[:, 2] < 0)[0]))
+                raise AssertionError(f"tid {tid}: frame {name} never closed")
             if np.any(fd[:, 2] < fd[:, 1]):
-                raise AssertionError(f"tid {tid}: a frame ends before it starts")
+                name = self._frame_name(fd, int(np.flatnonzero(fd[:, 2] < fd[:, 1])[0]))
+                raise AssertionError(f"tid {tid}: frame {name} ends before start")
             if np.any(np.diff(slots >> 2) < 0):
                 raise AssertionError(f"tid {tid}: time goes backwards")
         TraceSegmentEngine.check_timeline(timeline)
+
+    def _frame_name(self, fd: npt.NDArray[np.int64], index: int) -> str:
+        return self._names[int(fd[index, 4]) >> _NAME_SHIFT]
