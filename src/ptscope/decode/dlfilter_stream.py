@@ -27,6 +27,7 @@ from array import array
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from time import sleep
 from typing import Any, Final, NamedTuple, NoReturn
 
 import numpy as np
@@ -623,9 +624,7 @@ class DlfilterProcess:
                             yield events
             else:
                 assert proc.stdout is not None
-                fd = proc.stdout.fileno()
-                _grow_pipe(fd)
-                while chunk := os.read(fd, CHUNK_SIZE):
+                for chunk in _pipe_chunks(proc.stdout.fileno()):
                     events = feed(chunk)
                     if events:
                         yield events
@@ -738,10 +737,34 @@ def check_dlfilter_prerequisites(tool: PerfTool, perf_data: Path) -> None:
         raise BadInputError(f"{perf_data}: no such file")
 
 
-def _grow_pipe(fd: int) -> None:
-    """Ask for a 1 MiB pipe: fewer, bigger reads (and numpy batches) than the 64 KiB default."""
+def _grow_pipe(fd: int) -> int:
+    """Ask for a 1 MiB pipe: fewer, bigger reads (and numpy batches) than the 64 KiB default.
+
+    Returns the pipe's size (0 if unknown).
+    """
     with contextlib.suppress(OSError, AttributeError):
         fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, CHUNK_SIZE)
+    try:
+        return int(fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ))
+    except (OSError, AttributeError):
+        return 0
+
+
+_FILL_PAUSE: Final = 0.001  # seconds; perf writes ~250 MB/s at most: a quarter of the pipe
+
+
+def _pipe_chunks(fd: int) -> Iterator[bytes]:
+    """What perf writes into the pipe ``fd``, in chunks of up to :data:`CHUNK_SIZE`.
+
+    perf flushes its stdio buffer every few KiB, and a reader that keeps up gets each flush
+    on its own: one parse and one engine call per hundred records, which costs more than
+    the records. So after a small read the pipe (1 MiB) is left to fill for a moment.
+    """
+    pause = _grow_pipe(fd) >= CHUNK_SIZE
+    while chunk := os.read(fd, CHUNK_SIZE):
+        yield chunk
+        if pause and len(chunk) < CHUNK_SIZE // 4:
+            sleep(_FILL_PAUSE)
 
 
 def _popen(argv: list[str], stdout: Any, stderr: Any) -> subprocess.Popen[bytes]:

@@ -52,9 +52,30 @@ enum {
 	K_SWINT,
 	K_ASYNC,
 	K_TX_ABORT,
+	K_VMENTRY,
+	K_VMEXIT,
 };
 enum { S_NONE, S_START, S_END };
-#define IN_TX_FLAG (1u << 10)
+
+/* model.BranchFlags (perf's PERF_DLFILTER_FLAG_*). */
+enum {
+	BF_BRANCH = 1 << 0,
+	BF_CALL = 1 << 1,
+	BF_RETURN = 1 << 2,
+	BF_CONDITIONAL = 1 << 3,
+	BF_SYSCALLRET = 1 << 4,
+	BF_ASYNC = 1 << 5,
+	BF_INTERRUPT = 1 << 6,
+	BF_TX_ABORT = 1 << 7,
+	BF_TRACE_BEGIN = 1 << 8,
+	BF_TRACE_END = 1 << 9,
+	BF_IN_TX = 1 << 10,
+	BF_VMENTRY = 1 << 11,
+	BF_VMEXIT = 1 << 12,
+	BF_INTR_DISABLE = 1 << 13,
+	BF_INTR_TOGGLE = 1 << 14,
+};
+#define IN_TX_FLAG BF_IN_TX
 #define FLAG_TABLE_SIZE 32768 /* classify_flags depends on bits 0..14 only */
 
 /* Name ids the Python side reserves for the synthetic frames. */
@@ -119,9 +140,45 @@ typedef struct {
 	size_t index; /* thread index + 1; 0 = empty */
 } Slot;
 
+/* model._classify, as kind | state << 4 (a test compares all 32768 values). */
+static uint8_t classify(uint32_t flags)
+{
+	bool begin = flags & BF_TRACE_BEGIN, end = flags & BF_TRACE_END;
+	if (begin && end)
+		return K_NONE; /* `tr strt tr end`: nothing executed */
+	int state = begin ? S_START : end ? S_END : S_NONE;
+	uint32_t f = flags & ~(uint32_t)(BF_TRACE_BEGIN | BF_TRACE_END | BF_IN_TX |
+					 BF_INTR_DISABLE | BF_INTR_TOGGLE);
+	int kind;
+	if (f & BF_TX_ABORT)
+		kind = K_TX_ABORT;
+	else if (f & BF_VMENTRY)
+		kind = K_VMENTRY;
+	else if (f & BF_VMEXIT)
+		kind = K_VMEXIT;
+	else if (f & BF_SYSCALLRET)
+		kind = f & BF_CALL ? K_SYSCALL : K_SYSRET;
+	else if (f & BF_INTERRUPT)
+		kind = f & BF_RETURN ? K_IRET : f & BF_ASYNC ? K_HWINT : K_SWINT;
+	else if (f & BF_ASYNC)
+		kind = K_ASYNC;
+	else if (f & BF_CALL)
+		kind = K_CALL;
+	else if (f & BF_RETURN)
+		kind = K_RETURN;
+	else if (f & BF_CONDITIONAL)
+		kind = K_CJUMP;
+	else if (f & BF_BRANCH)
+		kind = K_JUMP;
+	else
+		kind = K_NONE;
+	return (uint8_t)(kind | state << 4);
+}
+
+static uint8_t kind_state[FLAG_TABLE_SIZE]; /* classify() of every value, filled at import */
+
 typedef struct {
 	PyObject_HEAD
-	uint8_t kind_state[FLAG_TABLE_SIZE]; /* kind | state << 4 */
 	int32_t *loc_fn;
 	int64_t *loc_entry, *loc_off;
 	uint64_t *loc_ip;
@@ -829,23 +886,14 @@ static PyObject *vec_block(Vec *a)
 
 static int engine_init(Engine *e, PyObject *args, PyObject *kwds)
 {
-	static char *kwlist[] = {"kind_state", "max_examples", NULL};
-	Py_buffer table;
+	static char *kwlist[] = {"max_examples", NULL};
 	Py_ssize_t max_examples = 5;
-	if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*|n", kwlist, &table, &max_examples))
+	if (!PyArg_ParseTupleAndKeywords(args, kwds, "|n", kwlist, &max_examples))
 		return -1;
-	if (table.len != FLAG_TABLE_SIZE) {
-		PyBuffer_Release(&table);
-		PyErr_Format(PyExc_ValueError, "kind_state must be %d bytes", FLAG_TABLE_SIZE);
-		return -1;
-	}
 	if (e->threads || e->nloc) {
-		PyBuffer_Release(&table);
 		PyErr_SetString(PyExc_RuntimeError, "the engine is already initialised");
 		return -1;
 	}
-	memcpy(e->kind_state, table.buf, FLAG_TABLE_SIZE);
-	PyBuffer_Release(&table);
 	if (max_examples < 0)
 		max_examples = 0;
 	free(e->examples);
@@ -1058,7 +1106,7 @@ static PyObject *engine_feed_batch(Engine *e, PyObject *args)
 		int32_t src = AT(cols[C_SRC], int32_t, i), dst = AT(cols[C_DST], int32_t, i);
 		uint64_t insns = AT(cols[C_INSN], uint64_t, i);
 		uint64_t cycles = AT(cols[C_CYC], uint64_t, i);
-		uint8_t ks = e->kind_state[flags & (FLAG_TABLE_SIZE - 1)];
+		uint8_t ks = kind_state[flags & (FLAG_TABLE_SIZE - 1)];
 		int kind = ks & 15, state = ks >> 4;
 		if (!th || tid != cur_tid || pid != cur_pid) {
 			cur_pid = pid;
@@ -1392,6 +1440,297 @@ static PyObject *engine_take_thread(Engine *e, PyObject *args)
 	return result;
 }
 
+/* ------------------------------------------------------------ the final pass */
+
+/* The twin of engine.build_thread_timeline, for speed: the numpy version allocates a dozen
+ * temporaries the size of the trace, and first touching those pages costs more than the
+ * arithmetic. Arithmetic wraps around as numpy's int64 does. */
+
+static inline int64_t wadd(int64_t a, int64_t b)
+{
+	return (int64_t)((uint64_t)a + (uint64_t)b);
+}
+
+static inline int64_t wsub(int64_t a, int64_t b)
+{
+	return (int64_t)((uint64_t)a - (uint64_t)b);
+}
+
+static inline int64_t wmul(int64_t a, int64_t b)
+{
+	return (int64_t)((uint64_t)a * (uint64_t)b);
+}
+
+/* numpy's // for a positive divisor (rounds towards minus infinity). */
+static inline int64_t floordiv(int64_t a, int64_t b)
+{
+	int64_t q = a / b;
+	return (a % b != 0 && a < 0) ? q - 1 : q;
+}
+
+/* engine._slot_times: slots to nanoseconds (see "Time" in engine.py). `member` is n bytes
+ * of scratch. */
+static void slot_times(const int64_t *raw, int64_t *t, uint8_t *member, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		t[i] = raw[i] >> 2;
+	for (size_t i = 0; i < n; i++)
+		member[i] = (i > 0 && t[i] == t[i - 1]) || (i + 1 < n && t[i] == t[i + 1]);
+	/* A run, as numpy sees it, is a maximal sequence of member slots (non-members skipped)
+	 * with one value; it is spread over the interval up to the slot after its last one. */
+	size_t i = 0;
+	while (i < n) {
+		if (!member[i]) {
+			i++;
+			continue;
+		}
+		int64_t value = t[i];
+		size_t last = i, j = i;
+		int64_t calls = 0;
+		for (; j < n; j++) {
+			if (!member[j])
+				continue;
+			if (t[j] != value)
+				break;
+			calls += raw[j] & CALL_SLOT;
+			last = j;
+		}
+		int64_t span = wsub(last + 1 < n ? t[last + 1] : value, value);
+		int64_t div = calls > 0 ? calls : 1, before = 0;
+		for (size_t k = i; k <= last; k++) {
+			if (!member[k])
+				continue;
+			t[k] = wadd(value, floordiv(wmul(span, before), div));
+			before += raw[k] & CALL_SLOT;
+		}
+		i = j;
+	}
+	/* Every call (and segment start) lasts at least 1 ns; time never goes backwards. */
+	int64_t lasting = 0, top = 0;
+	for (size_t k = 0; k < n; k++) {
+		int64_t x = wsub(t[k], lasting);
+		if (k == 0 || x > top)
+			top = x;
+		t[k] = wadd(top, lasting);
+		lasting += (raw[k] & (CALL_SLOT | START_SLOT)) != 0;
+	}
+}
+
+typedef struct {
+	int64_t start;
+	int32_t depth;
+	int32_t ix;
+} SortItem;
+
+static inline bool item_le(const SortItem *a, const SortItem *b)
+{
+	return a->start < b->start || (a->start == b->start && a->depth <= b->depth);
+}
+
+/* Stable merge sort; linear on sorted input (frames come almost in start order). */
+static void sort_items(SortItem *a, SortItem *tmp, size_t n)
+{
+	if (n <= 16) {
+		for (size_t i = 1; i < n; i++) {
+			SortItem x = a[i];
+			size_t j = i;
+			while (j > 0 && !item_le(&a[j - 1], &x)) {
+				a[j] = a[j - 1];
+				j--;
+			}
+			a[j] = x;
+		}
+		return;
+	}
+	size_t mid = n / 2;
+	sort_items(a, tmp, mid);
+	sort_items(a + mid, tmp, n - mid);
+	if (item_le(&a[mid - 1], &a[mid]))
+		return;
+	memcpy(tmp, a, mid * sizeof(SortItem));
+	size_t i = 0, j = mid, k = 0;
+	while (i < mid && j < n)
+		a[k++] = item_le(&tmp[i], &a[j]) ? tmp[i++] : a[j++];
+	while (i < mid)
+		a[k++] = tmp[i++];
+}
+
+typedef struct {
+	Py_buffer view;
+	bool held;
+} Held;
+
+static int get_contiguous(Held *h, PyObject *obj, Py_ssize_t itemsize, const char *name,
+			  Py_ssize_t *count)
+{
+	if (PyObject_GetBuffer(obj, &h->view, PyBUF_C_CONTIGUOUS) < 0)
+		return -1;
+	h->held = true;
+	if (h->view.len % itemsize) {
+		PyErr_Format(PyExc_ValueError, "%s: not a whole number of %zd-byte items", name,
+			     itemsize);
+		return -1;
+	}
+	*count = h->view.len / itemsize;
+	return 0;
+}
+
+enum { O_TIMES, O_START, O_END, O_DEPTH, O_NAME, O_ADDR, O_INSNS, O_CYCLES, O_FLAGS,
+       O_SSLOT, O_ESLOT, NOUT };
+
+static PyObject *final_pass(PyObject *Py_UNUSED(module), PyObject *args)
+{
+	PyObject *objs[7];
+	int keep_slots;
+	if (!PyArg_ParseTuple(args, "OOOOOOOp", &objs[0], &objs[1], &objs[2], &objs[3],
+			      &objs[4], &objs[5], &objs[6], &keep_slots))
+		return NULL;
+	static const char *names[] = {"fd", "log", "update_slots", "insn_counts",
+				      "cycle_counts", "name_ids", "depths"};
+	static const Py_ssize_t sizes[] = {8, 8, 8, 8, 8, 4, 4};
+	Held held[7] = {0};
+	Py_ssize_t counts[7];
+	void *out[NOUT] = {0};
+	uint8_t *member = NULL;
+	SortItem *items = NULL, *tmp = NULL;
+	int64_t *at = NULL;
+	PyObject *result = NULL;
+	for (int i = 0; i < 7; i++)
+		if (get_contiguous(&held[i], objs[i], sizes[i], names[i], &counts[i]) < 0)
+			goto done;
+	const int64_t *fd = held[0].view.buf, *raw = held[1].view.buf;
+	const int64_t *upd = held[2].view.buf, *uins = held[3].view.buf, *ucyc = held[4].view.buf;
+	const int32_t *name_ids = held[5].view.buf, *depths = held[6].view.buf;
+	size_t n = (size_t)counts[0] / NFIELDS, nslots = (size_t)counts[1];
+	size_t nupd = (size_t)counts[2];
+	if (counts[0] % NFIELDS || (size_t)counts[5] != n || (size_t)counts[6] != n ||
+	    counts[3] != counts[2] || counts[4] != counts[2] || n > INT32_MAX) {
+		PyErr_SetString(PyExc_ValueError, "final_pass: arrays of inconsistent lengths");
+		goto done;
+	}
+	for (size_t i = 0; i < n; i++) {
+		int64_t s = fd[i * NFIELDS + F_START], e = fd[i * NFIELDS + F_END];
+		if (s < 0 || e < 0 || (size_t)s >= nslots || (size_t)e >= nslots) {
+			PyErr_SetString(PyExc_ValueError, "final_pass: a frame's slot is not in the log");
+			goto done;
+		}
+	}
+	for (size_t u = 0; u < nupd; u++) {
+		if (upd[u] < 0 || (u && upd[u] <= upd[u - 1])) {
+			PyErr_SetString(PyExc_ValueError, "final_pass: update slots not increasing");
+			goto done;
+		}
+	}
+	static const size_t widths[NOUT] = {8, 8, 8, 4, 4, 8, 8, 8, 1, 8, 8};
+	for (int k = 0; k < NOUT; k++) {
+		size_t count = k == O_TIMES ? nslots : n;
+		if ((k == O_SSLOT || k == O_ESLOT) && !keep_slots)
+			continue;
+		out[k] = malloc((count ? count : 1) * widths[k]);
+		if (!out[k]) {
+			PyErr_NoMemory();
+			goto done;
+		}
+	}
+	member = malloc(nslots ? nslots : 1);
+	items = malloc((n ? n : 1) * sizeof(SortItem));
+	tmp = malloc((n / 2 + 1) * sizeof(SortItem));
+	at = nupd && n ? malloc(nslots * sizeof(int64_t)) : NULL;
+	if (!member || !items || !tmp || (nupd && n && !at)) {
+		PyErr_NoMemory();
+		goto done;
+	}
+	int64_t *times = out[O_TIMES];
+	slot_times(raw, times, member, nslots);
+	for (size_t i = 0; i < n; i++)
+		items[i] = (SortItem){times[fd[i * NFIELDS + F_START]], depths[i], (int32_t)i};
+	sort_items(items, tmp, n);
+	if (at) {
+		/* Index of the update in force at each slot (the last at or before it), -1: none. */
+		size_t u = 0;
+		for (size_t s = 0; s < nslots; s++) {
+			while (u < nupd && (size_t)upd[u] <= s)
+				u++;
+			at[s] = (int64_t)u - 1;
+		}
+	}
+	int64_t *o_start = out[O_START], *o_end = out[O_END], *o_addr = out[O_ADDR];
+	int64_t *o_insns = out[O_INSNS], *o_cycles = out[O_CYCLES];
+	int64_t *o_ss = out[O_SSLOT], *o_es = out[O_ESLOT];
+	int32_t *o_depth = out[O_DEPTH], *o_name = out[O_NAME];
+	uint8_t *o_flags = out[O_FLAGS];
+	for (size_t k = 0; k < n; k++) {
+		size_t i = (size_t)items[k].ix;
+		const int64_t *f = fd + i * NFIELDS;
+		o_start[k] = items[k].start;
+		o_end[k] = times[f[F_END]];
+		o_depth[k] = items[k].depth;
+		o_name[k] = name_ids[i];
+		o_addr[k] = f[F_ADDR];
+		o_flags[k] = (uint8_t)(f[F_FLAGS] & 0xFF);
+		if (keep_slots) {
+			o_ss[k] = f[F_START];
+			o_es[k] = f[F_END];
+		}
+		if (at) {
+			int64_t a = at[f[F_START]], b = at[f[F_END]];
+			o_insns[k] = wsub(b >= 0 ? uins[b] : 0, a >= 0 ? uins[a] : 0);
+			o_cycles[k] = wsub(b >= 0 ? ucyc[b] : 0, a >= 0 ? ucyc[a] : 0);
+		} else {
+			o_insns[k] = o_cycles[k] = -1;
+		}
+	}
+	PyObject *blocks[NOUT];
+	bool ok = true;
+	for (int k = 0; k < NOUT; k++) {
+		if (!out[k]) {
+			blocks[k] = Py_NewRef(Py_None);
+			continue;
+		}
+		size_t count = k == O_TIMES ? nslots : n;
+		blocks[k] = block_new(out[k], count * widths[k]);
+		out[k] = NULL;
+		ok = ok && blocks[k];
+	}
+	if (ok)
+		result = Py_BuildValue("(OOOOOOOOOOO)", blocks[0], blocks[1], blocks[2], blocks[3],
+				       blocks[4], blocks[5], blocks[6], blocks[7], blocks[8],
+				       blocks[9], blocks[10]);
+	for (int k = 0; k < NOUT; k++)
+		Py_XDECREF(blocks[k]);
+done:
+	for (int k = 0; k < NOUT; k++)
+		free(out[k]);
+	free(member);
+	free(items);
+	free(tmp);
+	free(at);
+	for (int i = 0; i < 7; i++)
+		if (held[i].held)
+			PyBuffer_Release(&held[i].view);
+	return result;
+}
+
+static PyObject *py_classify(PyObject *Py_UNUSED(module), PyObject *arg)
+{
+	unsigned long long flags = PyLong_AsUnsignedLongLong(arg);
+	if (flags == (unsigned long long)-1 && PyErr_Occurred())
+		return NULL;
+	uint8_t ks = kind_state[flags & (FLAG_TABLE_SIZE - 1)];
+	return Py_BuildValue("(ii)", ks & 15, ks >> 4);
+}
+
+static PyMethodDef module_methods[] = {
+	{"classify", py_classify, METH_O,
+	 "classify(flags) -> (kind, state): what the engine makes of raw perf flags"},
+	{"final_pass", final_pass, METH_VARARGS,
+	 "final_pass(fd, log, update_slots, insn_counts, cycle_counts, name_ids, depths, "
+	 "keep_slots) -> (times, start, end, depth, name_id, address, instructions, cycles, "
+	 "flags, start_slot, end_slot): engine.build_thread_timeline's columns (in slice "
+	 "order; the slots None unless keep_slots)"},
+	{NULL, NULL, 0, NULL},
+};
+
 static PyMethodDef engine_methods[] = {
 	{"add_locations", (PyCFunction)engine_add_locations, METH_VARARGS,
 	 "add_locations(function_ids, entries, offsets, ips) -> location count"},
@@ -1432,10 +1771,13 @@ static struct PyModuleDef cengine_module = {
 	.m_name = "ptscope.reconstruct._cengine",
 	.m_doc = "The trace-segment engine's ingestion in C (twin of reconstruct/engine.py).",
 	.m_size = -1,
+	.m_methods = module_methods,
 };
 
 PyMODINIT_FUNC PyInit__cengine(void)
 {
+	for (uint32_t f = 0; f < FLAG_TABLE_SIZE; f++)
+		kind_state[f] = classify(f);
 	if (PyType_Ready(&EngineType) < 0 || PyType_Ready(&BlockType) < 0)
 		return NULL;
 	PyObject *m = PyModule_Create(&cengine_module);

@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import cache
 from typing import Any, Final
 
 import numpy as np
@@ -32,10 +31,9 @@ from ptscope.model import (
     LocationTable,
     PowerEvent,
     StackSample,
-    classify_flags,
 )
 from ptscope.reconstruct.engine import EngineStats, TraceSegmentEngine, build_thread_timeline
-from ptscope.timeline import Timeline
+from ptscope.timeline import CounterSample, Instant, ThreadTimeline, Timeline
 
 try:
     from ptscope.reconstruct import _cengine  # type: ignore[attr-defined]
@@ -73,17 +71,6 @@ def make_engine(*, keep_slots: bool = False) -> FastEngine | TraceSegmentEngine:
     return TraceSegmentEngine(keep_slots=keep_slots)
 
 
-@cache
-def _kind_state_table() -> bytes:
-    """``classify_flags`` for every value of the bits it reads, as ``kind | state << 4``."""
-    size = 1 << 15
-    table = bytearray(size)
-    for flags in range(size):
-        kind, state = classify_flags(flags)
-        table[flags] = int(kind) | int(state) << 4
-    return bytes(table)
-
-
 def _i32(a: Any) -> npt.NDArray[np.int32]:
     return np.asarray(a, dtype=np.int32)
 
@@ -102,18 +89,112 @@ class _TableSync:
     functions: npt.NDArray[np.int32] | None = None  # table function id -> engine name id
 
 
+@dataclass
+class ThreadArrays:
+    """One thread's closed history, as the shared final pass takes it (see
+    :func:`~ptscope.reconstruct.engine.build_thread_timeline`)."""
+
+    fd: npt.NDArray[np.int64]
+    log: npt.NDArray[np.int64]
+    update_slots: npt.NDArray[np.int64]
+    insn_counts: npt.NDArray[np.int64]
+    cycle_counts: npt.NDArray[np.int64]
+    name_ids: npt.NDArray[np.int32]
+    depths: npt.NDArray[np.int32]
+
+
+ThreadResult = tuple[ThreadTimeline, npt.NDArray[np.int64] | None, npt.NDArray[np.int64] | None]
+
+
+def numpy_thread_timeline(
+    pid: int,
+    tid: int,
+    name: str,
+    a: ThreadArrays,
+    instants: list[tuple[int, str]],
+    counters: list[tuple[int, str, int]],
+    keep_slots: bool,
+) -> ThreadResult:
+    """The shared final pass (numpy, the reference) over one thread's arrays."""
+    thread, start_slots, end_slots = build_thread_timeline(
+        pid=pid,
+        tid=tid,
+        name=name,
+        fd=a.fd,
+        name_ids=a.name_ids,
+        log=a.log,
+        update_slots=a.update_slots,
+        insn_counts=a.insn_counts,
+        cycle_counts=a.cycle_counts,
+        instants=instants,
+        counters=counters,
+        depths=a.depths,
+    )
+    return (thread, start_slots, end_slots) if keep_slots else (thread, None, None)
+
+
+def c_thread_timeline(
+    pid: int,
+    tid: int,
+    name: str,
+    a: ThreadArrays,
+    instants: list[tuple[int, str]],
+    counters: list[tuple[int, str, int]],
+    keep_slots: bool,
+) -> ThreadResult:
+    """The same as :func:`numpy_thread_timeline`, computed in C (no temporaries)."""
+    assert _cengine is not None
+    times, start, end, depth, name_id, address, insns, cycles, flags, sslot, eslot = (
+        _cengine.final_pass(
+            a.fd,
+            a.log,
+            a.update_slots,
+            a.insn_counts,
+            a.cycle_counts,
+            a.name_ids,
+            a.depths,
+            keep_slots,
+        )
+    )
+    t = np.frombuffer(times, dtype=np.int64)
+    thread = ThreadTimeline(
+        pid=pid,
+        tid=tid,
+        name=name,
+        start=np.frombuffer(start, dtype=np.int64),
+        end=np.frombuffer(end, dtype=np.int64),
+        depth=np.frombuffer(depth, dtype=np.int32),
+        name_id=np.frombuffer(name_id, dtype=np.int32),
+        address=np.frombuffer(address, dtype=np.uint64),
+        instructions=np.frombuffer(insns, dtype=np.int64),
+        cycles=np.frombuffer(cycles, dtype=np.int64),
+        flags=np.frombuffer(flags, dtype=np.uint8),
+        instants=[Instant(int(t[s]), text) for s, text in instants],
+        counters=[CounterSample(int(t[s]), text, v) for s, text, v in counters],
+    )
+    if not keep_slots:
+        return thread, None, None
+    return thread, np.frombuffer(sslot, dtype=np.int64), np.frombuffer(eslot, dtype=np.int64)
+
+
 class FastEngine:
     """:class:`~ptscope.reconstruct.engine.TraceSegmentEngine`, ingestion in C.
 
     Takes the same events (:meth:`feed`, :meth:`feed_all`) and, much faster, whole
     :class:`~ptscope.model.BranchBatch` es (:meth:`feed_batch`); ``keep_slots`` keeps each
-    slice's start/end slot in :attr:`slot_columns` (for transcript tests).
+    slice's start/end slot in :attr:`slot_columns` (for transcript tests). ``final_pass``:
+    ``"c"`` (default) or ``"numpy"`` (the Python engine's, for tests: both give the same).
     """
 
-    def __init__(self, *, keep_slots: bool = False, max_examples: int = 5) -> None:
+    def __init__(
+        self, *, keep_slots: bool = False, max_examples: int = 5, final_pass: str = "c"
+    ) -> None:
+        if final_pass not in ("c", "numpy"):
+            raise ValueError(f"final_pass must be 'c' or 'numpy', not {final_pass!r}")
+        self._final_pass = final_pass
         if _cengine is None:
             raise RuntimeError(f"the C engine is not built ({_IMPORT_ERROR})")
-        self._c = _cengine.Engine(_kind_state_table(), max_examples)
+        self._c = _cengine.Engine(max_examples)
         self._keep_slots = keep_slots
         self.slot_columns: dict[tuple[int, int], tuple[npt.NDArray[np.int64], ...]] = {}
         # Engine name ids: the synthetic frames' are fixed in the C code.
@@ -301,23 +382,28 @@ class FastEngine:
             log_a = np.frombuffer(slots, dtype=np.int64)
             inst = np.frombuffer(instants, dtype=np.int64).reshape(-1, 2).tolist()
             ctrs = np.frombuffer(counters, dtype=np.int64).reshape(-1, 3).tolist()
-            thread, start_slots, end_slots = build_thread_timeline(
-                pid=pid,
-                tid=tid,
-                name=self._comms.get((pid, tid), ""),
+            arrays = ThreadArrays(
                 fd=fd_a,
-                name_ids=np.frombuffer(name_ids, dtype=np.int32),
                 log=log_a,
                 update_slots=np.frombuffer(upd, dtype=np.int64),
                 insn_counts=np.frombuffer(insns, dtype=np.int64),
                 cycle_counts=np.frombuffer(cycles, dtype=np.int64),
-                instants=[(s, self._messages[m]) for s, m in inst],
-                counters=[(s, self._counter_names[k], v) for s, k, v in ctrs],
+                name_ids=np.frombuffer(name_ids, dtype=np.int32),
                 depths=np.frombuffer(depths, dtype=np.int32),
+            )
+            make = c_thread_timeline if self._final_pass == "c" else numpy_thread_timeline
+            thread, start_slots, end_slots = make(
+                pid,
+                tid,
+                self._comms.get((pid, tid), ""),
+                arrays,
+                [(s, self._messages[m]) for s, m in inst],
+                [(s, self._counter_names[k], v) for s, k, v in ctrs],
+                self._keep_slots,
             )
             timeline.threads.append(thread)
             self._arrays[index] = (tid, fd_a, log_a)
-            if self._keep_slots:
+            if start_slots is not None and end_slots is not None:
                 self.slot_columns[(pid, tid)] = (start_slots, end_slots)
         timeline.names = names
         return timeline
