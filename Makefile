@@ -26,7 +26,7 @@ system-deps: ## install missing Debian packages (perf, qemu-user, uftrace, compi
 	  else echo "missing system packages:$$missing (install them with: sudo apt-get install$$missing)"; fi; \
 	fi
 
-$(STAMP): pyproject.toml setup.py $(wildcard src/ptscope/_native/*.c src/ptscope/_native/*.h)
+$(STAMP): pyproject.toml setup.py $(wildcard src/ptscope/_native/*.c src/ptscope/_native/*.h src/ptscope/reconstruct/*.c)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[test]'
 	@touch $@

@@ -16,7 +16,11 @@ RSS is its own), and is reported as a ratio to the floor measured in the same ru
   the C filter itself);
 * dlfilter / text / parallel: ptscope's decoders alone (events out of the reader), then
   through the reconstruction engine (events/s through the engine), then the whole
-  ``ptscope decode`` (``ptscope.pipeline``: decode, engine, writer) to ``.fxt.gz``.
+  ``ptscope decode`` (``ptscope.pipeline``: decode, engine, writer) to ``.fxt.gz``;
+* columnar / +C engine: the dlfilter reader yielding branch batches, and those through the
+  C engine (``FastEngine``), which ``ptscope decode`` uses on the dlfilter path;
+* engines alone: the decoded trace held in memory, fed to the Python engine (events) and
+  to the C engine (batches): feed and final-pass times, events/s.
 """
 
 from __future__ import annotations
@@ -212,6 +216,53 @@ def _engine_run(stream: object) -> dict[str, float]:
     return {"events": engine.stats.events, "slices": sum(len(t) for t in timeline.threads)}
 
 
+def _child_columnar(perf_data: Path, _jobs: int) -> dict[str, float]:
+    from ptscope.decode.dlfilter_stream import decode_with_dlfilter_columnar
+    from ptscope.model import BranchBatch
+
+    n = 0
+    for items in decode_with_dlfilter_columnar(perf_data, itrace=ITRACE):
+        n += sum(len(x) if type(x) is BranchBatch else 1 for x in items)
+    return {"events": n}
+
+
+def _child_columnar_c_engine(perf_data: Path, _jobs: int) -> dict[str, float]:
+    from ptscope.decode.parallel import decode_parallel_columnar, feed_sink
+    from ptscope.reconstruct.fast_engine import FastEngine
+
+    engine = FastEngine()
+    feed_sink(engine, decode_parallel_columnar(perf_data, jobs=1, itrace=ITRACE))
+    timeline = engine.finish()
+    return {"events": engine.stats.events, "slices": timeline.slice_count()}
+
+
+def _child_engines(perf_data: Path, _jobs: int) -> dict[str, float]:
+    """Both engines on the same trace, held in memory (decoding not timed)."""
+    from ptscope.decode.dlfilter_stream import (
+        decode_with_dlfilter,
+        decode_with_dlfilter_columnar,
+    )
+    from ptscope.reconstruct.engine import TraceSegmentEngine
+    from ptscope.reconstruct.fast_engine import FastEngine
+
+    events = list(decode_with_dlfilter(perf_data, itrace=ITRACE))
+    columns = list(decode_with_dlfilter_columnar(perf_data, itrace=ITRACE))
+    out: dict[str, float] = {}
+    for name, engine, stream in (
+        ("py", TraceSegmentEngine(), events),
+        ("c", FastEngine(), columns),
+    ):
+        t0 = time.perf_counter()
+        for batch in stream:
+            engine.feed_all(batch)
+        t1 = time.perf_counter()
+        engine.finish()
+        out[f"{name}_feed"] = t1 - t0
+        out[f"{name}_finish"] = time.perf_counter() - t1
+        out["events"] = engine.stats.events
+    return out
+
+
 def _child_dlfilter_engine(perf_data: Path, _jobs: int) -> dict[str, float]:
     from ptscope.decode.dlfilter_stream import decode_with_dlfilter
 
@@ -257,7 +308,10 @@ CHILDREN: dict[str, Callable[[Path, int], dict[str, float]]] = {
     "dlfilter": _child_dlfilter,
     "parallel": _child_parallel,
     "text": _child_text,
+    "columnar": _child_columnar,
     "dlfilter+engine": _child_dlfilter_engine,
+    "columnar+C engine": _child_columnar_c_engine,
+    "engines alone": _child_engines,
     "parallel+engine": _child_parallel_engine,
     "text+engine": _child_text_engine,
     "ptscope dlfilter": _child_pipeline_dlfilter,
@@ -288,7 +342,8 @@ def child_main(name: str, perf_data: Path, jobs: int) -> None:
     import ptscope.decode.dlfilter_stream
     import ptscope.decode.parallel
     import ptscope.decode.perf_script
-    import ptscope.reconstruct.engine  # noqa: F401
+    import ptscope.reconstruct.engine
+    import ptscope.reconstruct.fast_engine  # noqa: F401
 
     t0 = time.perf_counter()
     result = CHILDREN[name](perf_data, jobs)
@@ -340,6 +395,20 @@ def main() -> None:
             f"{name:<17} {wall:7.2f} {ratio:>8} {ev:>10} {rate:>10} {r['rss_python_mb']:9.0f}"
             f" {r['rss_perf_mb']:8.0f}"
         )
+    if "engines alone" in results:
+        r = results["engines alone"]
+        ev = r["events"]
+        print("\nengines alone (trace in memory):")
+        for name, label in (("py", "Python engine, events"), ("c", "C engine, batches")):
+            feed, fin = r[f"{name}_feed"], r[f"{name}_finish"]
+            print(
+                f"  {label:<22} feed {feed:6.3f} s ({ev / feed / 1e6:5.1f} M events/s)"
+                f"  final pass {fin:6.3f} s"
+            )
+        print(
+            f"  C / Python: feed {r['py_feed'] / r['c_feed']:.0f}x,"
+            f" final pass {r['py_finish'] / r['c_finish']:.1f}x"
+        )
     if "dlfilter" in results and results["dlfilter"].get("samples"):
         d = results["dlfilter"]
         print(
@@ -350,6 +419,7 @@ def main() -> None:
         ("text", "dlfilter"),
         ("text+engine", "dlfilter+engine"),
         ("ptscope text", "ptscope dlfilter"),
+        ("dlfilter+engine", "columnar+C engine"),
     ):
         if a in results and b in results:
             print(f"{a} / {b}: {results[a]['inner_wall'] / results[b]['inner_wall']:.1f}x")

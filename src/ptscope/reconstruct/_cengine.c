@@ -867,6 +867,12 @@ static PyObject *block_new(void *data, size_t nbytes)
 
 static PyObject *vec_block(Vec *a)
 {
+	if (a->n && a->n < a->cap) {
+		/* Give back the growth slack (up to a third of a big array). */
+		int64_t *v = realloc(a->v, a->n * sizeof(int64_t));
+		if (v)
+			a->v = v;
+	}
 	PyObject *b = block_new(a->v, a->n * sizeof(int64_t));
 	a->v = NULL;
 	a->n = a->cap = 0;
