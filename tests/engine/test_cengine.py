@@ -495,3 +495,38 @@ def test_final_pass_refuses_inconsistent_arrays() -> None:
         fast_engine._cengine.final_pass(fd, log, empty, empty, empty, one, one, False)
     with pytest.raises(ValueError, match="lengths"):
         fast_engine._cengine.final_pass(fd, log, empty, empty, empty, one[:0], one, False)
+
+
+def test_perf_maps_name_jit_code_in_batches_too() -> None:
+    """The pipeline names JIT code from perf maps in batches exactly as in events."""
+    from ptscope import pipeline
+    from ptscope.decode.perf_map import PerfMap
+
+    jit = PerfMap.parse("7f0000001000 40 jitted_a\n7f0000001040 40 jitted_b\n")
+
+    def unknown(ip: int) -> Location:
+        return Location(ip, "[unknown]", -1, "[anon]")
+
+    def script() -> list[Event]:
+        call, ret = BranchKind.CALL, BranchKind.RETURN
+        none = TraceState.NONE
+        return [
+            BranchEvent(5, 5, 10, call, none, loc("main", 8), unknown(0x7F0000001000)),
+            BranchEvent(5, 5, 11, call, none, unknown(0x7F0000001010), unknown(0x7F0000001040)),
+            BranchEvent(6, 6, 12, call, none, loc("main", 8), unknown(0x7F0000001040)),
+            BranchEvent(5, 5, 13, ret, none, unknown(0x7F0000001050), unknown(0x7F0000001015)),
+            BranchEvent(5, 5, 14, ret, none, unknown(0x7F0000001020), loc("main", 13)),
+        ]
+
+    maps = {5: jit}
+    a = TraceSegmentEngine()
+    for item in pipeline._mapped_stream([script()], maps, None):
+        assert isinstance(item, list)
+        a.feed_all(item)
+    b = FastEngine()
+    for item in pipeline._mapped_stream([to_items(script())], maps, None):
+        assert isinstance(item, list)
+        b.feed_all(item)
+    ta, tb = a.finish(), b.finish()
+    assert_same(a, ta, b, tb)
+    assert {"jitted_a", "jitted_b", "[unknown] ([anon])"} <= set(tb.names)
