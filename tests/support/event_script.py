@@ -7,6 +7,7 @@ Input lines (one event each; ``#`` starts a comment)::
     130 tr end  syscall write+0x5 => 0  #   tx abrt, tr strt, tr end, tr strt jmp, ...
     140 tr strt 0 => write+0x7          # `0` is "nowhere"; `sym` means `sym+0x0`
     150 error Overflow packet           # a decode error (time may be `-` for none)
+    155 cbr 3600                        # a CPU frequency change (MHz)
     160 tid=2 call g+0x4 => h           # another thread (default tid 1, pid 1)
     170 (x) jmp f+0x3 => g              # in a transaction
     180 call f+0x3!0x1000 => g          # explicit addresses: `sym+0xOFF!0xADDR`
@@ -28,6 +29,7 @@ from ptscope.model import (
     DecodeError,
     Event,
     Location,
+    PowerEvent,
     classify_flags,
 )
 from ptscope.reconstruct.engine import TraceSegmentEngine
@@ -100,6 +102,9 @@ def _parse_event(script: Script, line: str) -> Event:
             pid = int(v)
     if words[0] == "error":
         return DecodeError(pid, tid, time, None, " ".join(words[1:]))
+    if words[0] == "cbr":  # `TIME cbr MHZ`: a CPU frequency change
+        assert time is not None, line
+        return PowerEvent(pid, tid, time, int(words[1]) // 100, int(words[1]))
     in_tx = words[0] == "(x)"
     if in_tx:
         words.pop(0)

@@ -795,7 +795,10 @@ static void branch_slow(Engine *e, Thread *th, int kind, int state, bool in_tx, 
 			/* apply() never queues, so the buffer stays as it is while we walk it. */
 			for (size_t k = 0; k < queued; k++) {
 				TxEvent q = th->txq[k];
-				apply(e, th, q.kind, q.state, q.src, q.dst, q.time <= t ? q.time : t);
+				/* engine.py: never before what the thread logged since, nor after now. */
+				int64_t logged = th->log.v[th->log.n - 1] >> 2;
+				int64_t tq = q.time > logged ? q.time : logged;
+				apply(e, th, q.kind, q.state, q.src, q.dst, tq <= t ? tq : t);
 			}
 		}
 	}
@@ -1192,6 +1195,8 @@ static PyObject *engine_decode_error(Engine *e, PyObject *args)
 	if (t < th->last_time)
 		t = th->last_time;
 	th->last_time = t;
+	/* engine.py: whether a pending transaction committed is unknowable now: drop it. */
+	th->ntx = 0;
 	int64_t slot = take_slot(e, th, t, START_SLOT);
 	vec_push(e, &th->instants, slot);
 	vec_push(e, &th->instants, message);

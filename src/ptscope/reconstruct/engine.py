@@ -392,6 +392,7 @@ class TraceSegmentEngine:
         slot = len(th.log)
         th.log.append(time * 4 + _START_SLOT)
         th.instants.append((slot, f"[decode error: {err.message}]"))
+        th.txq.clear()  # whether a pending transaction committed is unknowable now
         self._break(th, slot)
 
     # ------------------------------------------------------------- threads
@@ -444,7 +445,11 @@ class TraceSegmentEngine:
             else:
                 queued, th.txq = th.txq, []
                 for q in queued:
-                    self._apply(th, q, q.time if q.time <= t else t)
+                    # Replayed at its own time, but never before what the thread has
+                    # logged since (a power event or decode error in between) nor after now.
+                    logged = th.log[-1] >> 2
+                    tq = q.time if q.time > logged else logged
+                    self._apply(th, q, tq if tq <= t else t)
         self._apply(th, ev, t)
 
     def _apply(self, th: _Thread, ev: BranchEvent, t: int) -> None:
