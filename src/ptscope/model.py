@@ -154,7 +154,10 @@ class BranchEvent:
 
     ``time`` is perf time in nanoseconds. ``insn_count`` / ``cycle_count`` are the
     instructions and cycles since the previous count update of this thread (perf's
-    ``insn_cnt`` / ``cyc_cnt``); 0 means "not known".
+    ``insn_cnt`` / ``cyc_cnt``); 0 means "not known". ``gap_time`` is the time of the first
+    jump the decoder dropped (inside one function) after this thread's previous branch, when
+    it was later than that branch (0: none): the earliest perf time seen in between, which
+    bounds how long the previous branches' timestamp lasted.
     """
 
     pid: int
@@ -167,6 +170,7 @@ class BranchEvent:
     in_tx: bool = False
     insn_count: int = 0
     cycle_count: int = 0
+    gap_time: int = 0
 
 
 @dataclass(slots=True)
@@ -392,8 +396,9 @@ class BranchBatch:
 
     Row ``i`` is the event ``BranchEvent(pid[i], tid[i], time[i], *classify_flags(flags[i]),
     locations[src[i]], locations[dst[i]], flags[i] & IN_TX, insn_count[i], cycle_count[i])``
-    (:meth:`events` yields exactly these). Column types: pid/tid/src/dst int32, time int64,
-    flags uint32 (raw perf flags), insn_count/cycle_count uint64.
+    (:meth:`events` yields exactly these, with ``gap_time = time - gap_delta`` where
+    ``gap_delta`` is non-zero). Column types: pid/tid/src/dst int32, time int64, flags
+    uint32 (raw perf flags), insn_count/cycle_count uint64, gap_delta uint32.
     """
 
     locations: LocationTable
@@ -405,11 +410,15 @@ class BranchBatch:
     dst: Int32Array
     insn_count: UInt64Array
     cycle_count: UInt64Array
+    gap_delta: UInt32Array | None = None
+    """``time - gap_time`` per row (0: no gap time), or None when no row has one."""
 
     def __post_init__(self) -> None:
         n = len(self.pid)
         columns = (self.tid, self.time, self.flags, self.src, self.dst)
         if any(len(c) != n for c in (*columns, self.insn_count, self.cycle_count)):
+            raise ValueError("branch batch columns differ in length")
+        if self.gap_delta is not None and len(self.gap_delta) != n:
             raise ValueError("branch batch columns differ in length")
 
     def __len__(self) -> int:
@@ -418,7 +427,8 @@ class BranchBatch:
     def events(self) -> Iterator[BranchEvent]:
         """The batch as :class:`BranchEvent` objects (slow: one object per row)."""
         locs = self.locations.locations
-        for pid, tid, time, flags, src, dst, insns, cycles in zip(
+        gaps = self.gap_delta.tolist() if self.gap_delta is not None else [0] * len(self)
+        for pid, tid, time, flags, src, dst, insns, cycles, gap in zip(
             self.pid.tolist(),
             self.tid.tolist(),
             self.time.tolist(),
@@ -427,6 +437,7 @@ class BranchBatch:
             self.dst.tolist(),
             self.insn_count.tolist(),
             self.cycle_count.tolist(),
+            gaps,
             strict=True,
         ):
             kind, state = classify_flags(flags)
@@ -441,6 +452,7 @@ class BranchBatch:
                 bool(flags & IN_TX_FLAG),
                 insns,
                 cycles,
+                time - gap if gap else 0,
             )
 
     @classmethod
@@ -457,10 +469,11 @@ class BranchBatch:
                 add(e.dst),
                 e.insn_count,
                 e.cycle_count,
+                _gap_delta(e.time, e.gap_time),
             )
             for e in events
         ]
-        cols = list(zip(*rows, strict=True)) if rows else [()] * 8
+        cols = list(zip(*rows, strict=True)) if rows else [()] * 9
         return cls(
             locations,
             np.array(cols[0], dtype=np.int32),
@@ -471,4 +484,11 @@ class BranchBatch:
             np.array(cols[5], dtype=np.int32),
             np.array(cols[6], dtype=np.uint64),
             np.array(cols[7], dtype=np.uint64),
+            np.array(cols[8], dtype=np.uint32),
         )
+
+
+def _gap_delta(time: int, gap_time: int) -> int:
+    """``time - gap_time`` as stored in 32 bits (0: none, or too far back to keep)."""
+    delta = time - gap_time if gap_time else 0
+    return delta if 0 < delta <= 0xFFFFFFFF else 0

@@ -144,11 +144,6 @@ def test_trace_has_the_call_tree_qemu_executed(case: Case, corpus_dir: Path) -> 
     _compare(case, corpus_dir, times=False)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="engine: a callee called right after its caller was called (same perf time) "
-    "starts late, e.g. ld.so's _dl_sysdep_parse_arguments at 411 ns instead of 328 ns",
-)
 @pytest.mark.parametrize("case", CORPUS, ids=lambda c: c.id)
 def test_trace_times_follow_the_cycle_model(case: Case, corpus_dir: Path) -> None:
     _compare(case, corpus_dir, times=True)

@@ -11,6 +11,7 @@ Input lines (one event each; ``#`` starts a comment)::
     160 tid=2 call g+0x4 => h           # another thread (default tid 1, pid 1)
     170 (x) jmp f+0x3 => g              # in a transaction
     180 call f+0x3!0x1000 => g          # explicit addresses: `sym+0xOFF!0xADDR`
+    190 gap=185 return g+0x8 => f+0x8   # a jump dropped at 185 (BranchEvent.gap_time)
 
 Symbols get stable fake addresses (0x400000 + 0x1000 * n) so offsets stay meaningful.
 The transcript interleaves each input line with what the engine's final pass produced at the
@@ -94,10 +95,13 @@ def _parse_event(script: Script, line: str) -> Event:
     time_s = words.pop(0)
     time = None if time_s == "-" else int(time_s)
     pid = tid = 1
-    while words and words[0].startswith(("tid=", "pid=")):
+    gap_time = 0
+    while words and words[0].startswith(("tid=", "pid=", "gap=")):
         k, v = words.pop(0).split("=")
         if k == "tid":
             tid = int(v)
+        elif k == "gap":
+            gap_time = int(v)
         else:
             pid = int(v)
     if words[0] == "error":
@@ -126,7 +130,15 @@ def _parse_event(script: Script, line: str) -> Event:
     kind, state = classify_flags(flags)
     assert time is not None, line
     return BranchEvent(
-        pid, tid, time, kind, state, script.location(src), script.location(dst), in_tx
+        pid,
+        tid,
+        time,
+        kind,
+        state,
+        script.location(src),
+        script.location(dst),
+        in_tx,
+        gap_time=gap_time,
     )
 
 

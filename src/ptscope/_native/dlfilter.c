@@ -271,6 +271,8 @@ struct thread_state {
 	const char *comm; /* perf's comm string at the last sample: a change means exec */
 	uint64_t pending_insn; /* counts carried by dropped branches, added to the next kept */
 	uint64_t pending_cyc;
+	uint64_t last_kept;    /* time of the thread's last kept branch */
+	uint64_t gap_time;     /* first dropped branch later than that, 0 if none yet */
 };
 
 enum event_kind { EV_OTHER, EV_BRANCH, EV_POWER };
@@ -602,6 +604,9 @@ static int handle_branch(struct ptscope_filter *f, const struct perf_dlfilter_sa
 	if (!f->keep_all && ptscope_droppable_flags(s->flags) && src_fn == dst->fn) {
 		th->pending_insn += s->insn_cnt;
 		th->pending_cyc += s->cyc_cnt;
+		/* Its time still tells how long the previous branches' timestamp lasted. */
+		if (!th->gap_time && s->time > th->last_kept)
+			th->gap_time = s->time;
 		f->counters.branches_dropped++;
 		return 1;
 	}
@@ -619,6 +624,10 @@ static int handle_branch(struct ptscope_filter *f, const struct perf_dlfilter_sa
 	r.cyc_cnt = s->cyc_cnt + th->pending_cyc;
 	th->pending_insn = 0;
 	th->pending_cyc = 0;
+	if (th->gap_time && th->gap_time < s->time && s->time - th->gap_time <= UINT32_MAX)
+		r.gap_delta = (uint32_t)(s->time - th->gap_time);
+	th->gap_time = 0;
+	th->last_kept = s->time;
 	r.ip_loc = src_id;
 	r.addr_loc = dst->id;
 	r.cpu = s->cpu;

@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #define PTSCOPE_STREAM_MAGIC "PTSCOPE" /* 7 bytes after the header's tag byte */
-#define PTSCOPE_STREAM_VERSION 1u
+#define PTSCOPE_STREAM_VERSION 2u
 
 enum ptscope_tag {
 	PTSCOPE_TAG_HEADER = 0xF8,   /* first record of every stream */
@@ -82,7 +82,9 @@ struct ptscope_branch_rec { /* 72 bytes */
 	uint32_t ip_loc;    /* location id of ip */
 	uint32_t addr_loc;  /* location id of addr */
 	int32_t cpu;
-	uint32_t reserved2;
+	uint32_t gap_delta; /* time minus the time of the first same-function jump dropped
+			     * since the thread's previous kept branch, when later than that
+			     * branch; 0 if none (or more than 2^32 ns back) */
 };
 
 struct ptscope_power_rec { /* 32 bytes */

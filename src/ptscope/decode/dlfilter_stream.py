@@ -130,6 +130,8 @@ class CountFix(NamedTuple):
     cycle_count: int
     exact: bool
     """The decode had seen an earlier branch of the thread, so the counts are complete."""
+    gap_delta: int = 0
+    """Its ``gap_delta`` as that decode saw it (complete under the same condition)."""
 
 
 class RecordStreamParser:
@@ -383,12 +385,15 @@ class RecordStreamParser:
         for i, fl in enumerate(uniq.tolist()):
             kinds[i], states[i] = classify_flags(fl)
         in_tx = (flags & _IN_TX) != 0
+        times = recs["time"]
+        delta = recs["gap_delta"]
+        gap_time = np.where(delta != 0, times - delta, 0)
         events.extend(
             map(
                 BranchEvent,
                 recs["pid"].tolist(),
                 recs["tid"].tolist(),
-                recs["time"].tolist(),
+                times.tolist(),
                 kinds[inverse].tolist(),
                 states[inverse].tolist(),
                 locs[recs["ip_loc"]].tolist(),
@@ -396,6 +401,7 @@ class RecordStreamParser:
                 in_tx.tolist(),
                 recs["insn_cnt"].tolist(),
                 recs["cyc_cnt"].tolist(),
+                gap_time.tolist(),
             )
         )
 
@@ -418,6 +424,7 @@ class RecordStreamParser:
                 dst=ids[recs["addr_loc"]],
                 insn_count=recs["insn_cnt"],
                 cycle_count=recs["cyc_cnt"],
+                gap_delta=recs["gap_delta"],
             )
         )
 
@@ -465,7 +472,7 @@ class RecordStreamParser:
         """Remember each thread's first kept branch after the window (see ``first_after_end``)."""
         seen = self.first_after_end
         decoded = self._threads_seen
-        for pid, tid, time, ip, addr, insn, cyc in zip(
+        for pid, tid, time, ip, addr, insn, cyc, gap in zip(
             late["pid"].tolist(),
             late["tid"].tolist(),
             late["time"].tolist(),
@@ -473,13 +480,14 @@ class RecordStreamParser:
             late["addr"].tolist(),
             late["insn_cnt"].tolist(),
             late["cyc_cnt"].tolist(),
+            late["gap_delta"].tolist(),
             strict=True,
         ):
             if (pid, tid) not in seen:
                 # Exact only if this decode saw an earlier branch of the thread (perf's and
                 # the filter's counts start from there).
                 exact = ((pid << 32) | (tid & 0xFFFFFFFF)) in decoded
-                seen[(pid, tid)] = CountFix(time, ip, addr, insn, cyc, exact)
+                seen[(pid, tid)] = CountFix(time, ip, addr, insn, cyc, exact, gap)
 
     def _text_line(self, line: str, events: list[Any]) -> None:
         """A line perf printed between our records: parsed as the text decoder does."""

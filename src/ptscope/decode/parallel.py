@@ -291,7 +291,8 @@ class TimeWindow:
 
 
 def _apply_count_fixes(batch: list[Event], fixes: dict[tuple[int, int], CountFix]) -> None:
-    """Give each thread's first branch the counts an earlier window's perf saw for it.
+    """Give each thread's first branch the counts (and gap time) an earlier window's perf
+    saw for it.
 
     An earlier window's perf decoded past its end without a break, so its counts for that
     branch are the single decode's; this window's perf started decoding later and may lack
@@ -303,6 +304,7 @@ def _apply_count_fixes(batch: list[Event], fixes: dict[tuple[int, int], CountFix
             if fix is not None and (ev.time, ev.src.ip, ev.dst.ip) == fix[:3]:
                 ev.insn_count = fix.insn_count
                 ev.cycle_count = fix.cycle_count
+                ev.gap_time = ev.time - fix.gap_delta if fix.gap_delta else 0
         if not fixes:
             return
 
@@ -329,6 +331,11 @@ def _apply_count_fixes_columnar(
                 batch.cycle_count = batch.cycle_count.copy()
                 batch.insn_count[i] = fix.insn_count
                 batch.cycle_count[i] = fix.cycle_count
+                gaps = batch.gap_delta
+                batch.gap_delta = (
+                    gaps.copy() if gaps is not None else np.zeros(len(batch), dtype=np.uint32)
+                )
+                batch.gap_delta[i] = fix.gap_delta
         if not fixes:
             return
 

@@ -476,6 +476,10 @@ class PerfTextParser:
         # Instructions / cycles of dropped jumps, carried to the thread's next kept branch
         # (only known with ``-F +ipc``).
         self._pending_counts: dict[tuple[int, int], tuple[int, int]] = {}
+        # As the dlfilter does: per thread, the time of its last kept branch, and of the
+        # first dropped jump later than that (given to the next kept branch as gap_time).
+        self._last_kept: dict[tuple[int, int], int] = {}
+        self._gaps: dict[tuple[int, int], int] = {}
 
     # ----------------------------------------------------------------- public
 
@@ -507,7 +511,10 @@ class PerfTextParser:
         missing = _MISSING
         drop = _DROP
         carried = self._pending_counts
+        last_kept = self._last_kept
+        gaps = self._gaps
         branches = dropped = 0
+        thread: tuple[int, int] = (0, 0)
         last_time_text = last_thread_text = last_event_text = ""
         time = pid = tid = 0
         # A stack sample being collected is completed by _other_line, which also takes
@@ -558,14 +565,17 @@ class PerfTextParser:
                     continue
                 last_time_text = time_text
             if thread_text != last_thread_text:
-                thread = thread_get(thread_text) or self._thread(thread_text)
-                if thread is None:
+                found = thread_get(thread_text) or self._thread(thread_text)
+                if found is None:
                     pending = other(line, out)
                     continue
+                thread = found
                 pid, tid = thread
                 last_thread_text = thread_text
             if info is drop:
                 dropped += 1
+                if thread not in gaps and time > last_kept.get(thread, 0):
+                    gaps[thread] = time
                 if insn or cycles:
                     # As the dlfilter does: a dropped jump's counts go to the thread's next
                     # branch that is kept.
@@ -577,8 +587,12 @@ class PerfTextParser:
                 old_insn, old_cycles = carried.pop((pid, tid), (0, 0))
                 insn += old_insn
                 cycles += old_cycles
-            if insn or cycles:
-                append(BranchEvent(pid, tid, time, kind, state, src, dst, in_tx, insn, cycles))
+            last_kept[thread] = time
+            gap = gaps.pop(thread, 0) if gaps else 0
+            if gap and not (gap < time and time - gap <= 0xFFFFFFFF):
+                gap = 0
+            if insn or cycles or gap:
+                append(BranchEvent(pid, tid, time, kind, state, src, dst, in_tx, insn, cycles, gap))
             else:
                 append(BranchEvent(pid, tid, time, kind, state, src, dst, in_tx))
             branches += 1

@@ -42,7 +42,7 @@ __all__ = [
 ]
 
 MAGIC: Final = b"PTSCOPE"
-STREAM_VERSION: Final = 1
+STREAM_VERSION: Final = 2
 
 # Tag bytes: never the first byte of a UTF-8 character, so no text line starts with one.
 TAG_HEADER: Final = 0xF8
@@ -126,7 +126,7 @@ BRANCH_DTYPE: Final = _dtype(
         ("ip_loc", "<u4"),
         ("addr_loc", "<u4"),
         ("cpu", "<i4"),
-        ("_pad1", "V4"),
+        ("gap_delta", "<u4"),
     ],
     72,
 )
@@ -171,7 +171,7 @@ LAYOUTS: Final[dict[str, np.dtype[np.void]]] = {
 HEADER: Final = struct.Struct("<B7sIHHHHHH8x")
 STRING: Final = struct.Struct("<B3xII")
 LOCATION: Final = struct.Struct("<B3xIQqIIi4x")
-BRANCH: Final = struct.Struct("<BB2xIiiQQQQQIIi4x")
+BRANCH: Final = struct.Struct("<BB2xIiiQQQQQIIiI")
 POWER: Final = struct.Struct("<B3xiiiQII")
 TRAILER: Final = struct.Struct("<B7x7Q")
 

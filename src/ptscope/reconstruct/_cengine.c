@@ -772,14 +772,24 @@ static void apply(Engine *e, Thread *th, int kind, int state, int32_t src, int32
 	}
 }
 
+/* engine.py: _gap_slot */
+static inline void gap_slot(Engine *e, Thread *th, int64_t gap_time, int64_t t)
+{
+	if ((th->log.v[th->log.n - 1] >> 2) < gap_time && gap_time < t)
+		vec_push(e, &th->log, gap_time * 4);
+}
+
 /* engine.py: TraceSegmentEngine._branch (in-transaction events and what follows them) */
 static void branch_slow(Engine *e, Thread *th, int kind, int state, bool in_tx, int32_t src,
-			int32_t dst, int64_t time, uint64_t insns, uint64_t cycles)
+			int32_t dst, int64_t time, uint64_t insns, uint64_t cycles,
+			int64_t gap_time)
 {
 	e->events++;
 	e->branches++;
 	int64_t t = time < th->last_time ? th->last_time : time;
 	th->last_time = t;
+	if (gap_time)
+		gap_slot(e, th, gap_time, t);
 	if (insns || cycles)
 		count(e, th, insns, cycles);
 	if (in_tx) {
@@ -1051,22 +1061,22 @@ static PyObject *engine_add_locations(Engine *e, PyObject *args)
 	return PyLong_FromSize_t(e->nloc);
 }
 
-enum { C_PID, C_TID, C_TIME, C_FLAGS, C_SRC, C_DST, C_INSN, C_CYC, NCOLS };
+enum { C_PID, C_TID, C_TIME, C_FLAGS, C_SRC, C_DST, C_INSN, C_CYC, C_GAP, NCOLS };
 
 static PyObject *engine_feed_batch(Engine *e, PyObject *args)
 {
 	PyObject *objs[NCOLS];
-	if (!PyArg_ParseTuple(args, "OOOOOOOO", &objs[0], &objs[1], &objs[2], &objs[3],
-			      &objs[4], &objs[5], &objs[6], &objs[7]))
+	if (!PyArg_ParseTuple(args, "OOOOOOOOO", &objs[0], &objs[1], &objs[2], &objs[3],
+			      &objs[4], &objs[5], &objs[6], &objs[7], &objs[8]))
 		return NULL;
 	GUARD(e);
 	if (e->closed) {
 		PyErr_SetString(PyExc_RuntimeError, "the engine is finished");
 		return NULL;
 	}
-	static const char *names[] = {"pid", "tid", "time", "flags",
-				      "src", "dst", "insn_count", "cycle_count"};
-	static const Py_ssize_t sizes[] = {4, 4, 8, 4, 4, 4, 8, 8};
+	static const char *names[] = {"pid", "tid",	   "time",	  "flags",    "src",
+				      "dst", "insn_count", "cycle_count", "gap_delta"};
+	static const Py_ssize_t sizes[] = {4, 4, 8, 4, 4, 4, 8, 8, 4};
 	Column cols[NCOLS] = {0};
 	for (int i = 0; i < NCOLS; i++) {
 		if (column_get(&cols[i], objs[i], sizes[i], names[i]) < 0) {
@@ -1115,6 +1125,8 @@ static PyObject *engine_feed_batch(Engine *e, PyObject *args)
 		int32_t src = AT(cols[C_SRC], int32_t, i), dst = AT(cols[C_DST], int32_t, i);
 		uint64_t insns = AT(cols[C_INSN], uint64_t, i);
 		uint64_t cycles = AT(cols[C_CYC], uint64_t, i);
+		uint32_t gap_delta = AT(cols[C_GAP], uint32_t, i);
+		int64_t gap_time = gap_delta ? time - (int64_t)gap_delta : 0;
 		uint8_t ks = kind_state[flags & (FLAG_TABLE_SIZE - 1)];
 		int kind = ks & 15, state = ks >> 4;
 		if (!th || tid != cur_tid || pid != cur_pid) {
@@ -1124,7 +1136,7 @@ static PyObject *engine_feed_batch(Engine *e, PyObject *args)
 		}
 		if ((flags & IN_TX_FLAG) || th->ntx) {
 			branch_slow(e, th, kind, state, flags & IN_TX_FLAG, src, dst, time, insns,
-				    cycles);
+				    cycles, gap_time);
 			continue;
 		}
 		e->events++;
@@ -1134,6 +1146,8 @@ static PyObject *engine_feed_batch(Engine *e, PyObject *args)
 			t = th->last_time;
 		else
 			th->last_time = t;
+		if (gap_time)
+			gap_slot(e, th, gap_time, t);
 		if (insns || cycles)
 			count(e, th, insns, cycles);
 		apply(e, th, kind, state, src, dst, t);
@@ -1746,7 +1760,7 @@ static PyMethodDef engine_methods[] = {
 	{"add_locations", (PyCFunction)engine_add_locations, METH_VARARGS,
 	 "add_locations(function_ids, entries, offsets, ips) -> location count"},
 	{"feed_batch", (PyCFunction)engine_feed_batch, METH_VARARGS,
-	 "feed_batch(pid, tid, time, flags, src, dst, insn_count, cycle_count)"},
+	 "feed_batch(pid, tid, time, flags, src, dst, insn_count, cycle_count, gap_delta)"},
 	{"decode_error", (PyCFunction)engine_decode_error, METH_VARARGS,
 	 "decode_error(pid, tid, has_time, time, message_id) -> attributed"},
 	{"counter", (PyCFunction)engine_counter, METH_VARARGS,

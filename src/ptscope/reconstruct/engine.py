@@ -216,6 +216,14 @@ def _new_frame(
     return [function, index]
 
 
+def _gap_slot(th: _Thread, gap_time: int, t: int) -> None:
+    """A dropped jump's time between the thread's last slot and this event: logged as a
+    time-only slot, it ends the previous run of equal timestamps where perf's time moved on
+    (instead of at the next kept event, maybe much later)."""
+    if (th.log[-1] >> 2) < gap_time < t:
+        th.log.append(gap_time * 4)
+
+
 def _count(th: _Thread, insns: int, cycles: int) -> None:
     """Add an event's instruction/cycle counts; they hold from the next slot on."""
     th.cum_insns += insns
@@ -310,6 +318,8 @@ class TraceSegmentEngine:
                 t = th.last_time
             else:
                 th.last_time = t
+            if ev.gap_time:
+                _gap_slot(th, ev.gap_time, t)
             if ev.insn_count or ev.cycle_count:
                 _count(th, ev.insn_count, ev.cycle_count)
             kind = ev.kind
@@ -433,6 +443,8 @@ class TraceSegmentEngine:
         if t < th.last_time:
             t = th.last_time
         th.last_time = t
+        if ev.gap_time:
+            _gap_slot(th, ev.gap_time, t)
         if ev.insn_count or ev.cycle_count:
             _count(th, ev.insn_count, ev.cycle_count)
         if ev.in_tx:

@@ -259,6 +259,9 @@ class FastEngine:
             dst,
             np.asarray(batch.insn_count, dtype=np.uint64),
             np.asarray(batch.cycle_count, dtype=np.uint64),
+            np.asarray(batch.gap_delta, dtype=np.uint32)
+            if batch.gap_delta is not None
+            else np.zeros(len(batch), dtype=np.uint32),
         )
 
     def end_segment(self) -> None:
