@@ -3,6 +3,7 @@ timeline → trace file. The CLI calls this; the stages never call each other.""
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -186,19 +187,14 @@ def _branch_timeline(
     for index, path in enumerate(recording.perf_data_paths()):
         if index:
             engine.end_segment()  # snapshots are separate stretches of time
-        if decoder == "dlfilter" and isinstance(engine, FastEngine):
-            columns = decode_parallel_columnar(
-                path,
-                jobs=options.jobs,
-                extra=filters,
-                perf=perf,
-                run_info=runs,
-                task_events=True,
-                locations=locations,
+        if decoder == "dlfilter":
+            # The C engine takes columns; the Python engine, event objects.
+            decode = (
+                functools.partial(decode_parallel_columnar, locations=locations)
+                if isinstance(engine, FastEngine)
+                else decode_parallel
             )
-            feed_sink(engine, _mapped_stream(columns, maps, progress))
-        elif decoder == "dlfilter":
-            stream = decode_parallel(
+            stream = decode(
                 path,
                 jobs=options.jobs,
                 extra=filters,

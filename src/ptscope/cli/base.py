@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Protocol
 
-__all__ = ["Command"]
+__all__ = ["Command", "add_decoder_arguments", "positive_int"]
 
 
 class Command(Protocol):
@@ -21,3 +21,34 @@ class Command(Protocol):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None: ...
 
     def run(self, args: argparse.Namespace) -> int: ...
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def add_decoder_arguments(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+    """The "decoding" group shared by `decode`, `run` and `attach`: --decoder, --jobs."""
+    group = parser.add_argument_group("decoding")
+    group.add_argument(
+        "--decoder",
+        choices=("auto", "dlfilter", "text"),
+        default="auto",
+        help="auto: the C dlfilter when perf supports it (>= 5.14), else perf script text",
+    )
+    group.add_argument(
+        "-j",
+        "--jobs",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="decode N time windows in parallel (default: number of cores)",
+    )
+    return group

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ptscope.cli.run import positive_int
+from ptscope.cli.base import add_decoder_arguments
 from ptscope.errors import UsageError
 
 if TYPE_CHECKING:
@@ -65,21 +65,7 @@ class DecodeCommand:
 
 def add_decode_options(parser: argparse.ArgumentParser) -> None:
     """Decode options shared by `decode`, `run` and `attach`."""
-    group = parser.add_argument_group("decoding")
-    group.add_argument(
-        "--decoder",
-        choices=("auto", "dlfilter", "text"),
-        default="auto",
-        help="auto: the C dlfilter when perf supports it (>= 5.14), else perf script text",
-    )
-    group.add_argument(
-        "-j",
-        "--jobs",
-        type=positive_int,
-        default=None,
-        metavar="N",
-        help="decode N time windows in parallel (default: number of cores)",
-    )
+    group = add_decoder_arguments(parser)
     group.add_argument("--pid", metavar="PID[,PID...]", help="only these processes")
     group.add_argument("--tid", metavar="TID[,TID...]", help="only these threads")
     group.add_argument(

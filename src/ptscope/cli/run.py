@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ptscope.cli.base import add_decoder_arguments
 from ptscope.errors import PtscopeError, RecordingError, UsageError
 from ptscope.recording import Recording
 
@@ -34,17 +35,6 @@ log = logging.getLogger("ptscope")
 __all__ = ["RecordingPlace", "RunCommand", "add_record_arguments", "kept_message"]
 
 BACKENDS = ("auto", "intel-pt", "emulated", "sampling")
-
-
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
 
 
 def add_record_arguments(parser: argparse.ArgumentParser, *, run: bool) -> None:
@@ -65,21 +55,7 @@ def add_record_arguments(parser: argparse.ArgumentParser, *, run: bool) -> None:
         type=Path,
         help="keep perf.data and metadata in DIR (decode again with: ptscope decode DIR)",
     )
-    dec = parser.add_argument_group("decoding")
-    dec.add_argument(
-        "--decoder",
-        choices=("auto", "dlfilter", "text"),
-        default="auto",
-        help="auto: the C dlfilter when perf supports it (>= 5.14), else perf script text",
-    )
-    dec.add_argument(
-        "-j",
-        "--jobs",
-        type=positive_int,
-        default=None,
-        metavar="N",
-        help="decode N time windows in parallel (default: number of cores)",
-    )
+    add_decoder_arguments(parser)
     trig = parser.add_argument_group("snapshots and triggers")
     trig.add_argument(
         "--trigger",
