@@ -212,10 +212,14 @@ class FifoControl(PerfControl):
     ) -> None:
         if switch_output:
             # The control command snapshots without switching files; SIGUSR2 does both
-            # (--switch-output=signal). perf handles the signal before it next reads the
-            # control FIFO, so the ack of the following ping means the snapshot is done.
+            # (--switch-output=signal). The signal handler only sets a trigger that perf's
+            # main loop acts on at the top of its next iteration, while control commands
+            # are read at the bottom: the first ping can be answered in the iteration the
+            # signal arrived in, before the switch. Each iteration answers at most one
+            # command, so the ack of a second ping comes after the trigger was handled.
             self._check_alive("taking a snapshot")
             _signal(self.process, signal.SIGUSR2)
+            self.ping(timeout)
             self.ping(timeout)
         else:
             self.send("snapshot", timeout=timeout)
