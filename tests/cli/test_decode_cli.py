@@ -109,6 +109,14 @@ def test_not_a_perf_data(tmp_path: Path) -> None:
         assert "junk.data" in line
 
 
+def test_empty_perf_data(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.data"
+    empty.write_bytes(b"")
+    for decoder in ("dlfilter", "text"):
+        line = one_line_error(ptscope("decode", str(empty), "--decoder", decoder))
+        assert f"{empty} is empty" in line
+
+
 def test_perf_missing(recording: Path, tmp_path: Path) -> None:
     result = ptscope(
         "decode",
@@ -142,3 +150,5 @@ def test_verbose_shows_details(tmp_path: Path) -> None:
     loud = ptscope("decode", str(junk), "--decoder", "text", "-v")
     assert "run with -v" in quiet.stderr
     assert len(loud.stderr.splitlines()) > len(quiet.stderr.splitlines())
+    # -v before the command works too.
+    assert ptscope("-v", "decode", str(junk), "--decoder", "text").stderr == loud.stderr

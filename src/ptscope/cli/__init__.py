@@ -46,6 +46,11 @@ def _build_parser(commands: Sequence[Command]) -> argparse.ArgumentParser:
         description="Every function call a native program made, on a zoomable timeline.",
     )
     parser.add_argument("--version", action="version", version=f"ptscope {__version__}")
+    # -v is accepted before the command too (`ptscope -v decode ...`); its own dest, since a
+    # subcommand's defaults would overwrite a shared one.
+    parser.add_argument(
+        "-v", "--verbose", dest="verbose_global", action="count", default=0, help=argparse.SUPPRESS
+    )
     common = _Parser(add_help=False)
     common.add_argument(
         "-v", "--verbose", action="count", default=0, help="more detail (repeat for debug)"
@@ -71,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = _commands()
     parser = _build_parser(commands)
     args = parser.parse_args(argv)
-    verbose: int = getattr(args, "verbose", 0)
+    verbose: int = getattr(args, "verbose", 0) + getattr(args, "verbose_global", 0)
     _setup_logging(verbose)
     command: Command = args._command
     try:

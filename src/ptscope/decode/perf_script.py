@@ -302,6 +302,11 @@ def perf_failure(argv: list[str], rc: int, stderr: str, what: str) -> PtscopeErr
             details=details,
             hint="run as the user who recorded it (or root), or fix the file's owner",
         )
+    if "zero-sized data" in lowered:
+        return BadInputError(
+            f"{what} is empty (the recording was interrupted before perf wrote anything)",
+            details=details,
+        )
     if "not a perf.data" in lowered or "incompatible file format" in lowered:
         return BadInputError(
             f"{what} is not a perf.data file (or was written by an incompatible perf)",
