@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import shutil
 import subprocess
 import sys
 from collections import defaultdict
-from importlib import resources
 from pathlib import Path
 
 from ptscope.cli.output import PERFETTO_URL
@@ -20,12 +18,16 @@ DEMO_FLAGS = ["-O1", "-g", "-fno-omit-frame-pointer"]
 
 def demo_source() -> Path:
     """The bundled demo program's C source (installed with the package)."""
+    from importlib import resources  # here: every command imports this module
+
     with resources.as_file(resources.files("ptscope") / "demo" / "demo.c") as path:
         return Path(path)
 
 
 def build_demo(cache: Path) -> Path:
     """Compile the demo into ``cache`` (reused while source and flags are unchanged)."""
+    import hashlib  # here: loading OpenSSL costs every command a few ms
+
     source = demo_source()
     compiler = shutil.which(os.environ.get("CC", "gcc"))
     if compiler is None:
