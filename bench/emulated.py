@@ -2,7 +2,7 @@
 
 Usage::
 
-    python bench/emulated.py                  # 5 M and 20 M instruction runs (default)
+    python bench/emulated.py                  # 5 M and 22 M instruction runs (default)
     python bench/emulated.py --sizes 2 20 50  # other sizes, in millions of instructions
     python bench/emulated.py --no-decode      # recording only
 
@@ -147,7 +147,7 @@ def _run_child(kind: str, argv: list[str], decode: bool) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
-        "--sizes", type=float, nargs="+", default=[5, 20], help="millions of instructions"
+        "--sizes", type=float, nargs="+", default=[5, 22], help="millions of instructions"
     )
     parser.add_argument("--no-decode", action="store_true", help="time the recording only")
     parser.add_argument("--child", nargs=2, metavar=("KIND", "ARGV"), help=argparse.SUPPRESS)
