@@ -28,12 +28,11 @@ from ptscope.decode.parallel import (
     read_trace_layout,
 )
 from ptscope.decode.perf_script import decode_perf_data_text
-from ptscope.errors import PtscopeError
 from ptscope.model import BranchEvent, CommEvent, DecodeError, Event
 from ptscope.perftool import find_perf, perf_env
 from ptscope.reconstruct.engine import TraceSegmentEngine
 from ptscope.timeline import Timeline
-from support.programs import build
+from support.emulated_corpus import damaged_copy, decode_case_recording
 
 pytestmark = [
     pytest.mark.slow,
@@ -42,33 +41,22 @@ pytestmark = [
 ]
 
 # (program, static, argv): small, but each crosses several PSBs.
-CORPUS = [
-    ("basics", True, ["400"]),
-    ("basics", False, ["100"]),
-    ("tailcall", True, []),
-    ("longjmp", True, []),
-    ("signals", True, []),
-    ("exceptions", False, []),
-    ("threads", False, []),
-    ("rep", True, []),
-    ("fork", False, []),
+IDS = [
+    "basics-static",
+    "basics-pie",
+    "tailcall-static",
+    "longjmp-static",
+    "signals-static",
+    "exceptions-pie",
+    "threads-pie",
+    "rep-static",
+    "fork-pie",
 ]
-IDS = [f"{name}-{'static' if static else 'pie'}" for name, static, _ in CORPUS]
 
 
 @pytest.fixture(scope="module")
 def recordings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    emulated = pytest.importorskip("ptscope.record.emulated")
-    out: dict[str, Path] = {}
-    base = tmp_path_factory.mktemp("corpus")
-    for (name, static, argv), key in zip(CORPUS, IDS, strict=True):
-        exe = build(name, static=static)
-        try:
-            result = emulated.record([str(exe), *argv], base / key, max_instructions=2_000_000)
-        except PtscopeError as e:
-            pytest.skip(f"the emulated backend cannot record here: {e.message}")
-        (out[key],) = result.recording.perf_data_paths()
-    return out
+    return {key: decode_case_recording(key, tmp_path_factory) for key in IDS}
 
 
 def _events(batches: object) -> list[Event]:
@@ -193,14 +181,7 @@ def test_decode_errors_land_where_the_text_decoder_puts_them(
     recordings: dict[str, Path], key: str, tmp_path: Path
 ) -> None:
     """Damage the trace in a few places: both decoders see the same errors, in place."""
-    layout = read_trace_layout(recordings[key])
-    assert layout is not None
-    data = bytearray(recordings[key].read_bytes())
-    offset, size = max(layout.spans, key=lambda span: span[1])
-    for k in range(1, 4):
-        data[offset + k * size // 4] ^= 0x55
-    damaged = tmp_path / "perf.data"
-    damaged.write_bytes(bytes(data))
+    damaged = damaged_copy(recordings[key], tmp_path / "perf.data")
     dlfilter = _events(decode_with_dlfilter(damaged))
     text = _events(decode_perf_data_text(damaged, ipc=True))
     assert any(isinstance(e, DecodeError) for e in dlfilter)

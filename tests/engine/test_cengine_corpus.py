@@ -18,13 +18,12 @@ from ptscope.decode.parallel import (
     plan_windows,
     read_trace_layout,
 )
-from ptscope.errors import PtscopeError
 from ptscope.model import BranchBatch, DecodeError, LocationTable
 from ptscope.reconstruct import fast_engine
 from ptscope.reconstruct.engine import TraceSegmentEngine
 from ptscope.reconstruct.fast_engine import FastEngine
+from support.emulated_corpus import damaged_copy, decode_case_recording
 from support.engine_diff import assert_same
-from support.programs import build
 
 pytestmark = [
     pytest.mark.slow,
@@ -33,35 +32,22 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("qemu-x86_64") is None, reason="qemu-x86_64 is missing"),
 ]
 
-CORPUS = [
-    ("basics", True, ["300"]),
-    ("basics", False, ["100"]),
-    ("tailcall", True, []),
-    ("longjmp", True, []),
-    ("signals", True, []),
-    ("exceptions", False, []),
-    ("threads", False, []),
-    ("fork", False, []),
-    ("dlopen", False, []),
+IDS = [
+    "basics-static",
+    "basics-pie",
+    "tailcall-static",
+    "longjmp-static",
+    "signals-static",
+    "exceptions-pie",
+    "threads-pie",
+    "fork-pie",
+    "dlopen-pie",
 ]
-IDS = [f"{name}-{'static' if static else 'pie'}" for name, static, _ in CORPUS]
 
 
 @pytest.fixture(scope="module")
 def recordings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    emulated = pytest.importorskip("ptscope.record.emulated")
-    out: dict[str, Path] = {}
-    base = tmp_path_factory.mktemp("cengine-corpus")
-    for (name, static, argv), key in zip(CORPUS, IDS, strict=True):
-        exe = build(name, static=static)
-        if name == "dlopen":
-            argv = [str(build("plugin", shared=True))]
-        try:
-            result = emulated.record([str(exe), *argv], base / key, max_instructions=2_000_000)
-        except PtscopeError as e:
-            pytest.skip(f"the emulated backend cannot record here: {e.message}")
-        (out[key],) = result.recording.perf_data_paths()
-    return out
+    return {key: decode_case_recording(key, tmp_path_factory) for key in IDS}
 
 
 def _compare(events: object, columns: object) -> TraceSegmentEngine:
@@ -106,14 +92,7 @@ def test_time_windows_too(recordings: dict[str, Path], key: str, jobs: int) -> N
 
 @pytest.mark.parametrize("key", ["basics-static", "threads-pie"])
 def test_damaged_trace(recordings: dict[str, Path], key: str, tmp_path: Path) -> None:
-    layout = read_trace_layout(recordings[key])
-    assert layout is not None
-    data = bytearray(recordings[key].read_bytes())
-    offset, size = max(layout.spans, key=lambda span: span[1])
-    for k in range(1, 4):
-        data[offset + k * size // 4] ^= 0x55
-    damaged = tmp_path / "perf.data"
-    damaged.write_bytes(bytes(data))
+    damaged = damaged_copy(recordings[key], tmp_path / "perf.data")
     columns = list(decode_with_dlfilter_columnar(damaged))
     assert any(isinstance(e, DecodeError) for items in columns for e in items)
     a = _compare(decode_with_dlfilter(damaged), columns)

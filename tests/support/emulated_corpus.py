@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from ptscope.decode.parallel import read_trace_layout
+from ptscope.errors import PtscopeError
 from ptscope.perftool import find_perf, perf_env
 from ptscope.record.emulated import EmulatedResult, EmulationOptions, record
 from support import programs, qemu_truth
@@ -147,3 +149,48 @@ def perf_branches(perf_data: Path) -> PerfBranches:
         branch = qemu_truth.Branch(kind, int(m.group(4), 16), int(m.group(5), 16))
         got.by_tid.setdefault(int(m.group(2)), []).append(branch)
     return got
+
+
+# Small recordings for comparing decoders and engines: key -> (program, static, arguments).
+# Each crosses several PSBs, so time windows have somewhere to cut.
+DECODE_CASES: dict[str, tuple[str, bool, tuple[str, ...]]] = {
+    "basics-static": ("basics", True, ("400",)),
+    "basics-pie": ("basics", False, ("100",)),
+    "tailcall-static": ("tailcall", True, ()),
+    "longjmp-static": ("longjmp", True, ()),
+    "signals-static": ("signals", True, ()),
+    "exceptions-pie": ("exceptions", False, ()),
+    "threads-pie": ("threads", False, ()),
+    "rep-static": ("rep", True, ()),
+    "fork-pie": ("fork", False, ()),
+    "dlopen-pie": ("dlopen", False, ()),
+}
+
+_decode_cache: dict[str, Path] = {}
+
+
+def decode_case_recording(key: str, tmp: pytest.TempPathFactory) -> Path:
+    """The perf.data of :data:`DECODE_CASES` ``key``, recorded once per session."""
+    if key not in _decode_cache:
+        name, static, args = DECODE_CASES[key]
+        argv = [str(programs.build(name, static=static)), *args]
+        if name == "dlopen":
+            argv.append(str(programs.build("plugin", shared=True)))
+        try:
+            result = record(argv, tmp.mktemp(key), max_instructions=2_000_000)
+        except PtscopeError as e:
+            pytest.skip(f"the emulated backend cannot record here: {e.message}")
+        (_decode_cache[key],) = result.recording.perf_data_paths()
+    return _decode_cache[key]
+
+
+def damaged_copy(perf_data: Path, out: Path) -> Path:
+    """``perf_data`` with three bytes of its largest Intel PT span flipped, written to ``out``."""
+    layout = read_trace_layout(perf_data)
+    assert layout is not None
+    data = bytearray(perf_data.read_bytes())
+    offset, size = max(layout.spans, key=lambda span: span[1])
+    for k in range(1, 4):
+        data[offset + k * size // 4] ^= 0x55
+    out.write_bytes(bytes(data))
+    return out
