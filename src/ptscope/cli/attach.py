@@ -5,22 +5,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 
 from ptscope.cli.run import (
-    RecordingPlace,
     add_record_arguments,
-    build_perf_backend,
     check_output,
     choose_backend,
     decode_step,
-    hit_source_factory,
+    prepare_session,
     prepare_trigger,
     probe_capabilities,
     region_of,
     report_session,
     require_perf,
-    session_options,
 )
 from ptscope.errors import BadInputError, UsageError
 
@@ -82,19 +78,7 @@ class AttachCommand:
         if args.trigger:
             # Symbols come from the first process's executable (and its libraries).
             trigger = prepare_trigger(args.trigger, _executable(pids[0]))
-        if args.multi_snapshot and trigger is None:
-            raise UsageError("--multi-snapshot needs --trigger")
-        perf_backend, warnings = build_perf_backend(
-            args, backend, caps, has_trigger=trigger is not None
-        )
-        for warning in warnings:
-            print(f"ptscope: warning: {warning}", file=sys.stderr)
-        place = RecordingPlace(args.keep_recording)
-        options = session_options(args, place)
-        if trigger is not None:
-            options.make_hit_source = hit_source_factory(
-                trigger, wake_each_hit=perf_backend.takes_snapshots
-            )
+        perf_backend, place, options = prepare_session(args, backend, caps, trigger)
         from ptscope.record.session import attach_processes
 
         with place.recording():

@@ -405,13 +405,26 @@ def check_output(output: Path) -> Path:
     return output
 
 
-def session_options(args: argparse.Namespace, place: RecordingPlace) -> SessionOptions:
+def prepare_session(
+    args: argparse.Namespace, backend: str, caps: Capabilities, trigger: _Trigger | None
+) -> tuple[PerfBackend, RecordingPlace, SessionOptions]:
+    """What ``run`` and ``attach`` share: the perf backend (its warnings printed), where the
+    recording goes, and the session's options, with a hit source when there is a trigger."""
     from ptscope.record.session import SessionOptions
+
+    if args.multi_snapshot and trigger is None:
+        raise UsageError("--multi-snapshot needs --trigger")
+    perf_backend, warnings = build_perf_backend(
+        args, backend, caps, has_trigger=trigger is not None
+    )
+    for warning in warnings:
+        print(f"ptscope: warning: {warning}", file=sys.stderr)
+    place = RecordingPlace(args.keep_recording)
 
     def show(text: str) -> None:
         print(f"ptscope: {text}", file=sys.stderr)
 
-    return SessionOptions(
+    options = SessionOptions(
         directory=place.directory,
         multi_thread=args.multi_thread,
         multi_snapshot=args.multi_snapshot,
@@ -420,6 +433,11 @@ def session_options(args: argparse.Namespace, place: RecordingPlace) -> SessionO
         else None,
         on_ready=show,
     )
+    if trigger is not None:
+        options.make_hit_source = hit_source_factory(
+            trigger, wake_each_hit=perf_backend.takes_snapshots
+        )
+    return perf_backend, place, options
 
 
 def report_session(result: SessionResult) -> None:
@@ -472,21 +490,10 @@ class RunCommand:
             return self._run_emulated(args, command, output)
         executable = shutil.which(command[0]) or command[0]
         trigger = prepare_trigger(args.trigger, executable) if args.trigger else None
-        if args.multi_snapshot and trigger is None:
-            raise UsageError("--multi-snapshot needs --trigger")
-        perf_backend, warnings = build_perf_backend(
-            args, backend, caps, has_trigger=trigger is not None
-        )
-        for warning in warnings:
-            print(f"ptscope: warning: {warning}", file=sys.stderr)
-        place = RecordingPlace(args.keep_recording)
-        options = session_options(args, place)
+        perf_backend, place, options = prepare_session(args, backend, caps, trigger)
         if trigger is not None:
             from ptscope.record.symbols import needs_libraries
 
-            options.make_hit_source = hit_source_factory(
-                trigger, wake_each_hit=perf_backend.takes_snapshots
-            )
             options.wait_for_libraries = needs_libraries(trigger.selection, executable)
         from ptscope.record.session import run_program
 
