@@ -190,24 +190,19 @@ def wait_for_line(process: subprocess.Popen[str], text: str, timeout: float = 60
     raise AssertionError(f"{text!r} never printed; stderr so far:\n{seen}")
 
 
-def test_attach_then_detach_with_sigint(spin: subprocess.Popen[bytes], tmp_path: Path) -> None:
-    out = tmp_path / "attach.fxt.gz"
-    process = subprocess.Popen(
-        [
-            *PTSCOPE,
-            "attach",
-            "-p",
-            str(spin.pid),
-            "--multi-thread",
-            "--backend",
-            "sampling",
-            "-o",
-            str(out),
-        ],
+def _attach_in_background(pids: str, output: Path, *extra: str) -> subprocess.Popen[str]:
+    """``ptscope attach`` with the sampling backend, running; its output is piped."""
+    return subprocess.Popen(
+        [*PTSCOPE, "attach", "-p", pids, "--backend", "sampling", *extra, "-o", str(output)],
         stderr=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
+
+
+def test_attach_then_detach_with_sigint(spin: subprocess.Popen[bytes], tmp_path: Path) -> None:
+    out = tmp_path / "attach.fxt.gz"
+    process = _attach_in_background(str(spin.pid), out, "--multi-thread")
     try:
         wait_for_line(process, "attached to")
         time.sleep(0.5)
@@ -382,22 +377,8 @@ def test_kernel_tracing_refused_for_users(program: Build, shared_dir: Path) -> N
 
 def test_perf_dying_mid_attach_is_reported(spin: subprocess.Popen[bytes], tmp_path: Path) -> None:
     rec = tmp_path / "rec"
-    process = subprocess.Popen(
-        [
-            *PTSCOPE,
-            "attach",
-            "-p",
-            str(spin.pid),
-            "--backend",
-            "sampling",
-            "--keep-recording",
-            str(rec),
-            "-o",
-            str(tmp_path / "x.fxt.gz"),
-        ],
-        stderr=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
+    process = _attach_in_background(
+        str(spin.pid), tmp_path / "x.fxt.gz", "--keep-recording", str(rec)
     )
     try:
         wait_for_line(process, "attached to")
@@ -455,24 +436,10 @@ def test_attach_two_processes_trigger_in_each(program: Build, tmp_path: Path) ->
         for s in spins:
             assert s.stdout is not None and s.stdout.readline().startswith(b"ready")
         rec = tmp_path / "rec"
-        process = subprocess.Popen(
-            [
-                *PTSCOPE,
-                "attach",
-                "-p",
-                f"{spins[0].pid},{spins[1].pid}",
-                "--backend",
-                "sampling",
-                "--trigger",
-                "tick",
-                "--keep-recording",
-                str(rec),
-                "-o",
-                str(tmp_path / "two.fxt.gz"),
-            ],
-            stderr=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
+        process = _attach_in_background(
+            f"{spins[0].pid},{spins[1].pid}",
+            tmp_path / "two.fxt.gz",
+            *("--trigger", "tick", "--keep-recording", str(rec)),
         )
         wait_for_line(process, "attached to")
         time.sleep(0.3)
@@ -592,22 +559,8 @@ def test_recording_survives_ptscope_being_killed(
 ) -> None:
     """kill -9 of ptscope: perf is told to finish (SIGINT), the directory decodes later."""
     rec = tmp_path / "rec"
-    process = subprocess.Popen(
-        [
-            *PTSCOPE,
-            "attach",
-            "-p",
-            str(spin.pid),
-            "--backend",
-            "sampling",
-            "--keep-recording",
-            str(rec),
-            "-o",
-            str(tmp_path / "never.fxt.gz"),
-        ],
-        stderr=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
+    process = _attach_in_background(
+        str(spin.pid), tmp_path / "never.fxt.gz", "--keep-recording", str(rec)
     )
     try:
         wait_for_line(process, "attached to")
