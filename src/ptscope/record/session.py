@@ -496,6 +496,33 @@ def _finish(session: _Session, signals: _SignalWatch) -> int:
     return recorder.process.wait()
 
 
+def _result(
+    recorder: PerfRecorder,
+    session: _Session,
+    recording: Recording,
+    reason: str,
+    status: int,
+    startup: float,
+    exit_code: int | None = None,
+) -> SessionResult:
+    """The session's outcome, with a warning when perf ended badly."""
+    result = SessionResult(
+        recording=recording,
+        reason=reason,
+        interrupted=session.interrupted,
+        exit_code=exit_code,
+        perf_status=status,
+        snapshots=recorder.snapshots,
+        hits=session.hits,
+        warnings=session.warnings,
+        startup_seconds=startup,
+    )
+    problem = _perf_exit_problem(recorder, status)
+    if problem is not None:
+        result.warnings.append(problem)
+    return result
+
+
 def _perf_exit_problem(recorder: PerfRecorder, status: int) -> str | None:
     if status == 0 or status in (-signal.SIGINT, -signal.SIGTERM, 130, 143):
         return None
@@ -634,21 +661,7 @@ def run_program(
         _scope_of(backend),
         {"exit_code": exit_code, "held_by": program.method, "complete": True},
     )
-    result = SessionResult(
-        recording=recording,
-        reason=reason,
-        interrupted=session.interrupted,
-        exit_code=exit_code,
-        perf_status=status,
-        snapshots=recorder.snapshots,
-        hits=session.hits,
-        warnings=session.warnings,
-        startup_seconds=startup,
-    )
-    problem = _perf_exit_problem(recorder, status)
-    if problem is not None:
-        result.warnings.append(problem)
-    return result
+    return _result(recorder, session, recording, reason, status, startup, exit_code)
 
 
 def _got_terminal_sigint() -> bool:
@@ -731,19 +744,7 @@ def attach_processes(
         _scope_of(backend),
         {"complete": True},
     )
-    result = SessionResult(
-        recording=recording,
-        reason=reason,
-        interrupted=session.interrupted,
-        perf_status=status,
-        snapshots=recorder.snapshots,
-        hits=session.hits,
-        warnings=session.warnings,
-        startup_seconds=startup,
-    )
-    problem = _perf_exit_problem(recorder, status)
-    if problem is not None:
-        result.warnings.append(problem)
+    result = _result(recorder, session, recording, reason, status, startup)
     if reason == "perf-exited" and not session.interrupted:
         text = recorder.log_text()
         if status != 0:
