@@ -724,8 +724,8 @@ static void apply(Engine *e, Thread *th, int kind, int state, int32_t src, int32
 		int32_t fn = e->loc_fn[dst];
 		int32_t sfn = e->loc_fn[src];
 		uint64_t sip = e->loc_ip[src], dip = e->loc_ip[dst];
-		if (dip > sip && dip - sip <= MAX_INSN)
-			return; /* `call next; pop`: reads the PC, not a call */
+		if (fn == sfn && dip > sip && dip - sip <= MAX_INSN)
+			return; /* `call next; pop` inside one function (engine.py) */
 		Ctx *c = cur(th);
 		if (!c->nframes || c->frames[c->nframes - 1].fn != sfn)
 			c = sync_source(e, th, src, t);
@@ -1132,7 +1132,9 @@ static PyObject *engine_feed_batch(Engine *e, PyObject *args)
 		if (!th || tid != cur_tid || pid != cur_pid) {
 			cur_pid = pid;
 			cur_tid = tid;
-			th = thread_of(e, pid, tid, time);
+			/* A first branch's gap time is when the thread's history starts
+			 * (engine.py: _branch). */
+			th = thread_of(e, pid, tid, gap_time ? gap_time : time);
 		}
 		if ((flags & IN_TX_FLAG) || th->ntx) {
 			branch_slow(e, th, kind, state, flags & IN_TX_FLAG, src, dst, time, insns,

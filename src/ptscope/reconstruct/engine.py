@@ -307,7 +307,7 @@ class TraceSegmentEngine:
             if ev.tid != cur_tid or ev.pid != cur_pid or th is None:
                 cur_pid = ev.pid
                 cur_tid = ev.tid
-                th = thread_of(cur_pid, cur_tid, ev.time)
+                th = thread_of(cur_pid, cur_tid, ev.gap_time or ev.time)
                 ctxs = th.ctxs
             if ev.in_tx or th.txq:
                 slow(ev)
@@ -329,8 +329,8 @@ class TraceSegmentEngine:
                 src = ev.src
                 dst = ev.dst
                 fn = dst.function
-                if 0 < dst.ip - src.ip <= _MAX_INSN:
-                    continue  # `call next; pop`
+                if fn == src.function and 0 < dst.ip - src.ip <= _MAX_INSN:
+                    continue  # `call next; pop` (see _apply)
                 frames = ctxs[-1].frames
                 if not frames or frames[-1][_FN] != src.function:
                     frames = self._sync_source(th, src, t).frames
@@ -438,7 +438,9 @@ class TraceSegmentEngine:
         stats = self.stats
         stats.events += 1
         stats.branches += 1
-        th = self._thread(ev.pid, ev.tid, ev.time)
+        # A thread's first branch may carry the time of jumps before it (dropped by the
+        # decoder): the thread's history, and the function it was in, start there.
+        th = self._thread(ev.pid, ev.tid, ev.gap_time or ev.time)
         t = ev.time
         if t < th.last_time:
             t = th.last_time
@@ -471,8 +473,11 @@ class TraceSegmentEngine:
         dst = ev.dst
         if state == _ST_NONE:
             if kind == _CALL:
-                if 0 < dst.ip - src.ip <= _MAX_INSN:
-                    return  # `call next; pop`: reads the PC, not a call
+                if dst.function == src.function and 0 < dst.ip - src.ip <= _MAX_INSN:
+                    # `call next; pop`: reads the PC, not a call. Only inside one function:
+                    # a call to the next function in memory (is_even calling is_odd, placed
+                    # right after it) lands just as close, and is a call.
+                    return
                 frames = th.ctxs[-1].frames
                 if not frames or frames[-1][_FN] != src.function:
                     frames = self._sync_source(th, src, t).frames
