@@ -477,8 +477,16 @@ static void add_root(Engine *e, Thread *th, Ctx *c, int32_t loc, int64_t t)
 	e->roots_inferred++;
 }
 
+/* engine.py: _stopped_in */
+static bool stopped_in(Thread *th, Ctx *c, size_t i)
+{
+	size_t n = c->nframes;
+	return i + 1 == n ||
+	       (i + 2 == n && (frame(th, c->frames[n - 1].ix)[F_FLAGS] & FL_SYNTHETIC));
+}
+
 /* engine.py: _land */
-static bool land(Engine *e, Thread *th, int32_t fn, int64_t t)
+static bool land(Engine *e, Thread *th, int32_t fn, int64_t t, bool entry)
 {
 	for (size_t ci = th->nctx - 1; ci-- > 0;) {
 		Ctx *target = th->ctxs[ci];
@@ -488,6 +496,8 @@ static bool land(Engine *e, Thread *th, int32_t fn, int64_t t)
 		if (!fi)
 			continue;
 		fi--;
+		if (entry && !stopped_in(th, target, fi))
+			continue;
 		int64_t landed = target->frames[fi].ix;
 		int64_t end = take_slot(e, th, t, 0);
 		for (size_t j = th->nctx - 1; j > ci; j--) {
@@ -525,7 +535,7 @@ static Ctx *sync_source(Engine *e, Thread *th, int32_t src, int64_t t)
 			return c;
 		}
 	}
-	if (land(e, th, fn, t))
+	if (land(e, th, fn, t, false))
 		return cur(th);
 	if (n) {
 		unexpected(e, th, 1, fn, -1);
@@ -569,7 +579,7 @@ static void return_slow(Engine *e, Thread *th, int32_t src, int32_t dst, int64_t
 		c->frames[n - 2].fn = fn;
 		return;
 	}
-	if (land(e, th, fn, t))
+	if (land(e, th, fn, t, false))
 		return;
 	if (n == 1) {
 		add_root(e, th, c, dst, t);
@@ -595,7 +605,7 @@ static void jump(Engine *e, Thread *th, int32_t src, int32_t dst, int64_t t)
 				return;
 			}
 		}
-		if (land(e, th, fn, t))
+		if (land(e, th, fn, t, false))
 			return;
 	}
 	c = sync_source(e, th, src, t);
@@ -637,7 +647,7 @@ static void long_return(Engine *e, Thread *th, int32_t dst, int64_t t)
 			return;
 		}
 	}
-	if (land(e, th, fn, t))
+	if (land(e, th, fn, t, false))
 		return;
 	if (!n) {
 		first_frame(e, th, c, dst, FL_INFERRED);
@@ -673,10 +683,11 @@ static void trace_end(Engine *e, Thread *th, int kind, int32_t src, int64_t t)
 static void trace_start(Engine *e, Thread *th, int32_t dst, int64_t t)
 {
 	int32_t fn = e->loc_fn[dst];
+	bool entry = e->loc_off[dst] == 0; /* only the frame it stopped in resumes there */
 	Ctx *c = cur(th);
 	size_t n = c->nframes;
 	if (!n) {
-		if (!land(e, th, fn, t))
+		if (!land(e, th, fn, t, entry))
 			first_frame(e, th, c, dst, FL_INFERRED);
 		return;
 	}
@@ -685,6 +696,8 @@ static void trace_start(Engine *e, Thread *th, int32_t dst, int64_t t)
 		return;
 	for (size_t i = n - 1; i-- > 0;) {
 		if (c->frames[i].fn == fn) {
+			if (entry && !stopped_in(th, c, i))
+				break;
 			close_above(th, c, i, take_slot(e, th, t, 0), 0);
 			return;
 		}
@@ -697,7 +710,7 @@ static void trace_start(Engine *e, Thread *th, int32_t dst, int64_t t)
 		f[F_ADDR] = e->loc_entry[dst];
 		return;
 	}
-	if (land(e, th, fn, t))
+	if (land(e, th, fn, t, entry))
 		return;
 	c = push_detached(e, th, t);
 	first_frame(e, th, c, dst, FL_INFERRED);

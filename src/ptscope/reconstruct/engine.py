@@ -224,6 +224,15 @@ def _gap_slot(th: _Thread, gap_time: int, t: int) -> None:
         th.log.append(gap_time * 4)
 
 
+def _stopped_in(th: _Thread, frames: list[Handle], i: int) -> bool:
+    """Is ``frames[i]`` where its stack stopped: the top frame, or the one right below an
+    [untraced]/[syscall] gap frame?"""
+    top = len(frames) - 1
+    return i == top or (
+        i == top - 1 and bool(th.fd[frames[top][_IX] * _FIELDS + _FLAGS] & _SYNTHETIC)
+    )
+
+
 def _count(th: _Thread, insns: int, cycles: int) -> None:
     """Add an event's instruction/cycle counts; they hold from the next slot on."""
     th.cum_insns += insns
@@ -666,10 +675,14 @@ class TraceSegmentEngine:
     def _trace_start(self, th: _Thread, ev: BranchEvent, t: int) -> None:
         dst = ev.dst
         fn = dst.function
+        # Tracing that resumes at a function's first instruction can only resume the frame
+        # it stopped in; anywhere else it is a new activation (a signal handler that runs
+        # again while an older run of it waits further down the stack).
+        entry = dst.offset == 0
         ctx = th.ctxs[-1]
         frames = ctx.frames
         if not frames:
-            if not self._land(th, fn, t):
+            if not self._land(th, fn, t, entry):
                 self._first_frame(th, ctx, dst, _INFERRED)
             return
         top = frames[-1]
@@ -677,6 +690,8 @@ class TraceSegmentEngine:
             return  # a repeated `tr strt` where we already are
         for i in range(len(frames) - 2, -1, -1):
             if frames[i][_FN] == fn:
+                if entry and not _stopped_in(th, frames, i):
+                    break
                 # Normally the frame just below [untraced]/[syscall]: tracing resumed where
                 # it stopped. Further up: frames returned while untraced.
                 self._close_above(th, ctx, i, self._slot(th, t), 0)
@@ -689,7 +704,7 @@ class TraceSegmentEngine:
             th.fd[base + _ADDR] = dst.entry - _WRAP if dst.entry >= _SIGN else dst.entry
             th.fd[base + _FLAGS] = 0
             return
-        if self._land(th, fn, t):
+        if self._land(th, fn, t, entry):
             return
         # Resumed somewhere unrelated to the stack (a signal handler, lost data): a new
         # segment, which stitching rejoins if control comes back to this stack.
@@ -752,11 +767,13 @@ class TraceSegmentEngine:
         ctx.frames = [root]
         self.stats.roots_inferred += 1
 
-    def _land(self, th: _Thread, fn: str, t: int) -> bool:
+    def _land(self, th: _Thread, fn: str, t: int, entry: bool = False) -> bool:
         """Control arrived in ``fn``: if it is on an older context, return to it (stitching).
 
         Everything above the frame landed in is closed; detached segments in between become
-        children of that frame (they ran while it was active).
+        children of that frame (they ran while it was active). ``entry``: control arrived at
+        the function's first instruction, which only the frame a context stopped in can be
+        waiting at.
         """
         ctxs = th.ctxs
         for ci in range(len(ctxs) - 2, -1, -1):
@@ -766,6 +783,8 @@ class TraceSegmentEngine:
                 if tframes[fi][_FN] == fn:
                     break
             else:
+                continue
+            if entry and not _stopped_in(th, tframes, fi):
                 continue
             landed = tframes[fi][_IX]
             end = self._slot(th, t)
