@@ -186,9 +186,10 @@ def uftrace_trees(data: Path, keep: Callable[[str], bool]) -> Trees:
         if text.startswith("}"):
             name = base_name(text.partition("/*")[2].rstrip("*/ ").strip())
             if keep(name):
-                if not stack or stack[-1] != name:
-                    raise OracleError(f"uftrace: end of {name} inside {stack[-1:]}")
-                stack.pop()
+                if name not in stack:
+                    raise OracleError(f"uftrace: end of {name}, which is not running")
+                # Frames above it ended unseen (longjmp): uftrace prints no end for them.
+                del stack[len(stack) - 1 - stack[::-1].index(name) :]
             continue
         if "(" not in text:
             continue  # an event line (signal, sched, ...)
