@@ -106,6 +106,7 @@ typedef struct {
 	int64_t start_slot;
 	int64_t suspend_slot;
 	bool detached;
+	bool switched_in; /* began with a stack switch: older contexts are other stacks */
 } Ctx;
 
 /* A branch held until its transaction commits. */
@@ -183,6 +184,8 @@ typedef struct {
 	int64_t *loc_entry, *loc_off;
 	uint64_t *loc_ip;
 	size_t nloc, caploc;
+	uint8_t *fn_switches; /* by function id: returning from it switches stacks */
+	size_t nfn_switches;
 	Thread **threads;
 	size_t nthreads, capthreads;
 	Slot *map;
@@ -283,6 +286,7 @@ static Ctx *push_ctx(Engine *e, Thread *th, int64_t parent, bool detached, int64
 	c->detached = detached;
 	c->start_slot = start_slot;
 	c->suspend_slot = -1;
+	c->switched_in = false;
 	return c;
 }
 
@@ -485,10 +489,34 @@ static bool stopped_in(Thread *th, Ctx *c, size_t i)
 	       (i + 2 == n && (frame(th, c->frames[n - 1].ix)[F_FLAGS] & FL_SYNTHETIC));
 }
 
+/* engine.py: _land_on */
+static void land_on(Engine *e, Thread *th, size_t ci, size_t fi, int64_t t)
+{
+	Ctx *target = th->ctxs[ci];
+	int64_t landed = target->frames[fi].ix;
+	int64_t end = take_slot(e, th, t, 0);
+	for (size_t j = th->nctx - 1; j > ci; j--) {
+		Ctx *c = th->ctxs[j];
+		for (size_t k = 0; k < c->nframes; k++)
+			close_frame(th, c->frames[k].ix, end, 0);
+		if (c->detached) {
+			for (size_t k = 0; k < c->ntop; k++)
+				frame(th, c->top[k])[F_PARENT] = landed;
+			e->stitched++;
+			end = th->ctxs[j - 1]->suspend_slot;
+		}
+	}
+	close_above(th, target, fi, end, FL_OPEN_AT_END);
+	th->nctx = ci + 1;
+	target->suspend_slot = -1;
+}
+
 /* engine.py: _land */
 static bool land(Engine *e, Thread *th, int32_t fn, int64_t t, bool entry)
 {
 	for (size_t ci = th->nctx - 1; ci-- > 0;) {
+		if (th->ctxs[ci + 1]->switched_in)
+			break; /* older contexts are other stacks */
 		Ctx *target = th->ctxs[ci];
 		size_t fi = target->nframes;
 		while (fi > 0 && target->frames[fi - 1].fn != fn)
@@ -498,22 +526,7 @@ static bool land(Engine *e, Thread *th, int32_t fn, int64_t t, bool entry)
 		fi--;
 		if (entry && !stopped_in(th, target, fi))
 			continue;
-		int64_t landed = target->frames[fi].ix;
-		int64_t end = take_slot(e, th, t, 0);
-		for (size_t j = th->nctx - 1; j > ci; j--) {
-			Ctx *c = th->ctxs[j];
-			for (size_t k = 0; k < c->nframes; k++)
-				close_frame(th, c->frames[k].ix, end, 0);
-			if (c->detached) {
-				for (size_t k = 0; k < c->ntop; k++)
-					frame(th, c->top[k])[F_PARENT] = landed;
-				e->stitched++;
-				end = th->ctxs[j - 1]->suspend_slot;
-			}
-		}
-		close_above(th, target, fi, end, FL_OPEN_AT_END);
-		th->nctx = ci + 1;
-		target->suspend_slot = -1;
+		land_on(e, th, ci, fi, t);
 		return true;
 	}
 	return false;
@@ -548,8 +561,48 @@ static Ctx *sync_source(Engine *e, Thread *th, int32_t src, int64_t t)
 /* ------------------------------------------------------------------ handlers */
 
 /* engine.py: _return_slow */
+static inline bool switches_stack(Engine *e, int32_t fn)
+{
+	return (size_t)fn < e->nfn_switches && e->fn_switches[fn];
+}
+
+/* engine.py: _stack_switch */
+static void stack_switch(Engine *e, Thread *th, int32_t dst, int64_t t)
+{
+	uint64_t ip = e->loc_ip[dst];
+	size_t found = SIZE_MAX;
+	for (size_t ci = th->nctx - 1; ci-- > 0;) {
+		Ctx *c = th->ctxs[ci];
+		if (!c->nframes || !switches_stack(e, c->frames[c->nframes - 1].fn))
+			continue;
+		uint64_t site = (uint64_t)frame(th, c->frames[c->nframes - 1].ix)[F_CALLSITE];
+		if (site && ip > site && ip - site <= MAX_INSN) {
+			if (found != SIZE_MAX) {
+				found = SIZE_MAX; /* two stacks wait there: unknown which resumes */
+				break;
+			}
+			found = ci;
+		}
+	}
+	if (found != SIZE_MAX) {
+		Ctx *target = th->ctxs[found];
+		land_on(e, th, found, target->nframes - 1, t);
+		close_frame(th, target->frames[target->nframes - 1].ix, take_slot(e, th, t, 0), 0);
+		target->nframes--;
+		return;
+	}
+	Ctx *c = push_detached(e, th, t);
+	c->switched_in = true;
+	first_frame(e, th, c, dst, FL_INFERRED);
+}
+
+/* engine.py: _return_slow */
 static void return_slow(Engine *e, Thread *th, int32_t src, int32_t dst, int64_t t)
 {
+	if (switches_stack(e, e->loc_fn[src])) {
+		stack_switch(e, th, dst, t);
+		return;
+	}
 	Ctx *c = cur(th);
 	int32_t fn = e->loc_fn[dst];
 	if (!c->nframes) {
@@ -751,7 +804,8 @@ static void apply(Engine *e, Thread *th, int kind, int state, int32_t src, int32
 	case K_RETURN: {
 		Ctx *c = cur(th);
 		size_t n = c->nframes;
-		if (n >= 2 && c->frames[n - 2].fn == e->loc_fn[dst]) {
+		if (n >= 2 && c->frames[n - 2].fn == e->loc_fn[dst] &&
+		    !switches_stack(e, e->loc_fn[src])) {
 			close_frame(th, c->frames[n - 1].ix, take_slot(e, th, t, 0), 0);
 			c->nframes--;
 		} else {
@@ -967,6 +1021,7 @@ static void engine_dealloc(Engine *e)
 	free(e->loc_entry);
 	free(e->loc_off);
 	free(e->loc_ip);
+	free(e->fn_switches);
 	free(e->examples);
 	free(e->out_of);
 	Py_TYPE(e)->tp_free((PyObject *)e);
@@ -1072,6 +1127,29 @@ static PyObject *engine_add_locations(Engine *e, PyObject *args)
 	e->nloc = need;
 	columns_release(cols, 4);
 	return PyLong_FromSize_t(e->nloc);
+}
+
+static PyObject *engine_mark_stack_switcher(Engine *e, PyObject *args)
+{
+	int fn;
+	if (!PyArg_ParseTuple(args, "i", &fn))
+		return NULL;
+	GUARD(e);
+	if (fn < 0) {
+		PyErr_SetString(PyExc_ValueError, "negative function id");
+		return NULL;
+	}
+	if ((size_t)fn >= e->nfn_switches) {
+		size_t cap = (size_t)fn + 64;
+		uint8_t *v = realloc(e->fn_switches, cap);
+		if (!v)
+			return PyErr_NoMemory();
+		memset(v + e->nfn_switches, 0, cap - e->nfn_switches);
+		e->fn_switches = v;
+		e->nfn_switches = cap;
+	}
+	e->fn_switches[fn] = 1;
+	Py_RETURN_NONE;
 }
 
 enum { C_PID, C_TID, C_TIME, C_FLAGS, C_SRC, C_DST, C_INSN, C_CYC, C_GAP, NCOLS };
@@ -1774,6 +1852,8 @@ static PyMethodDef module_methods[] = {
 static PyMethodDef engine_methods[] = {
 	{"add_locations", (PyCFunction)engine_add_locations, METH_VARARGS,
 	 "add_locations(function_ids, entries, offsets, ips) -> location count"},
+	{"mark_stack_switcher", (PyCFunction)engine_mark_stack_switcher, METH_VARARGS,
+	 "mark_stack_switcher(function_id): returning from it lands on another stack"},
 	{"feed_batch", (PyCFunction)engine_feed_batch, METH_VARARGS,
 	 "feed_batch(pid, tid, time, flags, src, dst, insn_count, cycle_count, gap_delta)"},
 	{"decode_error", (PyCFunction)engine_decode_error, METH_VARARGS,

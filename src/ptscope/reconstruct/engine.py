@@ -69,7 +69,7 @@ from ptscope.timeline import (
     check_nesting,
 )
 
-__all__ = ["EngineStats", "TraceSegmentEngine", "build_thread_timeline"]
+__all__ = ["STACK_SWITCHERS", "EngineStats", "TraceSegmentEngine", "build_thread_timeline"]
 
 # A frame's fields in its thread's `fd` array (frame i at fd[i*6 : i*6+6]): parent frame
 # index (-1 = none), start slot, end slot (-1 = open), entry address, flags, and the address
@@ -125,7 +125,15 @@ _ST_END: Final = int(TraceState.END)
 class _Context:
     """One stack of open frames (see the module docstring)."""
 
-    __slots__ = ("detached", "frames", "parent", "start_slot", "suspend_slot", "toplevel")
+    __slots__ = (
+        "detached",
+        "frames",
+        "parent",
+        "start_slot",
+        "suspend_slot",
+        "switched_in",
+        "toplevel",
+    )
 
     def __init__(self, parent: int, detached: bool, start_slot: int) -> None:
         self.frames: list[Handle] = []
@@ -134,6 +142,9 @@ class _Context:
         self.detached = detached
         self.start_slot = start_slot
         self.suspend_slot = -1
+        # Began with a stack switch: the contexts below it are other stacks, which names
+        # must not land on (see _stack_switch).
+        self.switched_in = False
 
 
 class _Thread:
@@ -224,6 +235,13 @@ def _gap_slot(th: _Thread, gap_time: int, t: int) -> None:
         th.log.append(gap_time * 4)
 
 
+STACK_SWITCHERS: Final = frozenset(
+    {"swapcontext", "__swapcontext", "setcontext", "__setcontext"}
+    | {f"{name}@@GLIBC_2.2.5" for name in ("swapcontext", "setcontext")}
+)
+"""Functions whose return lands on another stack (ucontext coroutines)."""
+
+
 def _stopped_in(th: _Thread, frames: list[Handle], i: int) -> bool:
     """Is ``frames[i]`` where its stack stopped: the top frame, or the one right below an
     [untraced]/[syscall] gap frame?"""
@@ -304,6 +322,7 @@ class TraceSegmentEngine:
         apply = self._apply
         thread_of = self._thread
         call, ret, jump, cjump, no_change = _CALL, _RETURN, _JUMP, _CJUMP, _ST_NONE
+        switchers = STACK_SWITCHERS
         th: _Thread | None = None
         ctxs: list[_Context] = []
         cur_pid = cur_tid = -2
@@ -356,7 +375,11 @@ class TraceSegmentEngine:
                 log.append(t * 4 + _CALL_SLOT)
             elif kind == ret:
                 frames = ctxs[-1].frames
-                if len(frames) >= 2 and frames[-2][_FN] == ev.dst.function:
+                if (
+                    len(frames) >= 2
+                    and frames[-2][_FN] == ev.dst.function
+                    and ev.src.function not in switchers
+                ):
                     log = th.log
                     th.fd[frames.pop()[_IX] * _FIELDS + _END] = len(log)
                     log.append(t * 4)
@@ -496,7 +519,11 @@ class TraceSegmentEngine:
                 frames.append(_new_frame(th, dst.function, parent, slot, dst.entry, 0, src.ip))
             elif kind == _RETURN:
                 frames = th.ctxs[-1].frames
-                if len(frames) >= 2 and frames[-2][_FN] == dst.function:
+                if (
+                    len(frames) >= 2
+                    and frames[-2][_FN] == dst.function
+                    and src.function not in STACK_SWITCHERS
+                ):
                     self._close(th, frames.pop(), self._slot(th, t))
                 else:
                     self._return_slow(th, ev, t)
@@ -556,6 +583,9 @@ class TraceSegmentEngine:
         return ctx
 
     def _return_slow(self, th: _Thread, ev: BranchEvent, t: int) -> None:
+        if ev.src.function in STACK_SWITCHERS:
+            self._stack_switch(th, ev.dst, t)
+            return
         ctx = th.ctxs[-1]
         frames = ctx.frames
         dst = ev.dst
@@ -590,6 +620,36 @@ class TraceSegmentEngine:
         # A return into a function that is nowhere on a non-empty stack: data was lost.
         self._unexpected(th, f"return to {fn}, which is not on the stack")
         ctx = self._push_detached(th, t)
+        self._first_frame(th, ctx, dst, _INFERRED)
+
+    def _stack_switch(self, th: _Thread, dst: Location, t: int) -> None:
+        """A return from swapcontext/setcontext: control goes on on another stack.
+
+        Names say nothing here (two coroutines suspended in the same function look alike),
+        so the stack it lands on must be known exactly: an older context whose top frame is
+        a switch call that returns to this very address, and only one. That context's
+        switch call ends here and what ran since (other stacks) nests under it. Otherwise
+        the stack is one we have not seen: a new segment, whose frames are discovered as
+        they return; the stack we leave keeps its frames open until control comes back.
+        """
+        ctxs = th.ctxs
+        found = -1
+        for ci in range(len(ctxs) - 2, -1, -1):
+            frames = ctxs[ci].frames
+            if frames and frames[-1][_FN] in STACK_SWITCHERS:
+                site = th.fd[frames[-1][_IX] * _FIELDS + _CALLSITE] & _MASK64
+                if site and 0 < dst.ip - site <= _MAX_INSN:
+                    if found >= 0:
+                        found = -1  # two stacks wait there: which one resumes is unknown
+                        break
+                    found = ci
+        if found >= 0:
+            target = ctxs[found].frames
+            self._land_on(th, found, len(target) - 1, t)
+            self._close(th, target.pop(), self._slot(th, t))
+            return
+        ctx = self._push_detached(th, t)
+        ctx.switched_in = True
         self._first_frame(th, ctx, dst, _INFERRED)
 
     def _jump(self, th: _Thread, ev: BranchEvent, t: int) -> None:
@@ -777,6 +837,8 @@ class TraceSegmentEngine:
         """
         ctxs = th.ctxs
         for ci in range(len(ctxs) - 2, -1, -1):
+            if ctxs[ci + 1].switched_in:
+                break  # older contexts are other stacks
             target = ctxs[ci]
             tframes = target.frames
             for fi in range(len(tframes) - 1, -1, -1):
@@ -786,25 +848,32 @@ class TraceSegmentEngine:
                 continue
             if entry and not _stopped_in(th, tframes, fi):
                 continue
-            landed = tframes[fi][_IX]
-            end = self._slot(th, t)
-            fd = th.fd
-            for j in range(len(ctxs) - 1, ci, -1):
-                c = ctxs[j]
-                for f in c.frames:
-                    self._close(th, f, end)
-                if c.detached:
-                    for i in c.toplevel:
-                        fd[i * _FIELDS + _PARENT] = landed
-                    self.stats.stitched += 1
-                    end = ctxs[j - 1].suspend_slot
-            for f in tframes[fi + 1 :]:
-                self._close(th, f, end, _OPEN_AT_END)
-            del tframes[fi + 1 :]
-            del ctxs[ci + 1 :]
-            target.suspend_slot = -1
+            self._land_on(th, ci, fi, t)
             return True
         return False
+
+    def _land_on(self, th: _Thread, ci: int, fi: int, t: int) -> None:
+        """Make frame ``fi`` of context ``ci`` current (see :meth:`_land`)."""
+        ctxs = th.ctxs
+        target = ctxs[ci]
+        tframes = target.frames
+        landed = tframes[fi][_IX]
+        end = self._slot(th, t)
+        fd = th.fd
+        for j in range(len(ctxs) - 1, ci, -1):
+            c = ctxs[j]
+            for f in c.frames:
+                self._close(th, f, end)
+            if c.detached:
+                for i in c.toplevel:
+                    fd[i * _FIELDS + _PARENT] = landed
+                self.stats.stitched += 1
+                end = ctxs[j - 1].suspend_slot
+        for f in tframes[fi + 1 :]:
+            self._close(th, f, end, _OPEN_AT_END)
+        del tframes[fi + 1 :]
+        del ctxs[ci + 1 :]
+        target.suspend_slot = -1
 
     # ------------------------------------------------------------- output
 

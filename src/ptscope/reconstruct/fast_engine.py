@@ -32,7 +32,12 @@ from ptscope.model import (
     PowerEvent,
     StackSample,
 )
-from ptscope.reconstruct.engine import EngineStats, TraceSegmentEngine, build_thread_timeline
+from ptscope.reconstruct.engine import (
+    STACK_SWITCHERS,
+    EngineStats,
+    TraceSegmentEngine,
+    build_thread_timeline,
+)
 from ptscope.timeline import CounterSample, Instant, ThreadTimeline, Timeline
 
 try:
@@ -345,6 +350,8 @@ class FastEngine:
             for name, i in zip(functions[known:], new, strict=True):
                 if i == len(self._names):
                     self._names.append(name)
+                    if name in STACK_SWITCHERS:
+                        self._c.mark_stack_switcher(i)
             added = np.array(new, dtype=np.int32)
             sync.functions = (
                 added if sync.functions is None else np.concatenate([sync.functions, added])
