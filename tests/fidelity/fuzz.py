@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from support import fidelity, progen  # noqa: E402
+from support import fidelity, progen
 
 
 def _quiet_worker() -> None:
@@ -39,8 +39,9 @@ def _check(args: tuple[int, tuple[str, ...], tuple[str, ...]]) -> list[fidelity.
     return fidelity.check_program(progen.generate(seed), opts, oracle_names)
 
 
-def run(seeds: list[int], opts: tuple[str, ...], oracle_names: tuple[str, ...], jobs: int,
-        verbose: bool) -> int:
+def run(
+    seeds: list[int], opts: tuple[str, ...], oracle_names: tuple[str, ...], jobs: int, verbose: bool
+) -> int:
     started = time.perf_counter()
     failures: dict[int, list[fidelity.Outcome]] = {}
     comparisons = 0
@@ -51,22 +52,29 @@ def run(seeds: list[int], opts: tuple[str, ...], oracle_names: tuple[str, ...], 
             bad = [o for o in outcomes if not o.ok]
             if bad:
                 failures[outcomes[0].seed] = bad
-                print(f"FAIL seed {outcomes[0].seed}: "
-                      + ", ".join(sorted({f"{o.opt} {o.oracle}/{o.engine}" for o in bad})),
-                      flush=True)
+                print(
+                    f"FAIL seed {outcomes[0].seed}: "
+                    + ", ".join(sorted({f"{o.opt} {o.oracle}/{o.engine}" for o in bad})),
+                    flush=True,
+                )
                 if verbose:
                     for o in bad:
                         print(f"  {o}", flush=True)
             elif verbose:
                 print(f"ok   seed {outcomes[0].seed}", flush=True)
             if done % 25 == 0:
-                print(f"  ... {done}/{len(seeds)} programs, {len(failures)} failing, "
-                      f"{time.perf_counter() - started:.0f} s", flush=True)
+                print(
+                    f"  ... {done}/{len(seeds)} programs, {len(failures)} failing, "
+                    f"{time.perf_counter() - started:.0f} s",
+                    flush=True,
+                )
     seconds = time.perf_counter() - started
     identical = len(seeds) - len(failures)
-    print(f"{identical}/{len(seeds)} programs identical "
-          f"({comparisons} comparisons: {len(opts)} levels x {len(oracle_names)} oracles x "
-          f"2 engines; {seconds:.0f} s, {jobs} jobs)")
+    print(
+        f"{identical}/{len(seeds)} programs identical "
+        f"({comparisons} comparisons: {len(opts)} levels x {len(oracle_names)} oracles x "
+        f"2 engines; {seconds:.0f} s, {jobs} jobs)"
+    )
     if failures:
         print("failing seeds: " + " ".join(str(s) for s in sorted(failures)))
     return 1 if failures else 0
@@ -79,7 +87,7 @@ def minimize(seed: int, opt: str, oracle: str) -> int:
         with contextlib.redirect_stdout(sys.stderr):
             try:
                 return any(not o.ok for o in fidelity.check_program(p, (opt,), (oracle,)))
-            except Exception:  # noqa: BLE001 - a program that no longer builds is no reduction
+            except Exception:  # a program that no longer builds is no reduction
                 return False
 
     program = progen.generate(seed)
@@ -105,8 +113,9 @@ def main() -> int:
     ap.add_argument("--first", type=int, default=0, help="first seed (default 0)")
     ap.add_argument("--seeds", help="comma-separated seeds instead of -n")
     ap.add_argument("--opt", action="append", help="-O0/-O1/-O2 (default: all three)")
-    ap.add_argument("--oracle", action="append", choices=fidelity.ORACLES,
-                    help="oracles to use (default: all)")
+    ap.add_argument(
+        "--oracle", action="append", choices=fidelity.ORACLES, help="oracles to use (default: all)"
+    )
     ap.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("-v", "--verbose", action="store_true")
     ap.add_argument("--minimize", type=int, metavar="SEED")

@@ -26,6 +26,7 @@ from ptscope.decode.perf_script import decode_perf_data_text
 from ptscope.pipeline import decode_recording
 from ptscope.reconstruct.engine import TraceSegmentEngine
 from ptscope.record.emulated import EmulationOptions, record
+from ptscope.timeline import Timeline
 from support import oracles, qemu_truth
 from support.progen import Program
 
@@ -167,14 +168,19 @@ def trace(
     return Traced(exe, out, perf_data, directory)
 
 
-def reference_timeline_trees(perf_data: Path, keep: Callable[[str], bool]) -> oracles.Trees:
-    """The Python reference engine's tree, fed by perf's text decoder."""
+def reference_timeline(perf_data: Path) -> Timeline:
+    """The Python reference engine's timeline, fed by perf's text decoder."""
     engine = TraceSegmentEngine()
     for batch in decode_perf_data_text(perf_data):
         engine.feed_all(batch)
     timeline = engine.finish()
     engine.self_check(timeline)
-    return oracles.timeline_trees(timeline, keep)
+    return timeline
+
+
+def reference_timeline_trees(perf_data: Path, keep: Callable[[str], bool]) -> oracles.Trees:
+    """The Python reference engine's tree, fed by perf's text decoder."""
+    return oracles.timeline_trees(reference_timeline(perf_data), keep)
 
 
 def _outcomes(

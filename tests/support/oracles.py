@@ -39,7 +39,8 @@ from elftools.elf.sections import SymbolTableSection
 from fxt.models import DurationCompleteEventRecord
 from fxt.reader import parse_records
 
-from ptscope.timeline import Timeline
+from ptscope.fxt.records import ARG_FLAGS
+from ptscope.timeline import SliceFlags, Timeline
 
 Tree = list[tuple[int, str]]
 """Preorder ``(depth, name)`` of one thread's calls."""
@@ -49,6 +50,7 @@ Trees = dict[int, Tree]
 HOOKS_SOURCE = Path(__file__).with_name("cyg_hooks.c")
 _CYG_MAGIC = 0x315F4759435F5450
 _CYG_RECORD = struct.Struct("<QQQII")
+_INFERRED = int(SliceFlags.INFERRED_START)
 _CLONE_SUFFIX = re.compile(r"\.(?:isra|constprop|part|cold|lto_priv|localalias)(?:\.\d+)*")
 
 
@@ -93,36 +95,65 @@ def read_cyg_log(path: Path) -> tuple[int, list[CygRecord]]:
     return load, records
 
 
-def function_symbols(exe: Path, load: int) -> dict[int, str]:
-    """Run-time address -> name of every function symbol of ``exe`` loaded at ``load``."""
+def _symbols(exe: Path, load: int, kinds: tuple[str, ...]) -> dict[str, tuple[int, int]]:
+    """name -> (run-time address, size) of ``exe``'s symbols of the given types."""
     with open(exe, "rb") as f:
         elf = ELFFile(f)
-        base = min(
-            seg["p_vaddr"] for seg in elf.iter_segments() if seg["p_type"] == "PT_LOAD"
-        ) & ~0xFFF
+        base = (
+            min(seg["p_vaddr"] for seg in elf.iter_segments() if seg["p_type"] == "PT_LOAD")
+            & ~0xFFF
+        )
         bias = load - base
-        names: dict[int, str] = {}
+        out: dict[str, tuple[int, int]] = {}
         for section in elf.iter_sections():
             if not isinstance(section, SymbolTableSection):
                 continue
             for sym in section.iter_symbols():
-                if sym["st_info"]["type"] == "STT_FUNC" and sym["st_value"]:
-                    names.setdefault(sym["st_value"] + bias, sym.name)
+                if sym["st_info"]["type"] in kinds and sym["st_value"]:
+                    out.setdefault(sym.name, (sym["st_value"] + bias, sym["st_size"]))
+    return out
+
+
+def function_symbols(exe: Path, load: int) -> dict[int, str]:
+    """Run-time address -> name of every function symbol of ``exe`` loaded at ``load``."""
+    names: dict[int, str] = {}
+    for name, (address, _) in _symbols(exe, load, ("STT_FUNC",)).items():
+        names.setdefault(address, name)
     return names
 
 
-def cyg_trees(
+def object_symbol(exe: Path, load: int, name: str) -> tuple[int, int]:
+    """(run-time address, size) of the data object ``name`` of ``exe``."""
+    return _symbols(exe, load, ("STT_OBJECT",))[name]
+
+
+@dataclass(frozen=True)
+class Activation:
+    """One call of one of the program's own functions, as the hooks saw it."""
+
+    name: str
+    stack: object
+    """Which stack it ran on (``stack_of``'s answer; 0 when not asked)."""
+    parent: int
+    """Index of the activation that called it (its thread's list), -1 for none."""
+    depth: int
+
+
+def cyg_activations(
     log: Path,
     exe: Path,
     keep: Callable[[str], bool],
-    stack_of: Callable[[CygRecord], object] | None = None,
-) -> Trees:
-    """The call tree the hooks logged, per thread (or per ``stack_of(record)`` key, for
-    programs that switch stacks: the tree of each stack, keyed ``(tid, stack)``)."""
+    stack_of: Callable[[int], object] | None = None,
+) -> dict[int, list[Activation]]:
+    """Every call the hooks logged, per thread, in the order they happened.
+
+    ``stack_of(frame_address)`` names the stack a frame lives on, for programs that switch
+    stacks (coroutines): each stack then has its own chain of callers.
+    """
     load, records = read_cyg_log(log)
     names = function_symbols(exe, load)
-    stacks: dict[object, list[tuple[str, int]]] = {}
-    trees: dict[object, Tree] = {}
+    stacks: dict[tuple[int, object], list[tuple[str, int, int]]] = {}  # (name, fp, index)
+    out: dict[int, list[Activation]] = {}
     for r in records:
         name = names.get(r.function)
         if name is None:
@@ -130,24 +161,40 @@ def cyg_trees(
         name = base_name(name)
         if not keep(name):
             continue
-        key: object = r.tid if stack_of is None else (r.tid, stack_of(r))
-        stack = stacks.setdefault(key, [])
-        tree = trees.setdefault(key, [])
+        where = stack_of(r.fp) if stack_of is not None else 0
+        stack = stacks.setdefault((r.tid, where), [])
+        calls = out.setdefault(r.tid, [])
         if r.kind == 1:
             _drop_dead_frames(stack, r)
-            tree.append((len(stack), name))
-            stack.append((name, r.fp))
+            parent = stack[-1][2] if stack else -1
+            stack.append((name, r.fp, len(calls)))
+            calls.append(Activation(name, where, parent, len(stack) - 1))
         else:
             for k in range(len(stack) - 1, -1, -1):
-                if stack[k] == (name, r.fp):
+                if stack[k][:2] == (name, r.fp):
                     del stack[k:]
                     break
             else:
                 raise OracleError(f"exit of {name} (frame {r.fp:#x}) that never entered")
-    return trees  # type: ignore[return-value]
+    return out
 
 
-def _drop_dead_frames(stack: list[tuple[str, int]], r: CygRecord) -> None:
+def cyg_functions(log: Path, exe: Path) -> set[str]:
+    """The functions the hooks logged: the program's own (instrumented) code that ran."""
+    load, records = read_cyg_log(log)
+    names = function_symbols(exe, load)
+    return {base_name(names[f]) for f in {r.function for r in records} if f in names}
+
+
+def cyg_trees(log: Path, exe: Path, keep: Callable[[str], bool]) -> Trees:
+    """The call tree the hooks logged, per thread."""
+    return {
+        tid: [(a.depth, a.name) for a in calls]
+        for tid, calls in cyg_activations(log, exe, keep).items()
+    }
+
+
+def _drop_dead_frames(stack: list[tuple[str, int, int]], r: CygRecord) -> None:
     """Before an enter: frames that ended without an exit record (longjmp) are gone."""
     for k in range(len(stack) - 1, -1, -1):
         if stack[k][1] == r.parent_fp:
@@ -205,49 +252,145 @@ def uftrace_trees(data: Path, keep: Callable[[str], bool]) -> Trees:
 # ------------------------------------------------------------------- ptscope's side
 
 
-def nest(items: Iterable[tuple[float, float, str]], keep: Callable[[str], bool]) -> Tree:
-    """Nest ``(start, end, name)`` slices of one thread by time (Perfetto's rule; ties keep
-    the given order) and return the preorder of the kept names with depths among them."""
-    ordered = sorted(enumerate(items), key=lambda x: (x[1][0], -x[1][1], x[0]))
-    tree: Tree = []
-    stack: list[tuple[float, bool]] = []  # (end, kept)
-    kept_open = 0
-    for _, (start, end, name) in ordered:
+@dataclass(frozen=True)
+class TraceSlice:
+    start: float
+    end: float
+    name: str
+    flags: int = 0
+
+
+def _nest_own(
+    items: Iterable[TraceSlice], keep: Callable[[str], bool]
+) -> list[tuple[TraceSlice, int, int]]:
+    """Nest one thread's slices by time (Perfetto's rule; ties keep the given order) and
+    return the kept ones in preorder as (slice, depth among kept, index of the nearest kept
+    ancestor in the returned list or -1)."""
+    ordered = sorted(enumerate(items), key=lambda x: (x[1].start, -x[1].end, x[0]))
+    out: list[tuple[TraceSlice, int, int]] = []
+    stack: list[tuple[float, int]] = []  # (end, index in out or -1)
+    owners: list[int] = []  # kept ancestors' indices in out
+    for _, s in ordered:
         # A slice that ends where this one starts is done, unless this one is empty.
-        while stack and stack[-1][0] <= start and not stack[-1][0] == start == end:
-            kept_open -= stack.pop()[1]
-        name = base_name(name)
-        k = keep(name)
-        if k:
-            tree.append((kept_open, name))
-        stack.append((end, k))
-        kept_open += k
-    return tree
+        while stack and stack[-1][0] <= s.start and not stack[-1][0] == s.start == s.end:
+            if stack.pop()[1] >= 0:
+                owners.pop()
+        if keep(base_name(s.name)):
+            out.append((s, len(owners), owners[-1] if owners else -1))
+            stack.append((s.end, len(out) - 1))
+            owners.append(len(out) - 1)
+        else:
+            stack.append((s.end, -1))
+    return out
 
 
-def fxt_trees(path: Path, keep: Callable[[str], bool]) -> Trees:
-    """The call tree of a ptscope trace, read with the third-party ``fxt`` reader."""
+def nest(items: Iterable[tuple[float, float, str]], keep: Callable[[str], bool]) -> Tree:
+    """The preorder ``(depth among kept, name)`` of one thread's ``(start, end, name)``."""
+    nested = _nest_own((TraceSlice(a, b, n) for a, b, n in items), keep)
+    return [(depth, base_name(s.name)) for s, depth, _ in nested]
+
+
+def fxt_slices(path: Path) -> dict[int, list[TraceSlice]]:
+    """Every complete slice of a ptscope trace, per thread, read with the ``fxt`` reader."""
     with open(path, "rb") as f:
         compressed = f.read(2) == b"\x1f\x8b"
     with gzip.open(path, "rb") if compressed else open(path, "rb") as f:
         result = parse_records(f)
-    slices: dict[int, list[tuple[float, float, str]]] = {}
+    slices: dict[int, list[TraceSlice]] = {}
     for records in result.records_by_provider.values():
         for r in records.records:
             if isinstance(r, DurationCompleteEventRecord):
-                tid = r.thread.thread_id
+                # The flags arg names the flags ("inferred_start|open_at_end").
+                words = str(r.args.get(ARG_FLAGS, "")).split("|")
+                flags = _INFERRED if "inferred_start" in words else 0
                 # The reader calls the end tick a duration (see fxt_check.py).
-                slices.setdefault(tid, []).append((r.timestamp_ns, r.duration_ns, r.name))
-    return {tid: nest(items, keep) for tid, items in slices.items()}
+                slices.setdefault(r.thread.thread_id, []).append(
+                    TraceSlice(r.timestamp_ns, r.duration_ns, r.name, flags)
+                )
+    return slices
+
+
+def fxt_trees(path: Path, keep: Callable[[str], bool]) -> Trees:
+    """The call tree of a ptscope trace, read with the third-party ``fxt`` reader."""
+    return {
+        tid: nest(((s.start, s.end, s.name) for s in items), keep)
+        for tid, items in fxt_slices(path).items()
+    }
+
+
+def timeline_slices(timeline: Timeline) -> dict[int, list[TraceSlice]]:
+    """Every slice of an engine's Timeline, per thread."""
+    return {
+        th.tid: [
+            TraceSlice(float(s.start), float(s.end), s.name, int(s.flags))
+            for s in th.slices(timeline.names)
+        ]
+        for th in timeline.threads
+    }
 
 
 def timeline_trees(timeline: Timeline, keep: Callable[[str], bool]) -> Trees:
     """The call tree of an engine's Timeline (slices nested by time, like the trace)."""
-    out: Trees = {}
-    for th in timeline.threads:
-        items = [(float(s.start), float(s.end), s.name) for s in th.slices(timeline.names)]
-        out[th.tid] = nest(items, keep)
-    return out
+    return {
+        tid: nest(((s.start, s.end, s.name) for s in items), keep)
+        for tid, items in timeline_slices(timeline).items()
+    }
+
+
+def check_own_stacks(
+    slices: Iterable[TraceSlice], calls: list[Activation], keep: Callable[[str], bool]
+) -> list[str]:
+    """Problems with a trace of a program that switches stacks (empty = none).
+
+    The trace shows one stack at a time (see docs/architecture.md, stack switches), so it is
+    not one tree to compare; instead: every call the hooks saw is a slice (not flagged as
+    inferred), in the same order; and every slice's nearest own ancestor is its real
+    caller — or, at the bottom of a stack's run, a frame of another stack. A slice that
+    continues a call made before a switch (flagged inferred) stands for the call whose
+    callees it holds, and all of them must agree: frames of two calls, or of two stacks,
+    never merge.
+    """
+    own = _nest_own(slices, keep)
+    made = [k for k, (s, _, _) in enumerate(own) if not s.flags & _INFERRED]
+    names = [base_name(own[k][0].name) for k in made]
+    expected = [a.name for a in calls]
+    if names != expected:
+        k = next(
+            (i for i, (a, b) in enumerate(zip(names, expected, strict=False)) if a != b),
+            min(len(names), len(expected)),
+        )
+        return [
+            f"call {k}: trace has {names[k : k + 3]}, hooks saw {expected[k : k + 3]} "
+            f"({len(names)} calls in the trace, {len(expected)} logged)"
+        ]
+    who: dict[int, int] = dict(zip(made, range(len(calls)), strict=True))
+    problems: list[str] = []
+    for k in made:  # a continued frame is the caller of the calls it holds
+        parent = own[k][2]
+        if parent >= 0 and own[parent][0].flags & _INFERRED:
+            caller = calls[who[k]].parent
+            if who.setdefault(parent, caller) != caller:
+                problems.append(
+                    f"slice {parent} ({own[parent][0].name}) holds calls of "
+                    f"two different calls {who[parent]} and {caller}"
+                )
+    for k, (s, _, parent) in enumerate(own):
+        if k not in who:
+            continue
+        mine = calls[who[k]]
+        theirs = who.get(parent, -2) if parent >= 0 else -1
+        if theirs == mine.parent:
+            continue
+        # The bottom of a stack's run (a continued frame, or a call with no caller of ours:
+        # a coroutine's body) may sit on a frame of another stack, or on nothing we know.
+        bottom = bool(s.flags & _INFERRED) or mine.parent < 0
+        if bottom and (theirs < 0 or calls[theirs].stack != mine.stack):
+            continue
+        where = f"{own[parent][0].name} (call {theirs})" if parent >= 0 else "nothing"
+        problems.append(
+            f"{s.name} (call {who[k]}) is under {where}; its caller is call {mine.parent}"
+        )
+    return problems
 
 
 # ------------------------------------------------------------------------ comparing

@@ -115,9 +115,7 @@ class Program:
             if f.index == index:
                 continue
             body = tuple(s for s in f.body if index not in s.targets())
-            funcs.append(
-                dataclasses.replace(f, body=body, tail=-1 if f.tail == index else f.tail)
-            )
+            funcs.append(dataclasses.replace(f, body=body, tail=-1 if f.tail == index else f.tail))
         return dataclasses.replace(
             self,
             functions=tuple(funcs),
@@ -195,7 +193,7 @@ class Program:
         return ("static " if f.static else "") + attrs
 
     def _function(self, f: Function, inline: bool) -> list[str]:
-        jumps = any(s.kind == "guard" for s in f.body) and not self.language == "c++"
+        jumps = any(s.kind == "guard" for s in f.body) and self.language != "c++"
         acc = "volatile long acc" if jumps else "long acc"
         lines = [
             f"{self._attrs(f, inline)}long {f.name}(long x) {{",

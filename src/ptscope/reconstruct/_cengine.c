@@ -593,7 +593,7 @@ static void stack_switch(Engine *e, Thread *th, int32_t dst, int64_t t)
 	}
 	Ctx *c = push_detached(e, th, t);
 	c->switched_in = true;
-	first_frame(e, th, c, dst, FL_INFERRED);
+	first_frame(e, th, c, dst, e->loc_off[dst] == 0 ? 0 : FL_INFERRED);
 }
 
 /* engine.py: _return_slow */
@@ -766,7 +766,7 @@ static void trace_start(Engine *e, Thread *th, int32_t dst, int64_t t)
 	if (land(e, th, fn, t, entry))
 		return;
 	c = push_detached(e, th, t);
-	first_frame(e, th, c, dst, FL_INFERRED);
+	first_frame(e, th, c, dst, entry ? 0 : FL_INFERRED);
 }
 
 /* engine.py: _apply */

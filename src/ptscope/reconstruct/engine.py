@@ -650,7 +650,8 @@ class TraceSegmentEngine:
             return
         ctx = self._push_detached(th, t)
         ctx.switched_in = True
-        self._first_frame(th, ctx, dst, _INFERRED)
+        # At a function's first instruction, a coroutine's first run: its start is exact.
+        self._first_frame(th, ctx, dst, 0 if dst.offset == 0 else _INFERRED)
 
     def _jump(self, th: _Thread, ev: BranchEvent, t: int) -> None:
         """A jump between functions: tail call, unwind (longjmp) or leaf replacement."""
@@ -767,9 +768,10 @@ class TraceSegmentEngine:
         if self._land(th, fn, t, entry):
             return
         # Resumed somewhere unrelated to the stack (a signal handler, lost data): a new
-        # segment, which stitching rejoins if control comes back to this stack.
+        # segment, which stitching rejoins if control comes back to this stack. At a
+        # function's first instruction the call starts right here: its start is exact.
         ctx = self._push_detached(th, t)
-        self._first_frame(th, ctx, dst, _INFERRED)
+        self._first_frame(th, ctx, dst, 0 if entry else _INFERRED)
 
     # ------------------------------------------------------ stack surgery
 
