@@ -21,6 +21,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 
 /* A frame's fields (engine.py: _PARENT ... _CALLSITE), six int64 per frame. */
@@ -127,6 +128,7 @@ typedef struct {
 	TxEvent *txq;
 	size_t ntx, captx;
 	size_t final_slots; /* the log's length when it was handed over */
+	Vec resume; /* (frame index, address) pairs: where a setjmp last returned into it */
 	bool taken;
 } Thread;
 
@@ -184,8 +186,8 @@ typedef struct {
 	int64_t *loc_entry, *loc_off;
 	uint64_t *loc_ip;
 	size_t nloc, caploc;
-	uint8_t *fn_switches; /* by function id: returning from it switches stacks */
-	size_t nfn_switches;
+	uint8_t *fn_flags; /* by function id: FN_SWITCHES, FN_SETJMP */
+	size_t nfn_flags;
 	Thread **threads;
 	size_t nthreads, capthreads;
 	Slot *map;
@@ -481,6 +483,45 @@ static void add_root(Engine *e, Thread *th, Ctx *c, int32_t loc, int64_t t)
 	e->roots_inferred++;
 }
 
+/* Functions whose return is special (engine.py: SPECIAL_RETURNS). */
+#define FN_SWITCHES 1 /* engine.py: STACK_SWITCHERS */
+#define FN_SETJMP 2   /* engine.py: SETJMPS */
+
+static inline int fn_flags(Engine *e, int32_t fn)
+{
+	return (size_t)fn < e->nfn_flags ? e->fn_flags[fn] : 0;
+}
+
+static inline bool switches_stack(Engine *e, int32_t fn)
+{
+	return fn_flags(e, fn) & FN_SWITCHES;
+}
+
+/* engine.py: _resumed_frame (with the resume points only; top may be -1) */
+static ptrdiff_t resumed_frame(Thread *th, Ctx *c, ptrdiff_t top, int32_t fn, uint64_t ip)
+{
+	ptrdiff_t first = -1;
+	for (ptrdiff_t i = top; i >= 0; i--) {
+		if (c->frames[i].fn != fn)
+			continue;
+		if (first < 0) {
+			first = i;
+			if (!th->resume.n)
+				return i;
+		}
+		/* The newest entry of a frame is its resume point. */
+		int64_t ix = c->frames[i].ix;
+		for (size_t k = th->resume.n; k >= 2; k -= 2) {
+			if (th->resume.v[k - 2] == ix) {
+				if ((uint64_t)th->resume.v[k - 1] == ip)
+					return i;
+				break;
+			}
+		}
+	}
+	return first;
+}
+
 /* engine.py: _stopped_in */
 static bool stopped_in(Thread *th, Ctx *c, size_t i)
 {
@@ -511,19 +552,28 @@ static void land_on(Engine *e, Thread *th, size_t ci, size_t fi, int64_t t)
 	target->suspend_slot = -1;
 }
 
-/* engine.py: _land */
-static bool land(Engine *e, Thread *th, int32_t fn, int64_t t, bool entry)
+/* engine.py: _land (at: the location landed at, -1 for none) */
+static bool land(Engine *e, Thread *th, int32_t fn, int64_t t, bool entry, int32_t at)
 {
 	for (size_t ci = th->nctx - 1; ci-- > 0;) {
 		if (th->ctxs[ci + 1]->switched_in)
 			break; /* older contexts are other stacks */
 		Ctx *target = th->ctxs[ci];
-		size_t fi = target->nframes;
-		while (fi > 0 && target->frames[fi - 1].fn != fn)
+		size_t fi;
+		if (at >= 0) {
+			ptrdiff_t k = resumed_frame(th, target, (ptrdiff_t)target->nframes - 1, fn,
+						    e->loc_ip[at]);
+			if (k < 0)
+				continue;
+			fi = (size_t)k;
+		} else {
+			fi = target->nframes;
+			while (fi > 0 && target->frames[fi - 1].fn != fn)
+				fi--;
+			if (!fi)
+				continue;
 			fi--;
-		if (!fi)
-			continue;
-		fi--;
+		}
 		if (entry && !stopped_in(th, target, fi))
 			continue;
 		land_on(e, th, ci, fi, t);
@@ -548,7 +598,7 @@ static Ctx *sync_source(Engine *e, Thread *th, int32_t src, int64_t t)
 			return c;
 		}
 	}
-	if (land(e, th, fn, t, false))
+	if (land(e, th, fn, t, false, -1))
 		return cur(th);
 	if (n) {
 		unexpected(e, th, 1, fn, -1);
@@ -561,11 +611,6 @@ static Ctx *sync_source(Engine *e, Thread *th, int32_t src, int64_t t)
 /* ------------------------------------------------------------------ handlers */
 
 /* engine.py: _return_slow */
-static inline bool switches_stack(Engine *e, int32_t fn)
-{
-	return (size_t)fn < e->nfn_switches && e->fn_switches[fn];
-}
-
 /* engine.py: _stack_switch */
 static void stack_switch(Engine *e, Thread *th, int32_t dst, int64_t t)
 {
@@ -605,6 +650,13 @@ static void return_slow(Engine *e, Thread *th, int32_t src, int32_t dst, int64_t
 	}
 	Ctx *c = cur(th);
 	int32_t fn = e->loc_fn[dst];
+	if ((fn_flags(e, e->loc_fn[src]) & FN_SETJMP) && c->nframes >= 2 &&
+	    c->frames[c->nframes - 2].fn == fn) {
+		close_frame(th, c->frames[--c->nframes].ix, take_slot(e, th, t, 0), 0);
+		vec_push(e, &th->resume, c->frames[c->nframes - 1].ix);
+		vec_push(e, &th->resume, (int64_t)e->loc_ip[dst]);
+		return;
+	}
 	if (!c->nframes) {
 		c = sync_source(e, th, src, t);
 		size_t n = c->nframes;
@@ -615,12 +667,11 @@ static void return_slow(Engine *e, Thread *th, int32_t src, int32_t dst, int64_t
 		}
 	}
 	size_t n = c->nframes;
-	for (size_t i = n >= 3 ? n - 2 : 0; i-- > 0;) {
-		if (c->frames[i].fn == fn) {
-			/* A return past several frames (exception unwinding, longjmp via ret). */
-			close_above(th, c, i, take_slot(e, th, t, 0), 0);
-			return;
-		}
+	ptrdiff_t i = resumed_frame(th, c, (ptrdiff_t)n - 3, fn, e->loc_ip[dst]);
+	if (i >= 0) {
+		/* A return past several frames (exception unwinding, longjmp via ret). */
+		close_above(th, c, (size_t)i, take_slot(e, th, t, 0), 0);
+		return;
 	}
 	Handle top = c->frames[n - 1];
 	uint64_t callsite = (uint64_t)frame(th, top.ix)[F_CALLSITE];
@@ -632,7 +683,7 @@ static void return_slow(Engine *e, Thread *th, int32_t src, int32_t dst, int64_t
 		c->frames[n - 2].fn = fn;
 		return;
 	}
-	if (land(e, th, fn, t, false))
+	if (land(e, th, fn, t, false, dst))
 		return;
 	if (n == 1) {
 		add_root(e, th, c, dst, t);
@@ -650,15 +701,13 @@ static void jump(Engine *e, Thread *th, int32_t src, int32_t dst, int64_t t)
 	Ctx *c = cur(th);
 	/* Only a known symbol has boundaries (engine.py: the same comment). */
 	if (e->loc_off[dst] > 0) {
-		size_t n = c->nframes;
-		for (size_t i = n >= 2 ? n - 1 : 0; i-- > 0;) {
-			if (c->frames[i].fn == fn) {
-				/* Into the middle of a caller: longjmp, landing pad, OCaml raise. */
-				close_above(th, c, i, take_slot(e, th, t, 0), 0);
-				return;
-			}
+		ptrdiff_t i = resumed_frame(th, c, (ptrdiff_t)c->nframes - 2, fn, e->loc_ip[dst]);
+		if (i >= 0) {
+			/* Into the middle of a caller: longjmp, landing pad, OCaml raise. */
+			close_above(th, c, (size_t)i, take_slot(e, th, t, 0), 0);
+			return;
 		}
-		if (land(e, th, fn, t, false))
+		if (land(e, th, fn, t, false, dst))
 			return;
 	}
 	c = sync_source(e, th, src, t);
@@ -700,7 +749,7 @@ static void long_return(Engine *e, Thread *th, int32_t dst, int64_t t)
 			return;
 		}
 	}
-	if (land(e, th, fn, t, false))
+	if (land(e, th, fn, t, false, -1))
 		return;
 	if (!n) {
 		first_frame(e, th, c, dst, FL_INFERRED);
@@ -740,7 +789,7 @@ static void trace_start(Engine *e, Thread *th, int32_t dst, int64_t t)
 	Ctx *c = cur(th);
 	size_t n = c->nframes;
 	if (!n) {
-		if (!land(e, th, fn, t, entry))
+		if (!land(e, th, fn, t, entry, -1))
 			first_frame(e, th, c, dst, FL_INFERRED);
 		return;
 	}
@@ -763,7 +812,7 @@ static void trace_start(Engine *e, Thread *th, int32_t dst, int64_t t)
 		f[F_ADDR] = e->loc_entry[dst];
 		return;
 	}
-	if (land(e, th, fn, t, entry))
+	if (land(e, th, fn, t, entry, -1))
 		return;
 	c = push_detached(e, th, t);
 	first_frame(e, th, c, dst, entry ? 0 : FL_INFERRED);
@@ -805,7 +854,7 @@ static void apply(Engine *e, Thread *th, int kind, int state, int32_t src, int32
 		Ctx *c = cur(th);
 		size_t n = c->nframes;
 		if (n >= 2 && c->frames[n - 2].fn == e->loc_fn[dst] &&
-		    !switches_stack(e, e->loc_fn[src])) {
+		    !fn_flags(e, e->loc_fn[src])) {
 			close_frame(th, c->frames[n - 1].ix, take_slot(e, th, t, 0), 0);
 			c->nframes--;
 		} else {
@@ -1001,6 +1050,7 @@ static void free_thread(Thread *th)
 	free(th->upd_cyc.v);
 	free(th->instants.v);
 	free(th->counters.v);
+	free(th->resume.v);
 	for (size_t i = 0; i < th->pool; i++) {
 		free(th->ctxs[i]->frames);
 		free(th->ctxs[i]->top);
@@ -1021,7 +1071,7 @@ static void engine_dealloc(Engine *e)
 	free(e->loc_entry);
 	free(e->loc_off);
 	free(e->loc_ip);
-	free(e->fn_switches);
+	free(e->fn_flags);
 	free(e->examples);
 	free(e->out_of);
 	Py_TYPE(e)->tp_free((PyObject *)e);
@@ -1129,26 +1179,26 @@ static PyObject *engine_add_locations(Engine *e, PyObject *args)
 	return PyLong_FromSize_t(e->nloc);
 }
 
-static PyObject *engine_mark_stack_switcher(Engine *e, PyObject *args)
+static PyObject *engine_mark_function(Engine *e, PyObject *args)
 {
-	int fn;
-	if (!PyArg_ParseTuple(args, "i", &fn))
+	int fn, flags;
+	if (!PyArg_ParseTuple(args, "ii", &fn, &flags))
 		return NULL;
 	GUARD(e);
-	if (fn < 0) {
-		PyErr_SetString(PyExc_ValueError, "negative function id");
+	if (fn < 0 || flags < 0 || flags > (FN_SWITCHES | FN_SETJMP)) {
+		PyErr_SetString(PyExc_ValueError, "bad function id or flags");
 		return NULL;
 	}
-	if ((size_t)fn >= e->nfn_switches) {
+	if ((size_t)fn >= e->nfn_flags) {
 		size_t cap = (size_t)fn + 64;
-		uint8_t *v = realloc(e->fn_switches, cap);
+		uint8_t *v = realloc(e->fn_flags, cap);
 		if (!v)
 			return PyErr_NoMemory();
-		memset(v + e->nfn_switches, 0, cap - e->nfn_switches);
-		e->fn_switches = v;
-		e->nfn_switches = cap;
+		memset(v + e->nfn_flags, 0, cap - e->nfn_flags);
+		e->fn_flags = v;
+		e->nfn_flags = cap;
 	}
-	e->fn_switches[fn] = 1;
+	e->fn_flags[fn] = (uint8_t)flags;
 	Py_RETURN_NONE;
 }
 
@@ -1852,8 +1902,8 @@ static PyMethodDef module_methods[] = {
 static PyMethodDef engine_methods[] = {
 	{"add_locations", (PyCFunction)engine_add_locations, METH_VARARGS,
 	 "add_locations(function_ids, entries, offsets, ips) -> location count"},
-	{"mark_stack_switcher", (PyCFunction)engine_mark_stack_switcher, METH_VARARGS,
-	 "mark_stack_switcher(function_id): returning from it lands on another stack"},
+	{"mark_function", (PyCFunction)engine_mark_function, METH_VARARGS,
+	 "mark_function(function_id, flags): 1 = its return switches stacks, 2 = a setjmp"},
 	{"feed_batch", (PyCFunction)engine_feed_batch, METH_VARARGS,
 	 "feed_batch(pid, tid, time, flags, src, dst, insn_count, cycle_count, gap_delta)"},
 	{"decode_error", (PyCFunction)engine_decode_error, METH_VARARGS,

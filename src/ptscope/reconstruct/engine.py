@@ -69,7 +69,11 @@ from ptscope.timeline import (
     check_nesting,
 )
 
-__all__ = ["STACK_SWITCHERS", "EngineStats", "TraceSegmentEngine", "build_thread_timeline"]
+__all__ = [
+    "SETJMPS",
+    "SPECIAL_RETURNS",
+    "STACK_SWITCHERS",
+    "EngineStats", "TraceSegmentEngine", "build_thread_timeline"]
 
 # A frame's fields in its thread's `fd` array (frame i at fd[i*6 : i*6+6]): parent frame
 # index (-1 = none), start slot, end slot (-1 = open), entry address, flags, and the address
@@ -164,6 +168,7 @@ class _Thread:
         "name",
         "names",
         "pid",
+        "resume",
         "tid",
         "txq",
         "update_slots",
@@ -191,6 +196,9 @@ class _Thread:
         self.cum_insns = 0
         self.cum_cycles = 0
         self.txq: list[BranchEvent] = []
+        # Frame index -> where a setjmp-family call last returned into it: a longjmp to that
+        # address resumes that frame, whichever activations of its function lie above.
+        self.resume: dict[int, int] = {}
 
 
 @dataclass
@@ -240,6 +248,17 @@ STACK_SWITCHERS: Final = frozenset(
     | {f"{name}@@GLIBC_2.2.5" for name in ("swapcontext", "setcontext")}
 )
 """Functions whose return lands on another stack (ucontext coroutines)."""
+
+SETJMPS: Final = frozenset(
+    {"setjmp", "_setjmp", "__setjmp", "sigsetjmp", "__sigsetjmp", "__sigjmp_save"}
+    | {f"{name}@@GLIBC_2.2.5" for name in ("setjmp", "_setjmp", "sigsetjmp")}
+)
+"""Functions that save a resume point: the address they return to (glibc's ``_setjmp``
+jumps to ``__sigsetjmp``, which may jump to ``__sigjmp_save``: each can be the one that
+returns)."""
+
+SPECIAL_RETURNS: Final = STACK_SWITCHERS | SETJMPS
+"""A return from one of these is never handled by the common fast path."""
 
 
 def _stopped_in(th: _Thread, frames: list[Handle], i: int) -> bool:
@@ -322,7 +341,7 @@ class TraceSegmentEngine:
         apply = self._apply
         thread_of = self._thread
         call, ret, jump, cjump, no_change = _CALL, _RETURN, _JUMP, _CJUMP, _ST_NONE
-        switchers = STACK_SWITCHERS
+        special = SPECIAL_RETURNS
         th: _Thread | None = None
         ctxs: list[_Context] = []
         cur_pid = cur_tid = -2
@@ -378,7 +397,7 @@ class TraceSegmentEngine:
                 if (
                     len(frames) >= 2
                     and frames[-2][_FN] == ev.dst.function
-                    and ev.src.function not in switchers
+                    and ev.src.function not in special
                 ):
                     log = th.log
                     th.fd[frames.pop()[_IX] * _FIELDS + _END] = len(log)
@@ -522,7 +541,7 @@ class TraceSegmentEngine:
                 if (
                     len(frames) >= 2
                     and frames[-2][_FN] == dst.function
-                    and src.function not in STACK_SWITCHERS
+                    and src.function not in SPECIAL_RETURNS
                 ):
                     self._close(th, frames.pop(), self._slot(th, t))
                 else:
@@ -588,6 +607,15 @@ class TraceSegmentEngine:
             return
         ctx = th.ctxs[-1]
         frames = ctx.frames
+        if (
+            ev.src.function in SETJMPS
+            and len(frames) >= 2
+            and frames[-2][_FN] == ev.dst.function
+        ):
+            self._close(th, frames.pop(), self._slot(th, t))
+            th.resume[frames[-1][_IX]] = ev.dst.ip
+            return
+        frames = ctx.frames
         dst = ev.dst
         fn = dst.function
         if not frames:
@@ -598,11 +626,11 @@ class TraceSegmentEngine:
             if len(frames) >= 2 and frames[-2][_FN] == fn:
                 self._close(th, frames.pop(), self._slot(th, t))
                 return
-        for i in range(len(frames) - 3, -1, -1):
-            if frames[i][_FN] == fn:
-                # A return past several frames (exception unwinding, longjmp via ret).
-                self._close_above(th, ctx, i, self._slot(th, t), 0)
-                return
+        i = self._resumed_frame(th, frames, len(frames) - 3, dst)
+        if i >= 0:
+            # A return past several frames (exception unwinding, longjmp via ret).
+            self._close_above(th, ctx, i, self._slot(th, t), 0)
+            return
         top = frames[-1]
         callsite = th.fd[top[_IX] * _FIELDS + _CALLSITE] & _MASK64
         if callsite and 0 < dst.ip - callsite <= _MAX_INSN and len(frames) > 1:
@@ -612,7 +640,7 @@ class TraceSegmentEngine:
             self._close(th, frames.pop(), self._slot(th, t))
             frames[-1][_FN] = fn
             return
-        if self._land(th, fn, t):
+        if self._land(th, fn, t, at=dst):
             return
         if len(frames) == 1:
             self._add_root(th, ctx, dst, t)
@@ -663,12 +691,12 @@ class TraceSegmentEngine:
         # unknown code of the same library.
         if dst.offset > 0:
             frames = ctx.frames
-            for i in range(len(frames) - 2, -1, -1):
-                if frames[i][_FN] == fn:
-                    # Into the middle of a caller: longjmp, landing pad, OCaml raise.
-                    self._close_above(th, ctx, i, self._slot(th, t), 0)
-                    return
-            if self._land(th, fn, t):
+            i = self._resumed_frame(th, frames, len(frames) - 2, dst)
+            if i >= 0:
+                # Into the middle of a caller: longjmp, landing pad, OCaml raise.
+                self._close_above(th, ctx, i, self._slot(th, t), 0)
+                return
+            if self._land(th, fn, t, at=dst):
                 return
         ctx = self._sync_source(th, ev.src, t)
         frames = ctx.frames
@@ -829,7 +857,28 @@ class TraceSegmentEngine:
         ctx.frames = [root]
         self.stats.roots_inferred += 1
 
-    def _land(self, th: _Thread, fn: str, t: int, entry: bool = False) -> bool:
+    def _resumed_frame(self, th: _Thread, frames: list[Handle], top: int, dst: Location) -> int:
+        """The frame at or below ``frames[top]`` that control resumes in at ``dst`` (in
+        the middle of its function), or -1 if none is of that function.
+
+        The nearest activation of the function, unless a farther one is known to resume
+        exactly there: a setjmp returned to ``dst`` in it (longjmp out of recursion).
+        """
+        fn = dst.function
+        first = -1
+        for i in range(top, -1, -1):
+            if frames[i][_FN] == fn:
+                if first < 0:
+                    first = i
+                    if not th.resume:
+                        return i
+                if th.resume.get(frames[i][_IX]) == dst.ip:
+                    return i
+        return first
+
+    def _land(
+        self, th: _Thread, fn: str, t: int, entry: bool = False, at: Location | None = None
+    ) -> bool:
         """Control arrived in ``fn``: if it is on an older context, return to it (stitching).
 
         Everything above the frame landed in is closed; detached segments in between become
@@ -843,10 +892,15 @@ class TraceSegmentEngine:
                 break  # older contexts are other stacks
             target = ctxs[ci]
             tframes = target.frames
-            for fi in range(len(tframes) - 1, -1, -1):
-                if tframes[fi][_FN] == fn:
-                    break
+            if at is not None:
+                fi = self._resumed_frame(th, tframes, len(tframes) - 1, at)
             else:
+                for fi in range(len(tframes) - 1, -1, -1):
+                    if tframes[fi][_FN] == fn:
+                        break
+                else:
+                    fi = -1
+            if fi < 0:
                 continue
             if entry and not _stopped_in(th, tframes, fi):
                 continue

@@ -33,6 +33,8 @@ from ptscope.model import (
     StackSample,
 )
 from ptscope.reconstruct.engine import (
+    SETJMPS,
+    SPECIAL_RETURNS,
     STACK_SWITCHERS,
     EngineStats,
     TraceSegmentEngine,
@@ -350,8 +352,9 @@ class FastEngine:
             for name, i in zip(functions[known:], new, strict=True):
                 if i == len(self._names):
                     self._names.append(name)
-                    if name in STACK_SWITCHERS:
-                        self._c.mark_stack_switcher(i)
+                    if name in SPECIAL_RETURNS:
+                        flags = (name in STACK_SWITCHERS) | (name in SETJMPS) << 1
+                        self._c.mark_function(i, flags)
             added = np.array(new, dtype=np.int32)
             sync.functions = (
                 added if sync.functions is None else np.concatenate([sync.functions, added])
