@@ -14,6 +14,7 @@ from typing import Final
 import numpy as np
 
 from ptscope.decode.dlfilter_stream import DlfilterRun, choose_decoder
+from ptscope.decode.landing_pads import LandingPads
 from ptscope.decode.parallel import (
     SegmentBreak,
     decode_parallel,
@@ -157,7 +158,7 @@ def timeline_from_events(
     batches: Iterable[list[Event]], *, summary: DecodeSummary | None = None
 ) -> Timeline:
     """Run the trace-segment engine over event batches and return the finished timeline."""
-    engine = TraceSegmentEngine()
+    engine = TraceSegmentEngine(landing_pads=LandingPads().call_sites_landing_at)
     for batch in batches:
         engine.feed_all(batch)
     timeline = engine.finish()
@@ -169,6 +170,18 @@ def timeline_from_events(
 # ---------------------------------------------------------------------- stages
 
 
+def _binary_resolver(symfs: Path | None) -> Callable[[str], Path | None]:
+    """Where to read a DSO that perf names (under ``--symfs`` when given)."""
+
+    def resolve(dso: str) -> Path | None:
+        if not dso.startswith("/"):
+            return None
+        path = symfs / dso.lstrip("/") if symfs is not None else Path(dso)
+        return path if path.is_file() else None
+
+    return resolve
+
+
 def _branch_timeline(
     recording: Recording,
     options: DecodeOptions,
@@ -178,8 +191,14 @@ def _branch_timeline(
 ) -> Timeline:
     perf = find_perf()
     filters = _perf_filters(options)
+    # Exceptions caught in recursion: which activation catches is in the binaries' tables.
+    pads = LandingPads(_binary_resolver(options.symfs)).call_sites_landing_at
     # The C engine takes the dlfilter's branches as columns (no object per event).
-    engine = make_engine() if decoder == "dlfilter" else TraceSegmentEngine()
+    engine = (
+        make_engine(landing_pads=pads)
+        if decoder == "dlfilter"
+        else TraceSegmentEngine(landing_pads=pads)
+    )
     locations = LocationTable()
     maps = _perf_maps(recording)
     text_stats: list[TextStats] = []

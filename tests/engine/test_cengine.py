@@ -37,7 +37,7 @@ from ptscope.model import (
     classify_flags,
 )
 from ptscope.reconstruct import fast_engine
-from ptscope.reconstruct.engine import TraceSegmentEngine, _depths
+from ptscope.reconstruct.engine import LandingPadLookup, TraceSegmentEngine, _depths
 from ptscope.reconstruct.fast_engine import FastEngine, make_engine
 from ptscope.timeline import Timeline
 from support.engine_diff import assert_same, check_outcome, to_items
@@ -54,13 +54,15 @@ Engine = TraceSegmentEngine | FastEngine
 # --------------------------------------------------------------------- helpers
 
 
-def both(events: Sequence[Event], cuts: random.Random | None = None) -> None:
+def both(
+    events: Sequence[Event], cuts: random.Random | None = None, pads: LandingPadLookup | None = None
+) -> None:
     """Events through the Python engine, their batches through the C engine: identical."""
-    a = TraceSegmentEngine(keep_slots=True)
+    a = TraceSegmentEngine(keep_slots=True, landing_pads=pads)
     a.feed_all(events)
     ta = a.finish()
     for final_pass in ("c", "numpy"):
-        b = FastEngine(keep_slots=True, final_pass=final_pass)
+        b = FastEngine(keep_slots=True, final_pass=final_pass, landing_pads=pads)
         b.feed_all(to_items(events, cuts=cuts))
         tb = b.finish()
         assert_same(a, ta, b, tb)
@@ -72,16 +74,18 @@ def both(events: Sequence[Event], cuts: random.Random | None = None) -> None:
 
 @pytest.mark.parametrize("path", GOLDENS, ids=[p.stem for p in GOLDENS])
 def test_golden_scripts_give_identical_traces(path: Path) -> None:
-    both(parse_script(path.read_text()).events)
-    both(parse_script(path.read_text()).events, cuts=random.Random(path.stem))
+    script = parse_script(path.read_text())
+    both(script.events, pads=script.landing_pads)
+    both(script.events, cuts=random.Random(path.stem), pads=script.landing_pads)
 
 
 @pytest.mark.parametrize("path", GOLDENS, ids=[p.stem for p in GOLDENS])
 def test_golden_scripts_event_by_event(path: Path) -> None:
     """One event at a time (as the transcript renderer feeds): same slots after each."""
-    events = parse_script(path.read_text()).events
-    a = TraceSegmentEngine(keep_slots=True)
-    b = FastEngine(keep_slots=True)
+    script = parse_script(path.read_text())
+    events = script.events
+    a = TraceSegmentEngine(keep_slots=True, landing_pads=script.landing_pads)
+    b = FastEngine(keep_slots=True, landing_pads=script.landing_pads)
     for event in events:
         a.feed(event)
         b.feed(event)

@@ -20,6 +20,7 @@ import multiprocessing
 import os
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -45,10 +46,12 @@ def run(
     started = time.perf_counter()
     failures: dict[int, list[fidelity.Outcome]] = {}
     comparisons = 0
+    skipped: list[str] = []
     work = [(seed, opts, oracle_names) for seed in seeds]
     with multiprocessing.get_context("fork").Pool(jobs, initializer=_quiet_worker) as pool:
         for done, outcomes in enumerate(pool.imap(_check, work), start=1):
             comparisons += len(outcomes)
+            skipped += [f"{o.oracle}: {o.skipped.split(',')[0]}" for o in outcomes if o.skipped]
             bad = [o for o in outcomes if not o.ok]
             if bad:
                 failures[outcomes[0].seed] = bad
@@ -69,6 +72,10 @@ def run(
                     flush=True,
                 )
     seconds = time.perf_counter() - started
+    if skipped:
+        print(f"{len(skipped)} comparisons not judged by an oracle that cannot see them:")
+        for reason, count in Counter(skipped).most_common():
+            print(f"  {count:5d}  {reason}")
     identical = len(seeds) - len(failures)
     print(
         f"{identical}/{len(seeds)} programs identical "

@@ -13,6 +13,10 @@ Input lines (one event each; ``#`` starts a comment)::
     180 call f+0x3!0x1000 => g          # explicit addresses: `sym+0xOFF!0xADDR`
     190 gap=185 return g+0x8 => f+0x8   # a jump dropped at 185 (BranchEvent.gap_time)
 
+A header line ``#! pad f+0x40 <= f+0x18..f+0x1d`` says that exceptions thrown from call
+sites in ``[f+0x18, f+0x1d)`` land at ``f+0x40`` (the binary's exception tables, as the
+engine's landing-pad lookup would read them).
+
 Symbols get stable fake addresses (0x400000 + 0x1000 * n) so offsets stay meaningful.
 The transcript interleaves each input line with what the engine's final pass produced at the
 slots that event created: ``-> TIME END name``, ``-> TIME BEGIN name``, ``-> TIME INSTANT``.
@@ -61,6 +65,11 @@ class Script:
     events: list[Event] = field(default_factory=list)
     lines: list[str] = field(default_factory=list)
     symbols: dict[str, int] = field(default_factory=dict)
+    pads: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+
+    def landing_pads(self, dso: str, ip: int) -> list[tuple[int, int]]:
+        """The engine's landing-pad lookup, from the script's ``#! pad`` lines."""
+        return self.pads.get(ip, [])
 
     def location(self, text: str) -> Location:
         if text == "0":
@@ -82,6 +91,12 @@ class Script:
 def parse_script(text: str) -> Script:
     script = Script()
     for raw in text.splitlines():
+        if raw.startswith("#! pad "):
+            pad, _, sites = raw[len("#! pad ") :].partition(" <= ")
+            start, _, end = sites.partition("..")
+            ranges = script.pads.setdefault(script.location(pad.strip()).ip, [])
+            ranges.append((script.location(start.strip()).ip, script.location(end.strip()).ip))
+            continue
         line = raw.split("#", 1)[0].rstrip()
         if not line.strip() or line.lstrip().startswith("->") or line.strip() == "INPUT ENDED":
             continue
@@ -145,7 +160,7 @@ def _parse_event(script: Script, line: str) -> Event:
 def run_transcript(text: str) -> tuple[str, Timeline, TraceSegmentEngine]:
     """Feed a script through the engine; return the transcript, the timeline, the engine."""
     script = parse_script(text)
-    engine = TraceSegmentEngine(keep_slots=True)
+    engine = TraceSegmentEngine(keep_slots=True, landing_pads=script.landing_pads)
     owner: dict[tuple[int, int, int], int] = {}  # (pid, tid, slot) -> input line index
     for index, event in enumerate(script.events):
         pid = getattr(event, "pid", 1) or 1

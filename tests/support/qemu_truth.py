@@ -607,6 +607,7 @@ class _Tree:
         # contexts[-1] is the running one; a signal handler opens a new context.
         self.contexts: list[list[Slice]] = [[]]
         self.all: list[Slice] = []
+        self.ambiguous: list[str] = []
 
     def function(self, addr: int) -> tuple[int, str]:
         found = self.symbols.lookup(addr)
@@ -654,9 +655,16 @@ class _Tree:
         stack.append(outer)
 
 
-def expected_call_tree(run: ThreadRun, symbols: Symbols) -> list[Slice]:
+def expected_call_tree(
+    run: ThreadRun, symbols: Symbols, ambiguous: list[str] | None = None
+) -> list[Slice]:
     """The expected slices of one thread (semantics in the module docstring), in the order
-    of their start (parents before children)."""
+    of their start (parents before children).
+
+    The log has no stack pointer: a jump into the middle of a function that is on the stack
+    more than once (a longjmp or a C++ catch inside recursion) lands in the nearest one here,
+    which may be wrong. Each such jump is described in ``ambiguous`` (when given): a caller
+    that needs an exact tree must not use this one then."""
     tree = _Tree(symbols)
     insns = run.insns
     if not insns:
@@ -699,6 +707,8 @@ def expected_call_tree(run: ThreadRun, symbols: Symbols) -> list[Slice]:
         for s in stack:
             s.end = end
     _assign_depths(tree.roots, 0)
+    if ambiguous is not None:
+        ambiguous += tree.ambiguous
     out = sorted(tree.all, key=lambda s: (s.start, s.depth))
     return out
 
@@ -725,10 +735,12 @@ def _flow(tree: _Tree, i: Insn, dst: int, now: int) -> None:
     if _key(name) == _key(leaf.name) and entry != dst:
         return  # a jump inside the function
     if entry != dst:
-        for depth in range(len(stack) - 2, -1, -1):
-            if _key(stack[depth].name) == _key(name):
-                tree.close_to(depth + 1, now)  # longjmp / exception landing pad
-                return
+        found = [d for d in range(len(stack) - 2, -1, -1) if _key(stack[d].name) == _key(name)]
+        if found:
+            if len(found) > 1:
+                tree.ambiguous.append(f"{name}: {len(found)} activations at instruction {now}")
+            tree.close_to(found[0] + 1, now)  # longjmp / exception landing pad
+            return
     if _key(name) != _key(leaf.name):
         # A tail call: the leaf is replaced, the new function returns to the same place.
         ret = leaf.ret

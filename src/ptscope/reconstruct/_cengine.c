@@ -188,6 +188,9 @@ typedef struct {
 	size_t nloc, caploc;
 	uint8_t *fn_flags; /* by function id: FN_SWITCHES, FN_SETJMP */
 	size_t nfn_flags;
+	PyObject *landing_pads; /* location id -> [(start, end)] call sites landing there */
+	Vec pad_index;		/* (location, first range, count) triples, asked so far */
+	Vec pad_ranges;		/* (start, end) pairs */
 	Thread **threads;
 	size_t nthreads, capthreads;
 	Slot *map;
@@ -497,26 +500,86 @@ static inline bool switches_stack(Engine *e, int32_t fn)
 	return fn_flags(e, fn) & FN_SWITCHES;
 }
 
-/* engine.py: _resumed_frame (with the resume points only; top may be -1) */
-static ptrdiff_t resumed_frame(Thread *th, Ctx *c, ptrdiff_t top, int32_t fn, uint64_t ip)
+/* The call-site ranges whose exceptions land at location `loc` (engine.py: the
+ * landing_pads lookup), asked once per location through the Python callback. */
+static void landing_ranges(Engine *e, int32_t loc, const int64_t **ranges, size_t *n)
 {
-	ptrdiff_t first = -1;
-	for (ptrdiff_t i = top; i >= 0; i--) {
+	*ranges = NULL;
+	*n = 0;
+	if (!e->landing_pads)
+		return;
+	for (size_t k = 0; k < e->pad_index.n; k += 3) {
+		if (e->pad_index.v[k] == loc) {
+			*ranges = e->pad_ranges.v + e->pad_index.v[k + 1];
+			*n = (size_t)e->pad_index.v[k + 2];
+			return;
+		}
+	}
+	int64_t first = (int64_t)e->pad_ranges.n, count = 0;
+	PyObject *res = PyObject_CallFunction(e->landing_pads, "i", loc);
+	PyObject *seq = res ? PySequence_Fast(res, "landing pads: not a sequence") : NULL;
+	if (seq) {
+		for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
+			long long a, b;
+			if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "LL", &a, &b))
+				break;
+			vec_push(e, &e->pad_ranges, a);
+			vec_push(e, &e->pad_ranges, b);
+			count++;
+		}
+	}
+	Py_XDECREF(seq);
+	Py_XDECREF(res);
+	PyErr_Clear(); /* a lookup that fails knows no landing pad: the nearest frame wins */
+	vec_push(e, &e->pad_index, loc);
+	vec_push(e, &e->pad_index, first);
+	vec_push(e, &e->pad_index, count);
+	*ranges = e->pad_ranges.v + first;
+	*n = (size_t)count;
+}
+
+static bool resumes_at(Thread *th, int64_t ix, uint64_t ip)
+{
+	/* The newest entry of a frame is its resume point. */
+	for (size_t k = th->resume.n; k >= 2; k -= 2) {
+		if (th->resume.v[k - 2] == ix)
+			return (uint64_t)th->resume.v[k - 1] == ip;
+	}
+	return false;
+}
+
+/* engine.py: _resumed_frame (top may be -1) */
+static ptrdiff_t resumed_frame(Engine *e, Thread *th, Ctx *c, ptrdiff_t top, int32_t fn,
+			       int32_t dst)
+{
+	ptrdiff_t first = -1, i;
+	for (i = top; i >= 0; i--) {
+		if (c->frames[i].fn == fn) {
+			if (first >= 0)
+				break;
+			first = i;
+		}
+	}
+	if (i < 0)
+		return first;
+	uint64_t ip = e->loc_ip[dst];
+	const int64_t *ranges = NULL;
+	size_t nranges = 0;
+	bool asked = false;
+	for (i = first; i >= 0; i--) {
 		if (c->frames[i].fn != fn)
 			continue;
-		if (first < 0) {
-			first = i;
-			if (!th->resume.n)
-				return i;
-		}
-		/* The newest entry of a frame is its resume point. */
-		int64_t ix = c->frames[i].ix;
-		for (size_t k = th->resume.n; k >= 2; k -= 2) {
-			if (th->resume.v[k - 2] == ix) {
-				if ((uint64_t)th->resume.v[k - 1] == ip)
-					return i;
-				break;
+		if (resumes_at(th, c->frames[i].ix, ip))
+			return i;
+		if (e->landing_pads && (size_t)i + 1 < c->nframes) {
+			if (!asked) {
+				landing_ranges(e, dst, &ranges, &nranges);
+				asked = true;
 			}
+			uint64_t site = (uint64_t)frame(th, c->frames[i + 1].ix)[F_CALLSITE];
+			for (size_t k = 0; k < nranges; k++)
+				if ((uint64_t)ranges[2 * k] <= site && site < (uint64_t)ranges[2 * k + 1])
+					return i;
 		}
 	}
 	return first;
@@ -561,8 +624,7 @@ static bool land(Engine *e, Thread *th, int32_t fn, int64_t t, bool entry, int32
 		Ctx *target = th->ctxs[ci];
 		size_t fi;
 		if (at >= 0) {
-			ptrdiff_t k = resumed_frame(th, target, (ptrdiff_t)target->nframes - 1, fn,
-						    e->loc_ip[at]);
+			ptrdiff_t k = resumed_frame(e, th, target, (ptrdiff_t)target->nframes - 1, fn, at);
 			if (k < 0)
 				continue;
 			fi = (size_t)k;
@@ -667,7 +729,7 @@ static void return_slow(Engine *e, Thread *th, int32_t src, int32_t dst, int64_t
 		}
 	}
 	size_t n = c->nframes;
-	ptrdiff_t i = resumed_frame(th, c, (ptrdiff_t)n - 3, fn, e->loc_ip[dst]);
+	ptrdiff_t i = resumed_frame(e, th, c, (ptrdiff_t)n - 3, fn, dst);
 	if (i >= 0) {
 		/* A return past several frames (exception unwinding, longjmp via ret). */
 		close_above(th, c, (size_t)i, take_slot(e, th, t, 0), 0);
@@ -701,7 +763,7 @@ static void jump(Engine *e, Thread *th, int32_t src, int32_t dst, int64_t t)
 	Ctx *c = cur(th);
 	/* Only a known symbol has boundaries (engine.py: the same comment). */
 	if (e->loc_off[dst] > 0) {
-		ptrdiff_t i = resumed_frame(th, c, (ptrdiff_t)c->nframes - 2, fn, e->loc_ip[dst]);
+		ptrdiff_t i = resumed_frame(e, th, c, (ptrdiff_t)c->nframes - 2, fn, dst);
 		if (i >= 0) {
 			/* Into the middle of a caller: longjmp, landing pad, OCaml raise. */
 			close_above(th, c, (size_t)i, take_slot(e, th, t, 0), 0);
@@ -718,7 +780,9 @@ static void jump(Engine *e, Thread *th, int32_t src, int32_t dst, int64_t t)
 	int64_t old = c->frames[--c->nframes].ix;
 	close_frame(th, old, slot, 0);
 	int64_t parent = frame(th, old)[F_PARENT];
-	int64_t ix = new_frame(e, th, fn, parent, slot, e->loc_entry[dst], 0, 0);
+	/* The new function returns where the old one would have: same call site. */
+	int64_t ix =
+	    new_frame(e, th, fn, parent, slot, e->loc_entry[dst], 0, frame(th, old)[F_CALLSITE]);
 	push_handle(e, c, fn, ix);
 	if (c->nframes == 1)
 		push_top(e, c, ix);
@@ -1072,6 +1136,9 @@ static void engine_dealloc(Engine *e)
 	free(e->loc_off);
 	free(e->loc_ip);
 	free(e->fn_flags);
+	Py_XDECREF(e->landing_pads);
+	free(e->pad_index.v);
+	free(e->pad_ranges.v);
 	free(e->examples);
 	free(e->out_of);
 	Py_TYPE(e)->tp_free((PyObject *)e);
@@ -1199,6 +1266,22 @@ static PyObject *engine_mark_function(Engine *e, PyObject *args)
 		e->nfn_flags = cap;
 	}
 	e->fn_flags[fn] = (uint8_t)flags;
+	Py_RETURN_NONE;
+}
+
+static PyObject *engine_set_landing_pads(Engine *e, PyObject *args)
+{
+	PyObject *cb;
+	if (!PyArg_ParseTuple(args, "O", &cb))
+		return NULL;
+	GUARD(e);
+	if (cb != Py_None && !PyCallable_Check(cb)) {
+		PyErr_SetString(PyExc_TypeError, "landing pads: a callable or None");
+		return NULL;
+	}
+	Py_XDECREF(e->landing_pads);
+	e->landing_pads = cb == Py_None ? NULL : Py_NewRef(cb);
+	e->pad_index.n = e->pad_ranges.n = 0;
 	Py_RETURN_NONE;
 }
 
@@ -1902,6 +1985,8 @@ static PyMethodDef module_methods[] = {
 static PyMethodDef engine_methods[] = {
 	{"add_locations", (PyCFunction)engine_add_locations, METH_VARARGS,
 	 "add_locations(function_ids, entries, offsets, ips) -> location count"},
+	{"set_landing_pads", (PyCFunction)engine_set_landing_pads, METH_VARARGS,
+	 "set_landing_pads(callable(location_id) -> [(start, end)] or None)"},
 	{"mark_function", (PyCFunction)engine_mark_function, METH_VARARGS,
 	 "mark_function(function_id, flags): 1 = its return switches stacks, 2 = a setjmp"},
 	{"feed_batch", (PyCFunction)engine_feed_batch, METH_VARARGS,

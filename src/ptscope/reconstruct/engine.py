@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import gc
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -73,7 +73,10 @@ __all__ = [
     "SETJMPS",
     "SPECIAL_RETURNS",
     "STACK_SWITCHERS",
-    "EngineStats", "TraceSegmentEngine", "build_thread_timeline"]
+    "EngineStats",
+    "TraceSegmentEngine",
+    "build_thread_timeline",
+]
 
 # A frame's fields in its thread's `fd` array (frame i at fd[i*6 : i*6+6]): parent frame
 # index (-1 = none), start slot, end slot (-1 = open), entry address, flags, and the address
@@ -260,6 +263,10 @@ returns)."""
 SPECIAL_RETURNS: Final = STACK_SWITCHERS | SETJMPS
 """A return from one of these is never handled by the common fast path."""
 
+LandingPadLookup = Callable[[str, int], Sequence[tuple[int, int]]]
+"""``(dso, ip) -> [(start, end), ...]``: the run-time address ranges of the call sites whose
+exceptions land at ``ip`` (see ``decode/landing_pads.py``; the pipeline provides it)."""
+
 
 def _stopped_in(th: _Thread, frames: list[Handle], i: int) -> bool:
     """Is ``frames[i]`` where its stack stopped: the top frame, or the one right below an
@@ -291,7 +298,14 @@ class TraceSegmentEngine:
     ``keep_slots`` keeps each slice's start/end slot (for transcript tests).
     """
 
-    def __init__(self, *, keep_slots: bool = False, max_examples: int = 5) -> None:
+    def __init__(
+        self,
+        *,
+        keep_slots: bool = False,
+        max_examples: int = 5,
+        landing_pads: LandingPadLookup | None = None,
+    ) -> None:
+        self._landing_pads = landing_pads
         self._threads: dict[tuple[int, int], _Thread] = {}
         self._last_key: tuple[int, int] | None = None
         self._last_thread: _Thread | None = None
@@ -607,11 +621,7 @@ class TraceSegmentEngine:
             return
         ctx = th.ctxs[-1]
         frames = ctx.frames
-        if (
-            ev.src.function in SETJMPS
-            and len(frames) >= 2
-            and frames[-2][_FN] == ev.dst.function
-        ):
+        if ev.src.function in SETJMPS and len(frames) >= 2 and frames[-2][_FN] == ev.dst.function:
             self._close(th, frames.pop(), self._slot(th, t))
             th.resume[frames[-1][_IX]] = ev.dst.ip
             return
@@ -708,7 +718,9 @@ class TraceSegmentEngine:
         old = frames.pop()
         self._close(th, old, slot)
         parent = th.fd[old[_IX] * _FIELDS + _PARENT]
-        frame = _new_frame(th, fn, parent, slot, dst.entry, 0)
+        # The new function returns where the old one would have: same call site.
+        site = th.fd[old[_IX] * _FIELDS + _CALLSITE] & _MASK64
+        frame = _new_frame(th, fn, parent, slot, dst.entry, 0, site)
         frames.append(frame)
         if len(frames) == 1:
             ctx.toplevel.append(frame[_IX])
@@ -862,17 +874,31 @@ class TraceSegmentEngine:
         the middle of its function), or -1 if none is of that function.
 
         The nearest activation of the function, unless a farther one is known to resume
-        exactly there: a setjmp returned to ``dst`` in it (longjmp out of recursion).
+        exactly there: a setjmp returned to ``dst`` in it (a longjmp out of recursion), or
+        its pending call is one whose exceptions land at ``dst`` (a catch in recursion).
         """
         fn = dst.function
         first = -1
         for i in range(top, -1, -1):
             if frames[i][_FN] == fn:
-                if first < 0:
-                    first = i
-                    if not th.resume:
-                        return i
-                if th.resume.get(frames[i][_IX]) == dst.ip:
+                if first >= 0:
+                    break  # two activations: which one resumes needs a closer look
+                first = i
+        else:
+            return first
+        ranges: Sequence[tuple[int, int]] | None = None
+        fd = th.fd
+        for i in range(first, -1, -1):
+            if frames[i][_FN] != fn:
+                continue
+            ix = frames[i][_IX]
+            if th.resume.get(ix) == dst.ip:
+                return i
+            if self._landing_pads is not None and i + 1 < len(frames):
+                if ranges is None:
+                    ranges = self._landing_pads(dst.dso, dst.ip)
+                site = fd[frames[i + 1][_IX] * _FIELDS + _CALLSITE] & _MASK64
+                if any(a <= site < b for a, b in ranges):
                     return i
         return first
 

@@ -12,8 +12,9 @@ the Python engine when the extension was not built.
 
 from __future__ import annotations
 
+import bisect
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -34,6 +35,7 @@ from ptscope.model import (
 )
 from ptscope.reconstruct.engine import (
     SETJMPS,
+    LandingPadLookup,
     SPECIAL_RETURNS,
     STACK_SWITCHERS,
     EngineStats,
@@ -69,13 +71,15 @@ def is_available() -> bool:
     return _cengine is not None
 
 
-def make_engine(*, keep_slots: bool = False) -> FastEngine | TraceSegmentEngine:
+def make_engine(
+    *, keep_slots: bool = False, landing_pads: LandingPadLookup | None = None
+) -> FastEngine | TraceSegmentEngine:
     """The C engine when it is built, else the Python one (saying which in the log)."""
     if _cengine is not None:
         log.info("engine: C (ptscope.reconstruct._cengine)")
-        return FastEngine(keep_slots=keep_slots)
+        return FastEngine(keep_slots=keep_slots, landing_pads=landing_pads)
     log.info("engine: Python (the C engine is not built: %s)", _IMPORT_ERROR)
-    return TraceSegmentEngine(keep_slots=keep_slots)
+    return TraceSegmentEngine(keep_slots=keep_slots, landing_pads=landing_pads)
 
 
 def _i32(a: Any) -> npt.NDArray[np.int32]:
@@ -194,7 +198,12 @@ class FastEngine:
     """
 
     def __init__(
-        self, *, keep_slots: bool = False, max_examples: int = 5, final_pass: str = "c"
+        self,
+        *,
+        keep_slots: bool = False,
+        max_examples: int = 5,
+        final_pass: str = "c",
+        landing_pads: LandingPadLookup | None = None,
     ) -> None:
         if final_pass not in ("c", "numpy"):
             raise ValueError(f"final_pass must be 'c' or 'numpy', not {final_pass!r}")
@@ -202,6 +211,12 @@ class FastEngine:
         if _cengine is None:
             raise RuntimeError(f"the C engine is not built ({_IMPORT_ERROR})")
         self._c = _cengine.Engine(max_examples)
+        # C location ids by chunk: (first id, table, first row) in id order, to answer the
+        # C side's landing-pad questions about a location it knows by id only.
+        self._chunks: list[tuple[int, LocationTable, int]] = []
+        self._landing_pads = landing_pads
+        if landing_pads is not None:
+            self._c.set_landing_pads(self._landing_ranges)
         self._keep_slots = keep_slots
         self.slot_columns: dict[tuple[int, int], tuple[npt.NDArray[np.int64], ...]] = {}
         # Engine name ids: the synthetic frames' are fixed in the C code.
@@ -367,11 +382,19 @@ class FastEngine:
             np.array(table.offsets[first:end], dtype=np.int64),
             np.array(table.ips[first:end], dtype=np.uint64),
         )
+        self._chunks.append((self._locations, table, first))
         if sync.remap is not None:
             ids = np.arange(self._locations, self._locations + end - first, dtype=np.int32)
             sync.remap = np.concatenate([sync.remap, ids])
         self._locations += end - first
         sync.synced = end
+
+    def _landing_ranges(self, location: int) -> Sequence[tuple[int, int]]:
+        assert self._landing_pads is not None
+        k = bisect.bisect_right(self._chunks, location, key=lambda c: c[0]) - 1
+        first, table, row = self._chunks[k]
+        loc = table[row + location - first]
+        return self._landing_pads(loc.dso, loc.ip)
 
     # ------------------------------------------------------------- output
 
