@@ -156,7 +156,7 @@ def read_landing_pads(path: Path) -> _Tables:
                     return r
             return None
 
-        for start, lsda_enc, lsda in _fdes_with_lsda(_Reader(eh.data(), eh["sh_addr"])):
+        for start, lsda in _fdes_with_lsda(_Reader(eh.data(), eh["sh_addr"])):
             r = at(lsda)
             if r is None:
                 continue
@@ -167,10 +167,10 @@ def read_landing_pads(path: Path) -> _Tables:
     return tables
 
 
-def _fdes_with_lsda(r: _Reader) -> list[tuple[int, int, int]]:
-    """(function start, LSDA encoding, LSDA address) of every FDE that has an LSDA."""
+def _fdes_with_lsda(r: _Reader) -> list[tuple[int, int]]:
+    """(function start, LSDA address) of every FDE that has an LSDA."""
     cies: dict[int, tuple[int, int]] = {}  # CIE offset -> (FDE pointer enc, LSDA enc)
-    out: list[tuple[int, int, int]] = []
+    out: list[tuple[int, int]] = []
     data = r.data
     while r.pos + 4 <= len(data):
         entry = r.pos
@@ -195,7 +195,7 @@ def _fdes_with_lsda(r: _Reader) -> list[tuple[int, int, int]]:
                         r.uleb()  # augmentation data length
                         lsda = r.encoded(lsda_enc)
                         if lsda:
-                            out.append((start, lsda_enc, lsda))
+                            out.append((start, lsda))
         except (ValueError, IndexError, struct.error):
             pass
         r.pos = end

@@ -35,10 +35,10 @@ from ptscope.model import (
 )
 from ptscope.reconstruct.engine import (
     SETJMPS,
-    LandingPadLookup,
     SPECIAL_RETURNS,
     STACK_SWITCHERS,
     EngineStats,
+    LandingPadLookup,
     TraceSegmentEngine,
     build_thread_timeline,
 )
