@@ -1,10 +1,13 @@
 /* perf --dlfilter plugin: drops jumps inside one function and streams the rest as records.
  *
  * Usage: perf script --itrace=bep --dlfilter dlfilter.so --dlarg OUT [--dlarg keep-all]
+ *        [--dlarg pid=P,P...] [--dlarg tid=T,T...]
  *   OUT = "-" or "stdout": write to perf's own stdout FILE, so that perf's decode error
  *         lines (which perf prints to stdout too) land in the stream in exactly the right
  *         place; "fd:N": an inherited file descriptor; anything else: a file path.
  *   keep-all: write every branch (no same-function dropping), for comparisons.
+ *   pid=, tid=: only samples of these processes / threads. perf's own --pid/--tid filter
+ *         samples after filter_event_early has seen them, so the filter applies them itself.
  *
  * Records (record_format.h) are written per sample with fwrite_unlocked into the stdio
  * buffer, never buffered on the side: that is what keeps perf's text lines in order.
@@ -277,11 +280,51 @@ struct thread_state {
 
 enum event_kind { EV_OTHER, EV_BRANCH, EV_POWER };
 
+/* A small set of process or thread ids (a filter argument). */
+struct id_list {
+	int32_t *ids;
+	size_t count;
+};
+
+/* "1,2,3" into `list`; 0, or -EINVAL for anything but a comma-separated list of ids. */
+static int id_list_parse(const char *text, struct id_list *list)
+{
+	size_t cap = 1;
+	for (const char *c = text; *c; c++)
+		cap += *c == ',';
+	list->ids = calloc(cap, sizeof(*list->ids));
+	if (!list->ids)
+		return -ENOMEM;
+	list->count = 0;
+	while (*text) {
+		char *end;
+		long id = strtol(text, &end, 10);
+		if (end == text || id < 0 || id > INT32_MAX || (*end && *end != ','))
+			return -EINVAL;
+		list->ids[list->count++] = (int32_t)id;
+		text = *end ? end + 1 : end;
+	}
+	return list->count ? 0 : -EINVAL;
+}
+
+/* An empty list selects everything. */
+static int id_list_selects(const struct id_list *list, int32_t id)
+{
+	if (!list->count)
+		return 1;
+	for (size_t i = 0; i < list->count; i++)
+		if (list->ids[i] == id)
+			return 1;
+	return 0;
+}
+
 struct ptscope_filter {
 	FILE *out;
 	int own_out;  /* we opened it (close in stop) */
 	int keep_all; /* do not drop same-function jumps */
 	int failed;   /* a write failed: stop asking perf for more */
+	struct id_list only_pids; /* pid=: keep only these processes (empty: all) */
+	struct id_list only_tids; /* tid=: keep only these threads (empty: all) */
 	struct str_table names;  /* symbol and DSO names, sent as string records */
 	struct str_table fnkeys; /* function keys, internal only */
 	struct loc_table locs;
@@ -673,12 +716,21 @@ PTSCOPE_EXPORT int start(void **data, void *ctx)
 	char **argv = perf_dlfilter_fns.args ? perf_dlfilter_fns.args(ctx, &argc) : NULL;
 	const char *target = argc > 0 ? argv[0] : NULL;
 	for (int i = 1; i < argc; i++) {
-		if (strcmp(argv[i], "keep-all") == 0) {
+		int bad = 0;
+		if (strcmp(argv[i], "keep-all") == 0)
 			f->keep_all = 1;
-		} else {
-			fprintf(stderr, "ptscope dlfilter: unknown argument '%s'\n", argv[i]);
+		else if (strncmp(argv[i], "pid=", 4) == 0)
+			bad = id_list_parse(argv[i] + 4, &f->only_pids);
+		else if (strncmp(argv[i], "tid=", 4) == 0)
+			bad = id_list_parse(argv[i] + 4, &f->only_tids);
+		else
+			bad = -EINVAL;
+		if (bad) {
+			fprintf(stderr, "ptscope dlfilter: bad argument '%s'\n", argv[i]);
+			free(f->only_pids.ids);
+			free(f->only_tids.ids);
 			free(f);
-			return -EINVAL;
+			return bad;
 		}
 	}
 	int err = open_output(f, target);
@@ -700,6 +752,11 @@ PTSCOPE_EXPORT int filter_event_early(void *data, const struct perf_dlfilter_sam
 	if (f->failed)
 		return -EIO;
 	f->counters.samples++;
+	if (!id_list_selects(&f->only_pids, sample->pid) ||
+	    !id_list_selects(&f->only_tids, sample->tid)) {
+		f->counters.other++;
+		return 1;
+	}
 	int ret;
 	switch (event_kind_of(f, sample->event)) {
 	case EV_BRANCH:
@@ -739,6 +796,8 @@ PTSCOPE_EXPORT int stop(void *data, void *ctx)
 	free(f->threads);
 	id_map_free(&f->pid_ids);
 	free(f->pid_gen);
+	free(f->only_pids.ids);
+	free(f->only_tids.ids);
 	free(f);
 	return ret;
 }

@@ -66,6 +66,7 @@ __all__ = [
     "dlfilter_command",
     "make_location",
     "read_record_stream",
+    "selection_arguments",
 ]
 
 DEFAULT_ITRACE: Final = "bep"
@@ -544,6 +545,20 @@ def dlfilter_command(
     if keep_all:
         argv += ["--dlarg", "keep-all"]
     argv += list(extra)
+    return argv
+
+
+def selection_arguments(pids: Sequence[int], tids: Sequence[int]) -> list[str]:
+    """perf options that keep only these processes / threads in a dlfilter decode.
+
+    perf applies its own ``--pid``/``--tid`` after the filter's ``filter_event_early`` has
+    seen (and written) a sample, so the lists go to the filter too; perf's options still
+    filter the text perf prints itself (task events), as for the text decoder."""
+    argv: list[str] = []
+    for name, ids in (("pid", pids), ("tid", tids)):
+        if ids:
+            listed = ",".join(map(str, ids))
+            argv += [f"--{name}={listed}", "--dlarg", f"{name}={listed}"]
     return argv
 
 

@@ -1,0 +1,100 @@
+"""Every decode option means the same on every decoder (issue 14, item 2).
+
+Each option of ``ptscope decode`` (``--pid``, ``--tid``, ``--filter``, ``--symfs``,
+``--jobs``) is applied to a real emulated recording with the dlfilter decoder and with the
+text decoder: both traces must be identical, and a filter must keep exactly what it names
+(the thread and process ids come from the recording's metadata, not from a decoder).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ptscope import _native
+from ptscope.fxt.reader import read_trace
+from support.emulated_corpus import decode_case_recording
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not _native.is_available(), reason="the dlfilter is not built"),
+]
+
+DECODERS = ("dlfilter", "text")
+
+
+def _meta(perf_data: Path) -> dict[str, dict[str, str]]:
+    meta: dict[str, dict[str, str]] = json.loads(
+        (perf_data.parent / "ptscope-recording.json").read_text()
+    )
+    return meta
+
+
+def _decode(perf_data: Path, out: Path, *options: str) -> dict[tuple[int, int], list[str]]:
+    """``ptscope decode`` through the CLI; the trace's slices per (pid, tid) as text."""
+    done = subprocess.run(
+        [sys.executable, "-m", "ptscope", "decode", str(perf_data.parent), "-o", str(out), *options],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    trace = read_trace(out)
+    return {
+        key: [f"{s.start} {s.end} {s.depth} {s.name}" for s in rows]
+        for key, rows in trace.slices.items()
+        if rows
+    }
+
+
+def _same_on_every_decoder(perf_data: Path, tmp_path: Path, *options: str) -> set[tuple[int, int]]:
+    traces = [
+        _decode(perf_data, tmp_path / f"{decoder}.fxt.gz", "--decoder", decoder, *options)
+        for decoder in DECODERS
+    ]
+    assert traces[0] == traces[1], f"{options}: the decoders disagree"
+    return set(traces[0])
+
+
+@pytest.fixture(scope="module")
+def threads(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return decode_case_recording("threads-pie", tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def forked(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return decode_case_recording("fork-pie", tmp_path_factory)
+
+
+def test_tid_keeps_only_that_thread_on_every_decoder(threads: Path, tmp_path: Path) -> None:
+    tids = sorted(int(t) for t in _meta(threads)["threads"])
+    assert len(tids) == 3
+    for tid in tids[1:]:
+        kept = _same_on_every_decoder(threads, tmp_path, "--tid", str(tid))
+        assert {t for _p, t in kept} == {tid}
+    both = _same_on_every_decoder(threads, tmp_path, "--tid", f"{tids[0]},{tids[2]}")
+    assert {t for _p, t in both} == {tids[0], tids[2]}
+
+
+def test_pid_keeps_only_that_process_on_every_decoder(forked: Path, tmp_path: Path) -> None:
+    pids = sorted(int(p) for p in _meta(forked)["processes"])
+    assert len(pids) == 2
+    for pid in pids:
+        kept = _same_on_every_decoder(forked, tmp_path, "--pid", str(pid))
+        assert {p for p, _t in kept} == {pid}
+
+
+@pytest.mark.parametrize(
+    "options",
+    [("--filter", "work,work"), ("--jobs", "2"), ("--symfs", "/")],
+    ids=["filter", "jobs", "symfs"],
+)
+def test_other_options_are_the_same_on_every_decoder(
+    threads: Path, tmp_path: Path, options: tuple[str, ...]
+) -> None:
+    kept = _same_on_every_decoder(threads, tmp_path, *options)
+    assert kept
