@@ -36,8 +36,9 @@ def _meta(perf_data: Path) -> dict[str, dict[str, str]]:
 
 def _decode(perf_data: Path, out: Path, *options: str) -> dict[tuple[int, int], list[str]]:
     """``ptscope decode`` through the CLI; the trace's slices per (pid, tid) as text."""
+    command = ["decode", str(perf_data.parent), "-o", str(out), *options]
     done = subprocess.run(
-        [sys.executable, "-m", "ptscope", "decode", str(perf_data.parent), "-o", str(out), *options],
+        [sys.executable, "-m", "ptscope", *command],
         capture_output=True,
         text=True,
         timeout=300,

@@ -843,6 +843,11 @@ class PerfTextParser:
 
     def _power(self, header: _Header, line: str, out: list[Event]) -> None:
         words = header.body.split()
+        if "cbr:" not in words and "freq:" not in words:
+            # perf printed the event without its payload (no ``synth`` in -F): nothing to
+            # show, but nothing misunderstood either.
+            self.stats.ignored_events["cbr"] += 1
+            return
         try:
             at = words.index("freq:")
             cbr = int(words[at - 1])
