@@ -466,18 +466,40 @@ def _report_exit(code: int | None) -> None:
         print(f"ptscope: the program exited with status {code}", file=sys.stderr)
 
 
+def refuse_misplaced_options(command: Sequence[str], own_options: frozenset[str]) -> None:
+    """Without ``--``, everything after the program is the program's: one of our options
+    there (``ptscope run ./prog 3 -o x.fxt.gz``) is almost certainly meant for us, and
+    would silently go to the program. Say so before anything runs."""
+    for arg in command[1:]:
+        option = arg.partition("=")[0] if arg.startswith("--") else arg
+        if option in own_options:
+            raise UsageError(
+                f"{option} comes after the program, so it would be passed to {command[0]}",
+                hint="put ptscope's options before the program; to pass them to the program, "
+                "write -- before it: ptscope run [options] -- PROGRAM [ARGS]",
+            )
+
+
 class RunCommand:
     name = "run"
     help = "run a program and trace it (Ctrl-C or its exit takes the snapshot)"
 
+    def __init__(self) -> None:
+        self._own_options: frozenset[str] = frozenset()
+
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         add_record_arguments(parser, run=True)
         parser.add_argument("command", nargs=argparse.REMAINDER, help="-- PROGRAM [ARGS...]")
+        self._own_options = frozenset(
+            option for action in parser._actions for option in action.option_strings
+        )
 
     def run(self, args: argparse.Namespace) -> int:
         command = list(args.command)
         if command and command[0] == "--":
             command = command[1:]
+        elif command:
+            refuse_misplaced_options(command, self._own_options)
         if not command:
             raise UsageError("no program given", hint="ptscope run [options] -- PROGRAM [ARGS]")
         output = check_output(args.output)
