@@ -52,3 +52,50 @@ def test_our_options_after_the_program_need_a_double_dash(tmp_path: Path) -> Non
     done = ptscope(*emulated, "-o", "z.fxt.gz", exe, "3", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "z.fxt.gz").exists()
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        ["--multi-thread"],
+        ["--timer-resolution", "normal"],
+        ["--timer-resolution", "cyc=1"],
+        ["--full-execution"],
+        ["--snapshot-size", "4M"],
+        ["--trigger", "main"],
+        ["--multi-snapshot"],
+        ["--kernel"],
+        ["--no-kcore"],
+        ["--callgraph", "fp"],
+        ["--frequency", "99"],
+    ],
+    ids=lambda option: option[0].lstrip("-"),
+)
+def test_options_that_mean_nothing_under_emulation_are_refused(
+    option: list[str], tmp_path: Path
+) -> None:
+    """Each is one line naming the option and why, before anything is recorded."""
+    exe = str(programs.build("basics", static=True))
+    done = ptscope("run", "--backend", "emulated", *option, "--", exe, cwd=tmp_path)
+    line = one_line_error(done, 2)
+    assert f"{option[0]}: " in line and "emulated backend" in line, line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_print_perf_commands_shows_the_emulator_command(tmp_path: Path) -> None:
+    needs_tools()
+    exe = str(programs.build("basics", static=True))
+    done = ptscope(
+        "run", "--backend", "emulated", "--print-perf-commands", "--", exe, "5", cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    [command] = [line for line in done.stderr.splitlines() if "qemu-x86_64" in line]
+    assert command.endswith(f"{exe} 5") and " -d exec,nochain" in command
+
+
+def test_attach_help_offers_only_the_backends_attach_has() -> None:
+    done = ptscope("attach", "--help")
+    assert done.returncode == 0
+    assert "emulated" not in done.stdout and "QEMU" not in done.stdout
+    assert "sampling" in done.stdout and "intel-pt" in done.stdout
+    assert "emulated" in ptscope("run", "--help").stdout

@@ -90,12 +90,14 @@ def record(
     progress: Callable[[int], None] | None = None,
     cycle_model: CycleModel | None = None,
     options: EmulationOptions | None = None,
+    print_command: Callable[[str], None] | None = None,
 ) -> EmulatedResult:
     """Run ``command`` under QEMU and write an Intel PT recording of it into ``directory``.
 
     Raises a :class:`~ptscope.errors.PtscopeError` when nothing could be recorded (program
     not found or not x86-64, QEMU missing or not understood). A program that crashes, is
     killed or reaches ``max_instructions`` still gives a recording of what it ran.
+    ``print_command`` is given the QEMU command line (shell-quoted) before it starts.
     """
     if not command:
         raise UsageError("no program to run")
@@ -117,7 +119,13 @@ def record(
     started = time.perf_counter()
     try:
         proc = QemuProcess(
-            tool, program, command, single_step=opts.single_step, env=opts.env, cwd=opts.cwd
+            tool,
+            program,
+            command,
+            single_step=opts.single_step,
+            env=opts.env,
+            cwd=opts.cwd,
+            print_command=print_command,
         )
     except BaseException:
         writer.abort()

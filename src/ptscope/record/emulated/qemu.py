@@ -21,12 +21,13 @@ import itertools
 import os
 import re
 import selectors
+import shlex
 import shutil
 import signal
 import socket
 import subprocess
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, cast
@@ -160,6 +161,7 @@ class QemuProcess:
         single_step: bool,
         env: dict[str, str] | None = None,
         cwd: Path | None = None,
+        print_command: Callable[[str], None] | None = None,
     ) -> None:
         self._tmp = tempfile.TemporaryDirectory(prefix="ptscope-qemu-")
         fifo = os.path.join(self._tmp.name, "log")
@@ -189,6 +191,8 @@ class QemuProcess:
         cmd += ["-d", ",".join(REQUIRED_LOG_ITEMS), "-D", fifo, "-0", argv[0], str(program)]
         cmd += list(argv[1:])
         self.command = cmd
+        if print_command is not None:
+            print_command(shlex.join(cmd))
         try:
             self.proc = subprocess.Popen(cmd, env=environment, cwd=cwd)
         except OSError as e:
