@@ -268,17 +268,20 @@ class _Trigger:
     executable: str
 
 
-def prepare_trigger(text: str | None, executable: str) -> _Trigger | None:
-    """Parse ``--trigger`` (asking with the picker for ``?``)."""
+def prepare_trigger(text: str | None, executable: str, pid: int | None = None) -> _Trigger | None:
+    """Parse ``--trigger`` (asking with the picker for ``?``) and check that it names
+    something, in the executable or its libraries (those mapped by process ``pid`` when
+    it runs already): a typo fails here, before perf starts or a directory is made."""
     if not text:
         return None
-    from ptscope.record.symbols import parse_selection
+    from ptscope.record.symbols import check_selection, parse_selection, read_maps
 
     selection = parse_selection(text)
     if selection.kind == "pick":
         from ptscope.record.picker import pick_function
 
         selection = pick_function(executable, selection)
+    check_selection(selection, executable, read_maps(pid) if pid is not None else None)
     return _Trigger(selection, executable)
 
 
