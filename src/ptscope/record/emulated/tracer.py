@@ -41,7 +41,7 @@ import numpy as np
 
 from ptscope.errors import RecordingError
 from ptscope.record.emulated.cycle_model import CycleModel
-from ptscope.record.emulated.elf_image import ElfImage, read_elf
+from ptscope.record.emulated.elf_image import ElfImage, load_bias, read_elf
 from ptscope.record.emulated.perf_data import BuildId, PerfDataWriter
 from ptscope.record.emulated.pt_encoder import PtEncoder
 from ptscope.record.emulated.qemu import BlockRun, LogFormatError, LogSplitter
@@ -538,7 +538,7 @@ class EmulationState:
         t = self.t0_ns - _SIDEBAND_LEAD_NS
         self.writer.comm(self.pid, self.pid, self.comm, t, exec_=True)
         exe = self.program
-        bias = self._page["start_code"] - exe.lowest_exec_vaddr if exe.pie else 0
+        bias = load_bias(self._page["start_code"], exe) if exe.pie else 0
         self._map_image(exe, bias, t)
         if exe.interpreter:
             interp = self._image(exe.interpreter)
