@@ -3,13 +3,19 @@ perf and programs compiled by the suite (issue 14: what a new user hits)."""
 
 from __future__ import annotations
 
+import os
+import pty
+import select
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from ptscope.fxt.reader import read_trace
+from ptscope.recording import Recording
 from support import programs
 from support.emulated_corpus import needs_tools
 
@@ -99,3 +105,76 @@ def test_attach_help_offers_only_the_backends_attach_has() -> None:
     assert "emulated" not in done.stdout and "QEMU" not in done.stdout
     assert "sampling" in done.stdout and "intel-pt" in done.stdout
     assert "emulated" in ptscope("run", "--help").stdout
+
+
+def _read_until(fd: int, wanted: bytes, deadline: float) -> bytes:
+    """What ``fd`` gives until ``wanted`` shows up (or it ends, or the deadline passes)."""
+    seen = b""
+    while wanted not in seen and time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.2)
+        if not ready:
+            continue
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:  # the pty's other side is gone
+            break
+        if not chunk:
+            break
+        seen += chunk
+    return seen
+
+
+def _interrupted_run(args: list[str], how: str, cwd: Path) -> tuple[int, str]:
+    """``ptscope ARGS`` interrupted the way a user does: Ctrl-C typed in its terminal (a
+    pty: the terminal signals ptscope and the program, its foreground group), or SIGINT
+    sent to its process group by a shell or a supervisor. Returns (exit status, output)."""
+    command = [*PTSCOPE, *args]
+    deadline = time.monotonic() + 120
+    if how == "terminal":
+        pid, fd = pty.fork()
+        if pid == 0:  # the child: ptscope, with the pty as its controlling terminal
+            os.chdir(cwd)
+            os.execv(command[0], command)
+        output = _read_until(fd, b"spinning", deadline)
+        time.sleep(0.5)
+        os.write(fd, b"\x03")  # Ctrl-C
+        output += _read_until(fd, b"\x00never", deadline)
+        os.close(fd)
+        _, status = os.waitpid(pid, 0)
+        return os.waitstatus_to_exitcode(status), output.decode(errors="replace")
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=cwd, start_new_session=True
+    )
+    assert process.stdout is not None
+    try:
+        output = _read_until(process.stdout.fileno(), b"spinning", deadline)
+        time.sleep(0.5)
+        os.killpg(process.pid, signal.SIGINT)
+        output += process.stdout.read()
+        process.wait(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    return process.returncode, output.decode(errors="replace")
+
+
+@pytest.mark.parametrize("how", ["terminal", "group"])
+def test_ctrl_c_keeps_and_decodes_what_was_recorded(how: str, tmp_path: Path) -> None:
+    """Ctrl-C stops the program; everything recorded so far is a valid perf.data, decoded
+    into the trace, and ptscope says so (issue 14: the recording used to be deleted)."""
+    needs_tools()
+    exe = str(programs.build("spin"))
+    rec, out = tmp_path / "rec", tmp_path / "t.fxt.gz"
+    options = ["--backend", "emulated", "--keep-recording", str(rec), "-o", str(out)]
+    code, output = _interrupted_run(["run", *options, "--", exe, "spinning"], how, tmp_path)
+    assert code == 0, output
+    assert "Traceback" not in output and "interrupted" not in output, output
+    assert "stopped; decoding what was recorded" in output, output
+    assert "recording kept at" in output and "wrote" in output, output
+    recording = Recording.load(rec)
+    assert recording.notes["signal"] == "SIGINT"
+    names = {s.name for rows in read_trace(out).slices.values() for s in rows}
+    assert {"main", "step"} <= names
+    # The kept recording decodes again, as ptscope said.
+    again = ptscope("decode", str(rec), "-o", str(tmp_path / "again.fxt.gz"))
+    assert again.returncode == 0, again.stderr

@@ -583,7 +583,9 @@ class RunCommand:
                 if args.print_perf_commands
                 else None,
             )
-        if result.stopped_at_limit:
+        if result.interrupted:
+            print("ptscope: stopped; decoding what was recorded", file=sys.stderr)
+        elif result.stopped_at_limit:
             print(f"ptscope: stopped after {result.instructions:,} instructions", file=sys.stderr)
         elif result.crashed:
             print(f"ptscope: the program crashed (signal {result.signal})", file=sys.stderr)

@@ -22,7 +22,6 @@ import shlex
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -47,6 +46,7 @@ from ptscope.record.launch import (
     thread_names,
 )
 from ptscope.record.perf_commands import Control, Targets
+from ptscope.record.stop_signals import STOP_SIGNALS, terminal_sent_sigint
 from ptscope.recording import Recording, TriggerHit
 
 __all__ = [
@@ -66,7 +66,6 @@ log = logging.getLogger(__name__)
 
 PERF_LOG_NAME: Final = "perf-record.log"
 PERF_EXIT_TIMEOUT: Final = 120.0  # perf writes the snapshot, kcore and build-ids at exit
-_STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class PerfBackend(Protocol):
@@ -323,7 +322,7 @@ class _SignalWatch:
 
     def __enter__(self) -> _SignalWatch:
         self._old_wakeup = signal.set_wakeup_fd(self.write_fd, warn_on_full_buffer=False)
-        for sig in _STOP_SIGNALS:
+        for sig in STOP_SIGNALS:
             self._old_handlers[sig] = signal.signal(sig, self._handler)
         return self
 
@@ -642,7 +641,7 @@ def run_program(
         if (
             reason == "interrupted"
             and program.process.poll() is None
-            and not _got_terminal_sigint()
+            and not terminal_sent_sigint()
         ):
             # A Ctrl-C typed in the terminal reached the program too (same process group);
             # one sent to ptscope alone is passed on, as the program would have got it.
@@ -662,15 +661,6 @@ def run_program(
         {"exit_code": exit_code, "held_by": program.method, "complete": True},
     )
     return _result(recorder, session, recording, reason, status, startup, exit_code)
-
-
-def _got_terminal_sigint() -> bool:
-    """Whether ptscope runs in the terminal's foreground group (so its Ctrl-C hit both)."""
-    try:
-        fd = sys.stdin.fileno()
-        return os.isatty(fd) and os.tcgetpgrp(fd) == os.getpgrp()
-    except (OSError, ValueError, AttributeError):
-        return False
 
 
 def _wait_program(

@@ -199,10 +199,13 @@ class QemuProcess:
             self.close()
             raise RecordingError(f"cannot start {tool.path}: {e.strerror or e}") from e
         self.killed = False
+        self.children: set[int] = set()
+        """Forked children of the program (each its own QEMU process)."""
 
-    def chunks(self) -> Iterator[tuple[int, bytes]]:
+    def chunks(self, idle: Callable[[], None] | None = None) -> Iterator[tuple[int, bytes]]:
         """``(0, data)`` from the program's log, ``(pid, data)`` from a forked child's, as
-        it arrives, until QEMU has exited and everything it wrote is read."""
+        it arrives, until QEMU has exited and everything it wrote is read. ``idle`` is
+        called at every turn (at least every 50 ms)."""
         sel = selectors.DefaultSelector()
         sel.register(self._fd, selectors.EVENT_READ, 0)
         if self._listener is not None:
@@ -211,6 +214,8 @@ class QemuProcess:
         exited = False
         try:
             while True:
+                if idle is not None:
+                    idle()
                 events = sel.select(timeout=0 if exited else 0.05)
                 got = False
                 for key, _ in events:
@@ -242,6 +247,7 @@ class QemuProcess:
                             continue
                         del hello[conn]
                         pid = int(line.split()[1])
+                        self.children.add(pid)
                         sel.modify(conn, selectors.EVENT_READ, pid)
                         if rest:
                             yield pid, rest
@@ -258,11 +264,19 @@ class QemuProcess:
             sel.close()
 
     def stop(self) -> None:
-        """Kill QEMU (the program has run long enough)."""
+        """Kill QEMU and its forked children (the program has run long enough)."""
         if self.proc.poll() is None:
             self.killed = True
+        self.send_signal(signal.SIGKILL)
+
+    def send_signal(self, signum: int) -> None:
+        """Send ``signum`` to the program and its forked children (QEMU passes it on)."""
+        if self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
-                self.proc.send_signal(signal.SIGKILL)
+                self.proc.send_signal(signum)
+        for pid in self.children:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signum)
 
     def wait(self) -> int:
         return self.proc.wait()
