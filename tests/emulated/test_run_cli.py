@@ -178,3 +178,45 @@ def test_ctrl_c_keeps_and_decodes_what_was_recorded(how: str, tmp_path: Path) ->
     # The kept recording decodes again, as ptscope said.
     again = ptscope("decode", str(rec), "-o", str(tmp_path / "again.fxt.gz"))
     assert again.returncode == 0, again.stderr
+
+
+def test_jit_code_is_traced_named_and_never_costs_the_rest(tmp_path: Path) -> None:
+    """A program that writes machine code at run time and names it in /tmp/perf-PID.map:
+    the map is kept in the recording (a later decode still names the code, /tmp gone), the
+    code itself is decoded by perf, and even when perf cannot decode it (its bytes gone)
+    everything the program did afterwards is still in the trace."""
+    needs_tools()
+    exe = str(programs.build("jit"))
+    rec = tmp_path / "rec"
+    done = ptscope(
+        *("run", "--backend", "emulated", "--keep-recording", str(rec)),
+        *("-o", str(tmp_path / "t.fxt.gz"), "--", exe, "40"),
+    )
+    recording = Recording.load(rec)
+    [pid] = recording.processes
+    Path(f"/tmp/perf-{pid}.map").unlink()  # written by the program; gone, as /tmp goes
+    assert done.returncode == 0, done.stderr
+    assert "decode error" not in done.stdout, done.stdout
+    assert (rec / f"perf-{pid}.map").is_file()
+
+    def calls(trace: Path) -> dict[str, list[int]]:
+        depths: dict[str, list[int]] = {}
+        for rows in read_trace(trace).slices.values():
+            for s in rows:
+                depths.setdefault(s.name, []).append(s.depth)
+        return depths
+
+    again = ptscope("decode", str(rec), "-o", str(tmp_path / "again.fxt.gz"))
+    assert again.returncode == 0, again.stderr
+    names = calls(tmp_path / "again.fxt.gz")
+    [main_depth] = names["main"]
+    assert names["jitted_sum"] == [main_depth + 1] * 40
+    assert names["after_jit"] == [main_depth + 1] * 40
+    # perf cannot decode the JIT code without its bytes: the rest is still there.
+    (rec / "jitted-code.bin").unlink()
+    blind = ptscope("decode", str(rec), "-o", str(tmp_path / "blind.fxt.gz"))
+    assert blind.returncode == 0, blind.stderr
+    assert "decode error" in blind.stdout
+    names = calls(tmp_path / "blind.fxt.gz")
+    assert names["after_jit"] == [main_depth + 1] * 40
+    assert "exit" in names

@@ -47,7 +47,7 @@ from ptscope.record.launch import (
 )
 from ptscope.record.perf_commands import Control, Targets
 from ptscope.record.stop_signals import STOP_SIGNALS, terminal_sent_sigint
-from ptscope.recording import Recording, TriggerHit
+from ptscope.recording import Recording, TriggerHit, keep_perf_maps
 
 __all__ = [
     "PERF_LOG_NAME",
@@ -541,7 +541,7 @@ def _save(
     scope: str,
     extra: dict[str, object],
 ) -> Recording:
-    perf_maps = _keep_perf_maps(recorder.directory, processes)
+    perf_maps = keep_perf_maps(recorder.directory, processes)
     if perf_maps:
         extra = {**extra, "perf_maps": perf_maps}
     recording = Recording(
@@ -565,21 +565,6 @@ def _save(
     )
     recording.save()
     return recording
-
-
-def _keep_perf_maps(directory: Path, pids: dict[int, str]) -> list[str]:
-    """Copy JIT perf maps (/tmp/perf-PID.map) into the recording: /tmp does not last."""
-    kept: list[str] = []
-    for pid in pids:
-        source = Path(f"/tmp/perf-{pid}.map")
-        if source.is_file():
-            try:
-                shutil.copyfile(source, directory / source.name)
-            except OSError as e:
-                log.warning("cannot keep %s: %s", source, e.strerror)
-                continue
-            kept.append(source.name)
-    return kept
 
 
 def _scope_of(backend: PerfBackend) -> str:

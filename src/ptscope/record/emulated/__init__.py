@@ -26,7 +26,7 @@ from ptscope.record.emulated.perf_data import PerfDataWriter
 from ptscope.record.emulated.qemu import BlockRun, LogSplitter, QemuProcess, find_qemu
 from ptscope.record.emulated.tracer import EmulationState, Session
 from ptscope.record.stop_signals import STOP_SIGNALS, terminal_sent_sigint
-from ptscope.recording import Recording
+from ptscope.recording import Recording, keep_perf_maps
 
 __all__ = ["CycleModel", "EmulatedResult", "EmulationOptions", "record"]
 
@@ -169,6 +169,8 @@ def record(
         proc.close()
         if raw is not None:
             raw.close()
+        if session.jit_file is not None:
+            session.jit_file.close()
     seconds = time.perf_counter() - started
     if not main.threads:
         writer.abort()
@@ -366,6 +368,11 @@ def _result(
         notes["signal"] = _signal_name(sig)
     if interrupted:
         notes["interrupted"] = True
+    perf_maps = keep_perf_maps(directory, (p.pid for p in session.processes if p.threads))
+    if perf_maps:
+        notes["perf_maps"] = perf_maps
+    if session.jit_file is not None:
+        notes["jitted_code"] = session.jit_file.path.name
     if exit_code is not None:
         notes["exit_code"] = exit_code
     recording = Recording(

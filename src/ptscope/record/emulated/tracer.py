@@ -42,6 +42,7 @@ import numpy as np
 from ptscope.errors import RecordingError
 from ptscope.record.emulated.cycle_model import CycleModel
 from ptscope.record.emulated.elf_image import ElfImage, load_bias, read_elf
+from ptscope.record.emulated.jit_code import JIT_CODE_FILE, JitCodeFile, JitPages
 from ptscope.record.emulated.perf_data import BuildId, PerfDataWriter
 from ptscope.record.emulated.pt_encoder import PtEncoder
 from ptscope.record.emulated.qemu import BlockRun, LogFormatError, LogSplitter
@@ -60,6 +61,10 @@ _JUMP_IND, _CALL_IND, _RET = (
 )
 _SYSCALL, _OTHER_IND = int(InsnKind.SYSCALL), int(InsnKind.OTHER_INDIRECT)
 _REP, _ZERO_CALL = 1, 2
+_ANON = 4
+"""The block is in memory no file backs (JIT code): its bytes go to the JIT code file."""
+_SLOW = 8
+"""Arriving at the block leaves the fast loop (a system call, or anonymous code)."""
 _AUX_CHUNK: Final = 1 << 20
 _PROGRESS_STEP: Final = 1_000_000
 _MASK48: Final = (1 << 48) - 1
@@ -188,6 +193,13 @@ class Session:
     stopped_at_limit: bool = False
     images: dict[str, ElfImage] = field(default_factory=dict)
     processes: list[EmulationState] = field(default_factory=list)
+    jit_file: JitCodeFile | None = None
+
+    def jit_code_file(self) -> JitCodeFile:
+        """The recording's file of anonymous code (made when some first runs)."""
+        if self.jit_file is None:
+            self.jit_file = JitCodeFile(self.writer.path.with_name(JIT_CODE_FILE))
+        return self.jit_file
 
     def writer_flush(self) -> None:
         """Move full PT buffers of every thread to the file (bounded memory)."""
@@ -275,6 +287,7 @@ class EmulationState:
         self.forks: list[Fork] = []
         self.parent = parent
         self.fork = fork
+        self.jit: JitPages | None = None
         if parent is not None:
             # A forked child starts with its parent's code, descriptors and translations.
             self._started = True
@@ -291,6 +304,8 @@ class EmulationState:
             self._pending_tb = dict(parent._pending_tb)
             self._fds = dict(parent._fds)
             self.handler_entries = set(parent.handler_entries)
+            self.mappings = list(parent.mappings)
+            self.jit = parent.jit.copy() if parent.jit is not None else None
 
     # -- blocks ------------------------------------------------------------------------
 
@@ -313,6 +328,12 @@ class EmulationState:
         tb = len(self.tb_pc)
         insns = [classify(pc, code) for pc, code in split_block(asm)]
         last = insns[-1]
+        flags = (_REP if last.rep else 0) | (_ZERO_CALL if last.zero_call else 0)
+        if last.kind == InsnKind.SYSCALL:
+            flags |= _SLOW
+        if not self._file_backed(insns[0].pc):
+            flags |= _ANON | _SLOW
+            self._jit_code(asm)
         self.tb_index[key] = tb
         self.tb_pc.append(insns[0].pc)
         self.tb_n.append(len(insns))
@@ -320,9 +341,24 @@ class EmulationState:
         self.tb_last.append(last.pc)
         self.tb_end.append(last.end)
         self.tb_target.append(-1 if last.target is None else last.target)
-        self.tb_flags.append((_REP if last.rep else 0) | (_ZERO_CALL if last.zero_call else 0))
+        self.tb_flags.append(flags)
         self.tb_insns.append(tuple(i.pc for i in insns))
         return tb
+
+    def _file_backed(self, pc: int) -> bool:
+        return any(start <= pc < start + size for start, size, _, _ in self.mappings)
+
+    def _jit_code(self, asm: list[tuple[int, bytes]]) -> None:
+        """Code no file holds: into the JIT code file, its pages mapped for perf."""
+        if self.jit is None:
+            self.jit = JitPages(self.session.jit_code_file())
+        path = str(self.jit.file.path)
+
+        def map_page(address: int, offset: int) -> None:
+            tid = self.threads[0].tid if self.threads else self.pid
+            self.writer.mmap2(self.pid, tid, address, 4096, offset, path, self._mmap_time())
+
+        self.jit.add(asm, map_page)
 
     def _lookup_missing(self, pc: int, cflags: int) -> int:
         asm = self._pending_tb.pop(pc, None)
@@ -680,7 +716,12 @@ class EmulationState:
         k = lo
         fast_ok = self.model.cyc_threshold == 1
         while k < hi and count < budget:
-            t_ok = t.prev >= 0 and t.stash is None and t.enc.enabled
+            t_ok = (
+                t.prev >= 0
+                and t.stash is None
+                and t.enc.enabled
+                and not self.tb_flags[t.prev] & _ANON
+            )
             if fast_ok and t_ok and self._signal_hint is None:
                 k, count = self._fast(t, ids, k, hi, count, budget)
             else:
@@ -758,7 +799,7 @@ class EmulationState:
                 ok = pc == tb_end[prev]
             else:
                 ok = False
-            if ok and len(out) < psb_at and tb_kind[tb] != _SYSCALL:
+            if ok and len(out) < psb_at and not tb_flags[tb] & _SLOW:
                 n = tb_n[tb]
                 now += n * cpi
                 prev = tb
@@ -930,6 +971,10 @@ class EmulationState:
             return True
         if how == Arrival.NORMAL:
             self._branch(t, p, pc)
+            if self.tb_flags[p] & _ANON and not self.tb_flags[tb] & _ANON:
+                # Back from JIT code: a PSB here lets perf carry on even if it could not
+                # decode that code (its bytes missing, or changed under it).
+                enc.request_psb()
         elif how == Arrival.DISCONTINUITY and self._truncate_prev(t, pc):
             pass  # the block simply ended early; control falls through to pc
         else:
