@@ -363,6 +363,7 @@ def _result(
         "cycle_model": asdict(model),
         "stopped_at_limit": limit,
         "forks_separated": proc.separates_forks,
+        "threads_named_by": "plugin" if proc.names_threads else "strace",
     }
     if sig is not None:
         notes["signal"] = _signal_name(sig)

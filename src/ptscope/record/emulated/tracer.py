@@ -20,8 +20,10 @@ How control reached each block is derived from the previous block of the same th
 * after a system call the trace restarts where the thread continues (its next instruction,
   a signal handler, or the point a signal handler returns to).
 
-Threads: QEMU numbers the CPUs of live guest threads (``Trace N``); a slot is bound to the
-tid returned by the ``clone`` that created it, and freed by the thread's ``exit``.
+Threads: QEMU numbers the CPUs of live guest threads (``Trace N``). With the thread plugin
+(``qemu_thread_plugin.c``) each thread names its slot and tid itself at its first system
+call and says when it exits; without it, a slot is bound to the tid returned by the
+``clone`` that created it, and freed by the thread's ``exit``.
 """
 
 from __future__ import annotations
@@ -263,6 +265,8 @@ class EmulationState:
         self._clone_tids: deque[int] = deque()
         self._unnamed: deque[ThreadInfo] = deque()
         self._next_placeholder = -1
+        self._plugin_names_threads = False
+        """The thread plugin's lines were seen: they, not clone results, name threads."""
         # process sideband
         self._page: dict[str, int] = {}
         self._started = False
@@ -305,6 +309,7 @@ class EmulationState:
             self._fds = dict(parent._fds)
             self.handler_entries = set(parent.handler_entries)
             self.mappings = list(parent.mappings)
+            self._plugin_names_threads = parent._plugin_names_threads
             self.jit = parent.jit.copy() if parent.jit is not None else None
 
     # -- blocks ------------------------------------------------------------------------
@@ -375,6 +380,13 @@ class EmulationState:
     # -- raw lines -----------------------------------------------------------------------
 
     def line(self, raw: bytes) -> None:
+        plugin = raw.find(b"ptscope-qemu-")
+        if plugin >= 0:
+            # The thread plugin's line, written whole but maybe after part of another line.
+            self._plugin_line(raw[plugin:])
+            raw = raw[:plugin]
+            if not raw:
+                return
         asm = self._asm
         if asm is not None:
             if raw.startswith(b"0x"):
@@ -520,7 +532,7 @@ class EmulationState:
                     self._map_file(value, length, offset, path)
         elif name == b"clone" and value > 0 and b"CLONE_THREAD" in args:
             self._clone_tids.append(value)
-            while self._unnamed and self._clone_tids:
+            while self._unnamed and self._clone_tids and not self._plugin_names_threads:
                 self._name_thread(self._unnamed.popleft(), self._clone_tids.popleft())
         elif name in (b"clone", b"fork", b"vfork") and value > 0:
             forker = self._last_in_syscall()
@@ -587,7 +599,7 @@ class EmulationState:
         now = max((t.enc.now for t in self.threads if not t.exited), default=0)
         if creator is None and not self.threads:
             tid, ptid = self.pid, self.pid
-        elif self._clone_tids:
+        elif self._clone_tids and not self._plugin_names_threads:
             tid, ptid = self._clone_tids.popleft(), self.pid
         else:
             tid, ptid = self._next_placeholder, self.pid
@@ -627,17 +639,46 @@ class EmulationState:
         candidates = [t for t in self.threads if t.in_syscall and not t.exited]
         return max(candidates, key=lambda t: t.syscall_seq) if candidates else None
 
+    def _plugin_line(self, text: bytes) -> None:
+        """``ptscope-qemu-thread VCPU TID`` (a thread's first system call) or
+        ``ptscope-qemu-exit VCPU TID`` (its exit), from the thread plugin."""
+        words = text.split()
+        try:
+            what, cpu, tid = words[0], int(words[1]), int(words[2])
+        except (IndexError, ValueError):
+            return
+        self._plugin_names_threads = True
+        t = self.by_cpu.get(cpu)
+        if t is None:
+            return
+        if what == b"ptscope-qemu-thread" and t.tid != tid:
+            if t.tid >= 0:
+                log.debug("vCPU %d: thread %d says it is %d", cpu, t.tid, tid)
+                return
+            self._unnamed.remove(t)
+            with contextlib.suppress(ValueError):
+                self._clone_tids.remove(tid)
+            self._name_thread(t, tid)
+        elif what == b"ptscope-qemu-exit" and t.tid == tid:
+            self._free_cpu(t)
+
     def _thread_exit(self, group: bool, args: bytes) -> None:
         if group:
             with contextlib.suppress(ValueError):
                 self.ending.exit_code = int(args, 0)
             return
+        if self._plugin_names_threads:
+            return  # the plugin said which thread it was, before this line
         t = self._last_in_syscall()
         if t is not None:
-            t.exited = True
-            for cpu, other in list(self.by_cpu.items()):
-                if other is t:
-                    del self.by_cpu[cpu]
+            self._free_cpu(t)
+
+    def _free_cpu(self, t: ThreadInfo) -> None:
+        """Thread ``t`` exited: its vCPU index may run a new thread from now on."""
+        t.exited = True
+        for cpu, other in list(self.by_cpu.items()):
+            if other is t:
+                del self.by_cpu[cpu]
 
     # -- the main loop ---------------------------------------------------------------------
 
@@ -1096,14 +1137,17 @@ class EmulationState:
     def flush_buffers(self) -> None:
         """Move full PT buffers to the file (keeps memory bounded during long runs)."""
         for t in self.threads:
-            if len(t.enc.out) >= _AUX_CHUNK:
+            if len(t.enc.out) >= _AUX_CHUNK and t.tid >= 0:  # named: its records can say
                 self._flush(t)
 
     def finish(self) -> None:
         """End every thread's stream and write the EXIT records."""
+        named = {t.tid for t in self.threads}
+        spare = deque(tid for tid in self._clone_tids if tid not in named)
         for t in list(self._unnamed):
-            # A thread whose clone result never showed up: name it after its slot.
-            self._name_thread(t, abs(t.tid) + (1 << 22))
+            # A thread that never named itself (no system call) takes a clone result no
+            # thread claimed; if none is left (or none showed up), a name after its slot.
+            self._name_thread(t, spare.popleft() if spare else abs(t.tid) + (1 << 22))
         self._unnamed.clear()
         for t in self.threads:
             self._end_thread(t)
