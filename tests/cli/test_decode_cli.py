@@ -14,6 +14,7 @@ from ptscope.decode.perf_script import BRANCH_FIELDS
 from ptscope.fxt import read_trace
 from ptscope.perftool import find_perf, perf_env
 from ptscope.record.emulated import record
+from support.perf_text_format import cut_inside_a_loop
 from support.programs import build
 
 pytestmark = pytest.mark.slow
@@ -129,6 +130,35 @@ def test_perf_script_text_as_documented_with_a_garbled_line(
         assert "  1 line of perf output not understood, e.g.:" in result.stdout, result.stdout
         assert not any(c in result.stdout for c in "\x1b\x07\x9b\x08\x7f"), repr(result.stdout)
         assert "\\x1b[2J\\x1b]0;pwned\\x07 not perf \\x9boutput\\x08\\x7f" in result.stdout
+
+
+def test_cut_off_text_ends_open_frames_at_the_threads_last_time(
+    recording: Path, tmp_path: Path
+) -> None:
+    """perf script text cut off in the middle of a loop (no call or return for a while):
+    the frames still open end where the thread's input ends, not at its last call."""
+    script = ["script", "-i", str(recording / "perf.data"), "--ns", "--itrace=bep"]
+    text = subprocess.run(
+        [find_perf().path, *script, "-F", BRANCH_FIELDS],
+        capture_output=True,
+        text=True,
+        env=perf_env(),
+        check=True,
+    ).stdout
+    lines = text.splitlines(keepends=True)
+    cut = cut_inside_a_loop(lines)
+    (tmp_path / "cut.txt").write_text("".join(lines[: cut.index]))
+    out = tmp_path / "cut.fxt"
+    result = ptscope("decode", "--perf-script", str(tmp_path / "cut.txt"), "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    rows = read_trace(out).slices[(cut.pid, cut.tid)]
+    assert max(s.end for s in rows) == cut.time_ns
+    [looping] = [s for s in rows if s.name == cut.function and s.end == cut.time_ns]
+    assert all(
+        s.end == cut.time_ns
+        for s in rows
+        if s.depth < looping.depth and s.start <= looping.start <= s.end
+    )
 
 
 def test_missing_file(tmp_path: Path) -> None:

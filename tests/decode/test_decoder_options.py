@@ -16,8 +16,14 @@ from pathlib import Path
 import pytest
 
 from ptscope import _native
+from ptscope.decode.dlfilter_stream import decode_with_dlfilter
+from ptscope.decode.perf_script import BRANCH_FIELDS, decode_perf_data_text, format_time
 from ptscope.fxt.reader import read_trace
+from ptscope.model import BranchEvent
+from ptscope.perftool import find_perf, perf_env
+from ptscope.reconstruct.engine import TraceSegmentEngine
 from support.emulated_corpus import decode_case_recording
+from support.perf_text_format import cut_inside_a_loop
 
 pytestmark = [
     pytest.mark.slow,
@@ -99,3 +105,32 @@ def test_other_options_are_the_same_on_every_decoder(
 ) -> None:
     kept = _same_on_every_decoder(threads, tmp_path, *options)
     assert kept
+
+
+def test_a_trace_cut_in_a_loop_ends_there_on_every_decoder(threads: Path) -> None:
+    """perf decoding up to a time inside a loop (`--time=,T`): both decoders end the
+    thread with its last jump (dropped otherwise, as jumps inside a function are), so the
+    frames still open end at T, and they give the same events."""
+    script = ["script", "-i", str(threads), "--ns", "--itrace=bep", "-F", BRANCH_FIELDS]
+    text = subprocess.run(
+        [find_perf().path, *script],
+        capture_output=True,
+        text=True,
+        env=perf_env(),
+        check=True,
+    ).stdout
+    cut = cut_inside_a_loop(text.splitlines())
+    until = f"--time=,{format_time(cut.time_ns)}"
+    dlfilter = [e for b in decode_with_dlfilter(threads, extra=[until]) for e in b]
+    text_events = [
+        e
+        for b in decode_perf_data_text(threads, ipc=True, time_window=(None, cut.time_ns))
+        for e in b
+    ]
+    assert dlfilter == text_events
+    [last] = [e for e in dlfilter if isinstance(e, BranchEvent) and e.tid == cut.tid][-1:]
+    assert last.time == cut.time_ns and last.src.function == cut.function
+    engine = TraceSegmentEngine()
+    engine.feed_all(dlfilter)
+    [thread] = [t for t in engine.finish().threads if t.tid == cut.tid]
+    assert int(thread.end.max()) == cut.time_ns

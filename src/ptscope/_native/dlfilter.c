@@ -6,6 +6,9 @@
  *         lines (which perf prints to stdout too) land in the stream in exactly the right
  *         place; "fd:N": an inherited file descriptor; anything else: a file path.
  *   keep-all: write every branch (no same-function dropping), for comparisons.
+ *   to-end: the decode reaches the end of the trace (not a time window before it): each
+ *         thread's last branch is written even if it is a dropped jump, so that what was
+ *         still running is seen to run until then (a trace cut off mid-function).
  *   pid=, tid=: only samples of these processes / threads. perf's own --pid/--tid filter
  *         samples after filter_event_early has seen them, so the filter applies them itself.
  *
@@ -276,6 +279,7 @@ struct thread_state {
 	uint64_t pending_cyc;
 	uint64_t last_kept;    /* time of the thread's last kept branch */
 	uint64_t gap_time;     /* first dropped branch later than that, 0 if none yet */
+	struct ptscope_branch_rec last_dropped; /* the latest dropped jump (to-end) */
 };
 
 enum event_kind { EV_OTHER, EV_BRANCH, EV_POWER };
@@ -322,6 +326,7 @@ struct ptscope_filter {
 	FILE *out;
 	int own_out;  /* we opened it (close in stop) */
 	int keep_all; /* do not drop same-function jumps */
+	int to_end;   /* write each thread's trailing dropped jump at the end */
 	int failed;   /* a write failed: stop asking perf for more */
 	struct id_list only_pids; /* pid=: keep only these processes (empty: all) */
 	struct id_list only_tids; /* tid=: keep only these threads (empty: all) */
@@ -609,6 +614,43 @@ static int handle_power(struct ptscope_filter *f, const struct perf_dlfilter_sam
 	 PERF_DLFILTER_FLAG_SYSCALLRET | PERF_DLFILTER_FLAG_INTERRUPT | PERF_DLFILTER_FLAG_ASYNC | \
 	 PERF_DLFILTER_FLAG_VMENTRY | PERF_DLFILTER_FLAG_VMEXIT)
 
+/* The record of a branch sample (its counts and gap added when it is kept). */
+static void branch_record(struct ptscope_branch_rec *r, const struct perf_dlfilter_sample *s,
+			  uint32_t ip_loc, uint32_t addr_loc)
+{
+	memset(r, 0, sizeof(*r));
+	r->tag = PTSCOPE_TAG_BRANCH;
+	r->cpumode = s->cpumode;
+	r->flags = s->flags;
+	r->pid = s->pid;
+	r->tid = s->tid;
+	r->time = s->time;
+	r->ip = s->ip;
+	r->addr = s->addr;
+	r->insn_cnt = s->insn_cnt;
+	r->cyc_cnt = s->cyc_cnt;
+	r->ip_loc = ip_loc;
+	r->addr_loc = addr_loc;
+	r->cpu = s->cpu;
+}
+
+/* Write a kept branch, with the counts of the jumps dropped before it and the time of the
+ * first of them. */
+static void keep_branch(struct ptscope_filter *f, struct thread_state *th,
+			struct ptscope_branch_rec *r)
+{
+	r->insn_cnt += th->pending_insn;
+	r->cyc_cnt += th->pending_cyc;
+	th->pending_insn = 0;
+	th->pending_cyc = 0;
+	if (th->gap_time && th->gap_time < r->time && r->time - th->gap_time <= UINT32_MAX)
+		r->gap_delta = (uint32_t)(r->time - th->gap_time);
+	th->gap_time = 0;
+	th->last_kept = r->time;
+	emit(f, r, sizeof(*r));
+	f->counters.branches_kept++;
+}
+
 static int handle_branch(struct ptscope_filter *f, const struct perf_dlfilter_sample *s,
 			 void *ctx)
 {
@@ -650,33 +692,52 @@ static int handle_branch(struct ptscope_filter *f, const struct perf_dlfilter_sa
 		/* Its time still tells how long the previous branches' timestamp lasted. */
 		if (!th->gap_time && s->time > th->last_kept)
 			th->gap_time = s->time;
+		if (f->to_end)
+			branch_record(&th->last_dropped, s, src_id, dst->id);
 		f->counters.branches_dropped++;
 		return 1;
 	}
 	struct ptscope_branch_rec r;
-	memset(&r, 0, sizeof(r));
-	r.tag = PTSCOPE_TAG_BRANCH;
-	r.cpumode = s->cpumode;
-	r.flags = s->flags;
-	r.pid = s->pid;
-	r.tid = s->tid;
-	r.time = s->time;
-	r.ip = s->ip;
-	r.addr = s->addr;
-	r.insn_cnt = s->insn_cnt + th->pending_insn;
-	r.cyc_cnt = s->cyc_cnt + th->pending_cyc;
-	th->pending_insn = 0;
-	th->pending_cyc = 0;
-	if (th->gap_time && th->gap_time < s->time && s->time - th->gap_time <= UINT32_MAX)
-		r.gap_delta = (uint32_t)(s->time - th->gap_time);
-	th->gap_time = 0;
-	th->last_kept = s->time;
-	r.ip_loc = src_id;
-	r.addr_loc = dst->id;
-	r.cpu = s->cpu;
-	emit(f, &r, sizeof(r));
-	f->counters.branches_kept++;
+	branch_record(&r, s, src_id, dst->id);
+	keep_branch(f, th, &r);
 	return 1;
+}
+
+static int by_time(const void *a, const void *b)
+{
+	const struct thread_state *x = *(struct thread_state *const *)a;
+	const struct thread_state *y = *(struct thread_state *const *)b;
+	const struct ptscope_branch_rec *p = &x->last_dropped, *q = &y->last_dropped;
+	if (p->time != q->time)
+		return p->time < q->time ? -1 : 1;
+	if (p->pid != q->pid)
+		return p->pid < q->pid ? -1 : 1;
+	return (p->tid > q->tid) - (p->tid < q->tid);
+}
+
+/* to-end: each thread whose trace ends with dropped jumps gets its last one written (its
+ * own counts are among those carried), in time order: it was running until then. */
+static void keep_trailing_jumps(struct ptscope_filter *f)
+{
+	size_t n = f->thread_ids.count, kept = 0;
+	struct thread_state **tail = calloc(n ? n : 1, sizeof(*tail));
+	if (!tail) {
+		f->failed = 1;
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct thread_state *th = &f->threads[i];
+		if (th->last_dropped.tag && th->last_dropped.time > th->last_kept)
+			tail[kept++] = th;
+	}
+	qsort(tail, kept, sizeof(*tail), by_time);
+	for (size_t i = 0; i < kept; i++) {
+		struct ptscope_branch_rec r = tail[i]->last_dropped;
+		r.insn_cnt = r.cyc_cnt = 0; /* already in the thread's pending counts */
+		keep_branch(f, tail[i], &r);
+		f->counters.branches_dropped--; /* counted when it was dropped */
+	}
+	free(tail);
 }
 
 /* ------------------------------------------------------------ perf's API */
@@ -719,6 +780,8 @@ PTSCOPE_EXPORT int start(void **data, void *ctx)
 		int bad = 0;
 		if (strcmp(argv[i], "keep-all") == 0)
 			f->keep_all = 1;
+		else if (strcmp(argv[i], "to-end") == 0)
+			f->to_end = 1;
 		else if (strncmp(argv[i], "pid=", 4) == 0)
 			bad = id_list_parse(argv[i] + 4, &f->only_pids);
 		else if (strncmp(argv[i], "tid=", 4) == 0)
@@ -779,6 +842,8 @@ PTSCOPE_EXPORT int stop(void *data, void *ctx)
 	int ret = 0;
 	if (!f)
 		return 0;
+	if (f->to_end && !f->failed)
+		keep_trailing_jumps(f);
 	f->counters.tag = PTSCOPE_TAG_TRAILER;
 	emit(f, &f->counters, sizeof(f->counters));
 	if (fflush(f->out) != 0 || ferror(f->out))

@@ -532,18 +532,23 @@ def dlfilter_command(
     dlfilter: Path | None = None,
     itrace: str = DEFAULT_ITRACE,
     keep_all: bool = False,
+    to_end: bool = True,
     extra: Sequence[str] = (),
 ) -> list[str]:
     """The ``perf script`` argv that decodes ``perf_data`` through the dlfilter to stdout.
 
     ``--ns -F pid,tid,time`` makes whatever text perf prints besides decode errors (task
     events with ``--show-task-events`` in ``extra``) look as it does for the text decoder.
+    ``to_end``: the decode reaches the end of the trace (not a time window before it), so
+    each thread's trailing dropped jump is written (as the text decoder does at its end).
     """
     so = dlfilter if dlfilter is not None else _native.dlfilter_path()
     argv = [perf, "script", "-i", str(perf_data), f"--itrace={itrace}", "--ns"]
     argv += ["-F", "pid,tid,time", "--dlfilter", str(so), "--dlarg", "-"]
     if keep_all:
         argv += ["--dlarg", "keep-all"]
+    if to_end:
+        argv += ["--dlarg", "to-end"]
     argv += list(extra)
     return argv
 
@@ -604,6 +609,7 @@ class DlfilterProcess:
             perf=tool.path,
             itrace=itrace,
             keep_all=keep_all,
+            to_end=time_window is None or time_window[1] is None,
             extra=[*(["--show-task-events"] if task_events else []), *extra],
         )
         self.parser = RecordStreamParser(
