@@ -12,8 +12,8 @@ import pytest
 
 from ptscope.decode.perf_script import BRANCH_FIELDS
 from ptscope.fxt import read_trace
-from ptscope.perftool import find_perf, perf_env
 from ptscope.record.emulated import record
+from support.emulated_corpus import perf_text
 from support.perf_text_format import cut_inside_a_loop
 from support.programs import build
 
@@ -112,17 +112,10 @@ def test_perf_script_text_as_documented_with_a_garbled_line(
     assert documented[1].split()[-1] == BRANCH_FIELDS
     # Also without `synth`, as older notes had it: perf then prints cbr lines bare.
     for fields in (BRANCH_FIELDS, BRANCH_FIELDS.replace(",synth", "")):
-        script = ["script", "-i", str(recording / "perf.data"), "--ns", "--itrace=bep"]
-        perf_text = subprocess.run(
-            [find_perf().path, *script, "-F", fields],
-            capture_output=True,
-            text=True,
-            env=perf_env(),
-            check=True,
-        ).stdout
-        assert " cbr: " in perf_text
+        text = perf_text(recording / "perf.data", fields)
+        assert " cbr: " in text
         garbage = "\x1b[2J\x1b]0;pwned\x07 not perf \x9boutput\x08\x7f"
-        lines = perf_text.splitlines(keepends=True)
+        lines = text.splitlines(keepends=True)
         text = "".join([*lines[:5], garbage + "\n", *lines[5:]])
         out = tmp_path / "t.fxt"
         result = ptscope("decode", "--perf-script", "-", "-o", str(out), stdin=text)
@@ -137,15 +130,7 @@ def test_cut_off_text_ends_open_frames_at_the_threads_last_time(
 ) -> None:
     """perf script text cut off in the middle of a loop (no call or return for a while):
     the frames still open end where the thread's input ends, not at its last call."""
-    script = ["script", "-i", str(recording / "perf.data"), "--ns", "--itrace=bep"]
-    text = subprocess.run(
-        [find_perf().path, *script, "-F", BRANCH_FIELDS],
-        capture_output=True,
-        text=True,
-        env=perf_env(),
-        check=True,
-    ).stdout
-    lines = text.splitlines(keepends=True)
+    lines = perf_text(recording / "perf.data", BRANCH_FIELDS).splitlines(keepends=True)
     cut = cut_inside_a_loop(lines)
     (tmp_path / "cut.txt").write_text("".join(lines[: cut.index]))
     out = tmp_path / "cut.fxt"

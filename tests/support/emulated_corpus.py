@@ -129,6 +129,14 @@ class PerfBranches:
     errors: list[str]
 
 
+def perf_text(perf_data: Path, fields: str) -> str:
+    """``perf script --ns --itrace=bep -F FIELDS`` of a recording, as perf prints it."""
+    script = ["script", "-i", str(perf_data), "--ns", "--itrace=bep", "-F", fields]
+    return subprocess.run(
+        [find_perf().path, *script], capture_output=True, text=True, env=perf_env(), check=True
+    ).stdout
+
+
 def perf_branches(perf_data: Path) -> PerfBranches:
     """``perf script --itrace=be`` of a recording: taken branches per thread, and errors."""
     out = subprocess.run(
