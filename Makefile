@@ -5,9 +5,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-APT_PACKAGES := linux-perf qemu-user uftrace gcc g++ make
+APT_PACKAGES := linux-perf qemu-user uftrace gcc g++ make lld rustc
 # A command that must exist for each package above (same order).
-APT_COMMANDS := perf qemu-x86_64 uftrace gcc g++ make
+APT_COMMANDS := perf qemu-x86_64 uftrace gcc g++ make ld.lld rustc
 PYTEST_ARGS ?=
 
 .PHONY: help deps system-deps venv demo test lint format unit bench clean
@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
-system-deps: ## install missing Debian packages (perf, qemu-user, uftrace, compilers) when root
+system-deps: ## install missing Debian packages (perf, qemu-user, uftrace, compilers, lld) when root
 	@missing=""; cmds=($(APT_COMMANDS)); pkgs=($(APT_PACKAGES)); \
 	for i in "$${!cmds[@]}"; do command -v "$${cmds[$$i]}" >/dev/null || missing="$$missing $${pkgs[$$i]}"; done; \
 	if [ -n "$$missing" ]; then \

@@ -13,7 +13,7 @@ from typing import Final
 
 import numpy as np
 
-from ptscope.decode.dlfilter_stream import DlfilterRun, choose_decoder
+from ptscope.decode.dlfilter_stream import DlfilterRun, choose_decoder, selection_arguments
 from ptscope.decode.landing_pads import LandingPads
 from ptscope.decode.parallel import (
     SegmentBreak,
@@ -190,7 +190,9 @@ def _branch_timeline(
     progress: Progress | None,
 ) -> Timeline:
     perf = find_perf()
-    filters = _perf_filters(options)
+    filters = selection_arguments(options.pids, options.tids)
+    if options.symfs is not None:
+        filters.append(f"--symfs={options.symfs}")
     # Exceptions caught in recursion: which activation catches is in the binaries' tables.
     pads = LandingPads(_binary_resolver(options.symfs)).call_sites_landing_at
     # The C engine takes the dlfilter's branches as columns (no object per event).
@@ -292,17 +294,6 @@ def _finish(
 
 
 # ---------------------------------------------------------------------- helpers
-
-
-def _perf_filters(options: DecodeOptions) -> list[str]:
-    extra: list[str] = []
-    if options.pids:
-        extra.append("--pid=" + ",".join(map(str, options.pids)))
-    if options.tids:
-        extra.append("--tid=" + ",".join(map(str, options.tids)))
-    if options.symfs is not None:
-        extra.append(f"--symfs={options.symfs}")
-    return extra
 
 
 def _counted(batches: Iterable[list[Event]], progress: Progress | None) -> Iterator[list[Event]]:

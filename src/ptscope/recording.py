@@ -5,6 +5,8 @@ Layout of a recording directory::
 
     DIR/perf.data                  one perf.data per snapshot (perf.data, perf.data.<ts>...)
     DIR/ptscope-recording.json     this module's metadata (JSON, versioned)
+    DIR/perf-PID.map               JIT perf maps of the recorded processes, when they wrote one
+    DIR/jitted-code.bin            emulated backend: the bytes of code no file holds (JIT)
 
 ``ptscope decode`` accepts the directory or a bare perf.data (then without metadata).
 """
@@ -12,13 +14,24 @@ Layout of a recording directory::
 from __future__ import annotations
 
 import json
+import logging
+import shutil
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 from ptscope.errors import BadInputError
 
-__all__ = ["METADATA_NAME", "RECORDING_FORMAT_VERSION", "Recording", "TriggerHit"]
+__all__ = [
+    "METADATA_NAME",
+    "RECORDING_FORMAT_VERSION",
+    "Recording",
+    "TriggerHit",
+    "keep_perf_maps",
+]
+
+log = logging.getLogger("ptscope")
 
 METADATA_NAME: Final = "ptscope-recording.json"
 RECORDING_FORMAT: Final = "ptscope-recording"
@@ -113,3 +126,19 @@ class Recording:
             rec.perf_data = [path.name]
             return rec
         return cls(directory=path.parent, backend="", perf_data=[path.name])
+
+
+def keep_perf_maps(directory: Path, pids: Iterable[int]) -> list[str]:
+    """Copy the JIT perf maps of ``pids`` (``/tmp/perf-PID.map``) into the recording, where
+    a later decode finds them: /tmp does not last. Returns the names of those kept."""
+    kept: list[str] = []
+    for pid in pids:
+        source = Path(f"/tmp/perf-{pid}.map")
+        if source.is_file():
+            try:
+                shutil.copyfile(source, directory / source.name)
+            except OSError as e:
+                log.warning("cannot keep %s: %s", source, e.strerror)
+                continue
+            kept.append(source.name)
+    return kept

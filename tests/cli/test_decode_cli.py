@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from ptscope.decode.perf_script import BRANCH_FIELDS
 from ptscope.fxt import read_trace
 from ptscope.record.emulated import record
+from support.emulated_corpus import perf_text
+from support.perf_text_format import cut_inside_a_loop
 from support.programs import build
 
 pytestmark = pytest.mark.slow
@@ -94,6 +98,52 @@ def test_decode_perf_script_text_from_stdin(tmp_path: Path) -> None:
         "7 7 1000000100 1000000200 0 main",
         "7 7 1000000101 1000000200 1 work",
     ]
+
+
+def test_perf_script_text_as_documented_with_a_garbled_line(
+    recording: Path, tmp_path: Path
+) -> None:
+    """The README's `perf script` command on a real recording, plus one line of terminal
+    garbage: exactly that line is "not understood" (perf's own cbr lines are understood),
+    counted in good English, and shown escaped, never raw, on the terminal."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    documented = re.search(r"`perf script (--ns --itrace=bep -F \S+)`", readme)
+    assert documented, "the README documents the perf script command"
+    assert documented[1].split()[-1] == BRANCH_FIELDS
+    # Also without `synth`, as older notes had it: perf then prints cbr lines bare.
+    for fields in (BRANCH_FIELDS, BRANCH_FIELDS.replace(",synth", "")):
+        text = perf_text(recording / "perf.data", fields)
+        assert " cbr: " in text
+        garbage = "\x1b[2J\x1b]0;pwned\x07 not perf \x9boutput\x08\x7f"
+        lines = text.splitlines(keepends=True)
+        text = "".join([*lines[:5], garbage + "\n", *lines[5:]])
+        out = tmp_path / "t.fxt"
+        result = ptscope("decode", "--perf-script", "-", "-o", str(out), stdin=text)
+        assert result.returncode == 0, result.stderr
+        assert "  1 line of perf output not understood, e.g.:" in result.stdout, result.stdout
+        assert not any(c in result.stdout for c in "\x1b\x07\x9b\x08\x7f"), repr(result.stdout)
+        assert "\\x1b[2J\\x1b]0;pwned\\x07 not perf \\x9boutput\\x08\\x7f" in result.stdout
+
+
+def test_cut_off_text_ends_open_frames_at_the_threads_last_time(
+    recording: Path, tmp_path: Path
+) -> None:
+    """perf script text cut off in the middle of a loop (no call or return for a while):
+    the frames still open end where the thread's input ends, not at its last call."""
+    lines = perf_text(recording / "perf.data", BRANCH_FIELDS).splitlines(keepends=True)
+    cut = cut_inside_a_loop(lines)
+    (tmp_path / "cut.txt").write_text("".join(lines[: cut.index]))
+    out = tmp_path / "cut.fxt"
+    result = ptscope("decode", "--perf-script", str(tmp_path / "cut.txt"), "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    rows = read_trace(out).slices[(cut.pid, cut.tid)]
+    assert max(s.end for s in rows) == cut.time_ns
+    [looping] = [s for s in rows if s.name == cut.function and s.end == cut.time_ns]
+    assert all(
+        s.end == cut.time_ns
+        for s in rows
+        if s.depth < looping.depth and s.start <= looping.start <= s.end
+    )
 
 
 def test_missing_file(tmp_path: Path) -> None:

@@ -242,10 +242,27 @@ def test_dropping_keeps_exactly_the_non_intra_function_jumps(cases: list[Case]) 
     lines = [line for c in cases for line in c.lines]
     every, _ = parse_lines(lines, keep_all=True)
     kept, stats = parse_lines(lines)
-    expected = [
-        e
-        for c, e in zip(cases, every, strict=True)
-        if not (c.flags in (1, 1 | 8) and e.src.function == e.dst.function)  # jmp, jcc
-    ]
+    expected = []
+    last_kept: dict[tuple[int, int], int] = {}
+    last_dropped: dict[tuple[int, int], BranchEvent] = {}
+    first_dropped: dict[tuple[int, int], int] = {}
+    for c, e in zip(cases, every, strict=True):
+        key = (e.pid, e.tid)
+        if c.flags in (1, 1 | 8) and e.src.function == e.dst.function:  # jmp, jcc
+            last_dropped[key] = e
+            if key not in first_dropped and e.time > last_kept.get(key, 0):
+                first_dropped[key] = e.time
+        else:
+            expected.append(e)
+            last_kept[key] = e.time
+            first_dropped.pop(key, None)
+    # A thread whose input ends with dropped jumps keeps the last one (it ran until then).
+    trailing = []
+    for key, e in last_dropped.items():
+        if e.time > last_kept.get(key, 0):
+            gap = first_dropped.get(key, 0)
+            e.gap_time = gap if gap and gap < e.time and e.time - gap <= 0xFFFFFFFF else 0
+            trailing.append(e)
+    expected += sorted(trailing, key=lambda e: (e.time, e.pid, e.tid))
     assert kept == expected
     assert stats.branches + stats.branches_dropped == len(every)

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from ptscope.fxt.reader import FxtTrace, TraceSlice, read_trace
+from support import programs
 
 pytestmark = pytest.mark.slow
 
@@ -585,3 +586,42 @@ def test_recording_survives_ptscope_being_killed(
     assert done.returncode == 0, done.stderr
     rows = slices_of(read_trace(tmp_path / "later.fxt.gz"), spin.pid)
     assert any(s.name == "spin_leaf" for s in rows)
+
+
+def test_trigger_names_as_the_trace_shows_them_checked_before_recording(tmp_path: Path) -> None:
+    """C++ functions are named demangled, as in the trace (`outer::inner::catcher`), or
+    with their parameters to pick one overload; an ambiguous or unknown name is one line
+    (listing the overloads) before perf starts, leaving no recording directory behind."""
+    exe = str(programs.build("namespaces"))
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch)}
+
+    def run(trigger: str, rec: Path) -> subprocess.CompletedProcess[str]:
+        return ptscope(
+            *("run", "--backend", "sampling", "--trigger", trigger),
+            *("--keep-recording", str(rec), "-o", str(tmp_path / "t.fxt.gz")),
+            *("--", exe, "3"),
+            env=env,
+        )
+
+    for trigger in ("outer::inner::catcher", "outer::inner::twice(double)"):
+        rec = tmp_path / trigger.replace(":", "_")
+        done = run(trigger, rec)
+        assert done.returncode == 0, done.stderr
+        no_traceback(done.stderr)
+        hits = json.loads((rec / "ptscope-recording.json").read_text())["hits"]
+        assert [h["symbol"] for h in hits] == [trigger] * 3
+
+    for trigger, expected in (
+        ("outer::inner::twice", ["outer::inner::twice(int)", "outer::inner::twice(double)"]),
+        ("outer::inner::catchr", ["no function of that name"]),
+    ):
+        rec = tmp_path / "never"
+        done = run(trigger, rec)
+        assert done.returncode == 3, done.stderr
+        no_traceback(done.stderr)
+        [line] = [ln for ln in done.stderr.splitlines() if ln.startswith("ptscope: error:")]
+        assert all(text in line for text in expected), line
+        assert not rec.exists(), "a trigger that cannot be armed must not leave a recording"
+        assert list(scratch.iterdir()) == []

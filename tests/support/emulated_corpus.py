@@ -25,15 +25,18 @@ class Case:
     static: bool = False
     opt: str = "-O1"
     single_step: bool = False
+    link: str = ""
+    """``lld``, ``gold`` or ``static-pie`` (see :func:`support.programs.build`)."""
 
     @property
     def id(self) -> str:
         kind = "static" if self.static else "dynamic"
         mode = "-single-step" if self.single_step else ""
-        return f"{self.name}-{kind}{self.opt}{mode}"
+        link = f"-{self.link}" if self.link else ""
+        return f"{self.name}-{kind}{self.opt}{link}{mode}"
 
     def argv(self) -> list[str]:
-        exe = programs.build(self.name, static=self.static, opt=self.opt)
+        exe = programs.build(self.name, static=self.static, opt=self.opt, link=self.link)
         if self.name == "dlopen":
             return [str(exe), str(programs.build("plugin", shared=True))]
         return [str(exe)]
@@ -54,6 +57,12 @@ CORPUS = [
     Case("crash"),
     Case("basics", static=True, single_step=True),
     Case("threads", single_step=True),
+    # Other linkers lay segments out differently (lld: an executable segment that does not
+    # start on a page boundary), and so do static PIEs and Rust programs.
+    Case("basics", link="lld"),
+    Case("basics", link="gold"),
+    Case("basics", link="static-pie"),
+    Case("rust_calls"),
 ]
 
 
@@ -118,6 +127,14 @@ _KINDS = {
 class PerfBranches:
     by_tid: dict[int, list[qemu_truth.Branch]]
     errors: list[str]
+
+
+def perf_text(perf_data: Path, fields: str) -> str:
+    """``perf script --ns --itrace=bep -F FIELDS`` of a recording, as perf prints it."""
+    script = ["script", "-i", str(perf_data), "--ns", "--itrace=bep", "-F", fields]
+    return subprocess.run(
+        [find_perf().path, *script], capture_output=True, text=True, env=perf_env(), check=True
+    ).stdout
 
 
 def perf_branches(perf_data: Path) -> PerfBranches:

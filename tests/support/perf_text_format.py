@@ -183,3 +183,50 @@ def sample_lines(
     lines = [format_header(pid, tid, time_ns, period, event, len(event))]
     lines += ["\t" + format_location(f) for f in frames_leaf_first]
     return [*lines, ""]
+
+
+@dataclass(frozen=True)
+class LoopCut:
+    """Where to cut a branch trace inside a loop: the lines before ``index`` are kept."""
+
+    index: int
+    pid: int
+    tid: int
+    time_ns: int
+    """The time of the last line kept (a jump inside ``function``, later than the loop's
+    first jump)."""
+    function: str
+
+
+def cut_inside_a_loop(lines: list[str]) -> LoopCut:
+    """A place in the longest-lasting run of one thread's jumps inside one function
+    (``jcc``/``jmp`` whose source and target have the same symbol), read from perf's text
+    with a plain split: what a trace cut off there leaves open ran until the cut."""
+    runs: list[tuple[int, int, int]] = []  # (duration, first index, last index)
+    start = -1
+    for i, line in enumerate([*lines, ""]):
+        words = line.split()
+        # PID/TID TIME: PERIOD EVENT: FLAGS IP SYM+OFF (DSO) => ADDR SYM+OFF (DSO)
+        same = (
+            len(words) > 10
+            and words[4] in ("jcc", "jmp")
+            and words[8] == "=>"
+            and words[6].split("+")[0] == words[10].split("+")[0]
+        )
+        if same and start >= 0 and words[0] == lines[start].split()[0]:
+            continue
+        if start >= 0 and i - start > 4:
+            runs.append((_time(lines[i - 1]) - _time(lines[start]), start, i - 1))
+        start = i if same else -1
+    _duration, first, last = max(runs)
+    later = [j for j in range(first + 1, last) if _time(lines[j]) > _time(lines[first])]
+    assert later, "no loop with time passing in this trace"
+    j = later[len(later) // 2]
+    words = lines[j].split()
+    pid, tid = (int(x) for x in words[0].split("/"))
+    return LoopCut(j + 1, pid, tid, _time(lines[j]), words[6].split("+")[0])
+
+
+def _time(line: str) -> int:
+    seconds, _, fraction = line.split()[1].rstrip(":").partition(".")
+    return int(seconds) * 1_000_000_000 + int(fraction)

@@ -1,8 +1,9 @@
 """Compile the test corpus in ``tests/programs/`` (cached under ``tests/.build/``).
 
 ``build("basics", static=True)`` returns the path of a binary compiled from
-``tests/programs/basics.c``; the cache key is a hash of the source, the compiler's version
-and the flags, so editing a program or a flag rebuilds it and nothing else.
+``tests/programs/basics.c`` (``.cpp``: g++, ``.rs``: rustc); the cache key is a hash of the
+source, the compiler's version and the flags, so editing a program or a flag rebuilds it and
+nothing else. A test whose compiler (or linker) is missing is skipped, saying which.
 """
 
 from __future__ import annotations
@@ -31,30 +32,46 @@ def _compiler_version(compiler: str) -> str:
     return out.stdout.splitlines()[0] if out.stdout else compiler
 
 
+LINKERS = {"lld": "ld.lld", "gold": "ld.gold"}
+
+
 def build(
     name: str,
     *,
     static: bool = False,
     opt: str = "-O1",
     shared: bool = False,
+    link: str = "",
     extra: Sequence[str] = (),
 ) -> Path:
-    """Compile ``tests/programs/<name>.c`` (or ``.cpp``) and return the binary's path.
+    """Compile ``tests/programs/<name>.c`` (or ``.cpp``, ``.rs``) and return the binary.
 
     ``static``: a static non-PIE executable (native addresses); otherwise a dynamic PIE.
-    ``shared``: a shared library (``lib<name>.so``).
+    ``shared``: a shared library (``lib<name>.so``). ``link``: ``lld`` or ``gold`` (that
+    linker instead of the default), ``static-pie`` (a static position-independent one).
+    A Rust program is built by rustc its own way (a PIE; ``opt`` gives the level).
     """
-    source = SOURCES / f"{name}.c"
-    if not source.exists():
-        source = SOURCES / f"{name}.cpp"
+    source = next(
+        SOURCES / f"{name}{ext}"
+        for ext in (".c", ".cpp", ".rs")
+        if (SOURCES / f"{name}{ext}").exists()
+    )
+    if source.suffix == ".rs":
+        return _build_rust(source, opt)
     compiler = "g++" if source.suffix == ".cpp" else "gcc"
     flags = [opt, "-g", "-fno-omit-frame-pointer"]
     if shared:
         flags += ["-shared", "-fPIC"]
     elif static:
         flags += ["-static", "-no-pie"]
+    elif link == "static-pie":
+        flags += ["-static-pie", "-fPIE"]
     else:
         flags += ["-pie", "-fPIE"]
+    if link in LINKERS:
+        if shutil.which(LINKERS[link]) is None:
+            pytest.skip(f"{LINKERS[link]} is not installed (apt-get install {link} / binutils)")
+        flags.append(f"-fuse-ld={link}")
     flags += list(extra)
     libs = ["-lpthread"] if name in ("threads",) else []
     key = hashlib.sha256(
@@ -71,4 +88,24 @@ def build(
     if res.returncode != 0:
         raise RuntimeError(f"cannot compile {source.name}: {' '.join(cmd)}\n{res.stderr}")
     tmp.replace(out)  # atomic: parallel test runs never see a half-written binary
+    return out
+
+
+def _build_rust(source: Path, opt: str) -> Path:
+    if shutil.which("rustc") is None:
+        pytest.skip("rustc is not installed (apt-get install rustc): no Rust program to trace")
+    flags = [f"-Copt-level={opt.removeprefix('-O')}", "-g", "-Cforce-frame-pointers=yes"]
+    key = hashlib.sha256(
+        "\0".join([source.read_text(), _compiler_version("rustc"), *flags]).encode()
+    ).hexdigest()[:16]
+    out = BUILD / f"{source.stem}-{key}"
+    if out.exists():
+        return out
+    BUILD.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}")
+    cmd = ["rustc", *flags, "-o", str(tmp), str(source)]
+    res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        raise RuntimeError(f"cannot compile {source.name}: {' '.join(cmd)}\n{res.stderr}")
+    tmp.replace(out)
     return out

@@ -1,10 +1,16 @@
 /* perf --dlfilter plugin: drops jumps inside one function and streams the rest as records.
  *
  * Usage: perf script --itrace=bep --dlfilter dlfilter.so --dlarg OUT [--dlarg keep-all]
+ *        [--dlarg pid=P,P...] [--dlarg tid=T,T...]
  *   OUT = "-" or "stdout": write to perf's own stdout FILE, so that perf's decode error
  *         lines (which perf prints to stdout too) land in the stream in exactly the right
  *         place; "fd:N": an inherited file descriptor; anything else: a file path.
  *   keep-all: write every branch (no same-function dropping), for comparisons.
+ *   to-end: the decode reaches the end of the trace (not a time window before it): each
+ *         thread's last branch is written even if it is a dropped jump, so that what was
+ *         still running is seen to run until then (a trace cut off mid-function).
+ *   pid=, tid=: only samples of these processes / threads. perf's own --pid/--tid filter
+ *         samples after filter_event_early has seen them, so the filter applies them itself.
  *
  * Records (record_format.h) are written per sample with fwrite_unlocked into the stdio
  * buffer, never buffered on the side: that is what keeps perf's text lines in order.
@@ -273,15 +279,57 @@ struct thread_state {
 	uint64_t pending_cyc;
 	uint64_t last_kept;    /* time of the thread's last kept branch */
 	uint64_t gap_time;     /* first dropped branch later than that, 0 if none yet */
+	struct ptscope_branch_rec last_dropped; /* the latest dropped jump (to-end) */
 };
 
 enum event_kind { EV_OTHER, EV_BRANCH, EV_POWER };
+
+/* A small set of process or thread ids (a filter argument). */
+struct id_list {
+	int32_t *ids;
+	size_t count;
+};
+
+/* "1,2,3" into `list`; 0, or -EINVAL for anything but a comma-separated list of ids. */
+static int id_list_parse(const char *text, struct id_list *list)
+{
+	size_t cap = 1;
+	for (const char *c = text; *c; c++)
+		cap += *c == ',';
+	list->ids = calloc(cap, sizeof(*list->ids));
+	if (!list->ids)
+		return -ENOMEM;
+	list->count = 0;
+	while (*text) {
+		char *end;
+		long id = strtol(text, &end, 10);
+		if (end == text || id < 0 || id > INT32_MAX || (*end && *end != ','))
+			return -EINVAL;
+		list->ids[list->count++] = (int32_t)id;
+		text = *end ? end + 1 : end;
+	}
+	return list->count ? 0 : -EINVAL;
+}
+
+/* An empty list selects everything. */
+static int id_list_selects(const struct id_list *list, int32_t id)
+{
+	if (!list->count)
+		return 1;
+	for (size_t i = 0; i < list->count; i++)
+		if (list->ids[i] == id)
+			return 1;
+	return 0;
+}
 
 struct ptscope_filter {
 	FILE *out;
 	int own_out;  /* we opened it (close in stop) */
 	int keep_all; /* do not drop same-function jumps */
+	int to_end;   /* write each thread's trailing dropped jump at the end */
 	int failed;   /* a write failed: stop asking perf for more */
+	struct id_list only_pids; /* pid=: keep only these processes (empty: all) */
+	struct id_list only_tids; /* tid=: keep only these threads (empty: all) */
 	struct str_table names;  /* symbol and DSO names, sent as string records */
 	struct str_table fnkeys; /* function keys, internal only */
 	struct loc_table locs;
@@ -566,6 +614,43 @@ static int handle_power(struct ptscope_filter *f, const struct perf_dlfilter_sam
 	 PERF_DLFILTER_FLAG_SYSCALLRET | PERF_DLFILTER_FLAG_INTERRUPT | PERF_DLFILTER_FLAG_ASYNC | \
 	 PERF_DLFILTER_FLAG_VMENTRY | PERF_DLFILTER_FLAG_VMEXIT)
 
+/* The record of a branch sample (its counts and gap added when it is kept). */
+static void branch_record(struct ptscope_branch_rec *r, const struct perf_dlfilter_sample *s,
+			  uint32_t ip_loc, uint32_t addr_loc)
+{
+	memset(r, 0, sizeof(*r));
+	r->tag = PTSCOPE_TAG_BRANCH;
+	r->cpumode = s->cpumode;
+	r->flags = s->flags;
+	r->pid = s->pid;
+	r->tid = s->tid;
+	r->time = s->time;
+	r->ip = s->ip;
+	r->addr = s->addr;
+	r->insn_cnt = s->insn_cnt;
+	r->cyc_cnt = s->cyc_cnt;
+	r->ip_loc = ip_loc;
+	r->addr_loc = addr_loc;
+	r->cpu = s->cpu;
+}
+
+/* Write a kept branch, with the counts of the jumps dropped before it and the time of the
+ * first of them. */
+static void keep_branch(struct ptscope_filter *f, struct thread_state *th,
+			struct ptscope_branch_rec *r)
+{
+	r->insn_cnt += th->pending_insn;
+	r->cyc_cnt += th->pending_cyc;
+	th->pending_insn = 0;
+	th->pending_cyc = 0;
+	if (th->gap_time && th->gap_time < r->time && r->time - th->gap_time <= UINT32_MAX)
+		r->gap_delta = (uint32_t)(r->time - th->gap_time);
+	th->gap_time = 0;
+	th->last_kept = r->time;
+	emit(f, r, sizeof(*r));
+	f->counters.branches_kept++;
+}
+
 static int handle_branch(struct ptscope_filter *f, const struct perf_dlfilter_sample *s,
 			 void *ctx)
 {
@@ -607,33 +692,52 @@ static int handle_branch(struct ptscope_filter *f, const struct perf_dlfilter_sa
 		/* Its time still tells how long the previous branches' timestamp lasted. */
 		if (!th->gap_time && s->time > th->last_kept)
 			th->gap_time = s->time;
+		if (f->to_end)
+			branch_record(&th->last_dropped, s, src_id, dst->id);
 		f->counters.branches_dropped++;
 		return 1;
 	}
 	struct ptscope_branch_rec r;
-	memset(&r, 0, sizeof(r));
-	r.tag = PTSCOPE_TAG_BRANCH;
-	r.cpumode = s->cpumode;
-	r.flags = s->flags;
-	r.pid = s->pid;
-	r.tid = s->tid;
-	r.time = s->time;
-	r.ip = s->ip;
-	r.addr = s->addr;
-	r.insn_cnt = s->insn_cnt + th->pending_insn;
-	r.cyc_cnt = s->cyc_cnt + th->pending_cyc;
-	th->pending_insn = 0;
-	th->pending_cyc = 0;
-	if (th->gap_time && th->gap_time < s->time && s->time - th->gap_time <= UINT32_MAX)
-		r.gap_delta = (uint32_t)(s->time - th->gap_time);
-	th->gap_time = 0;
-	th->last_kept = s->time;
-	r.ip_loc = src_id;
-	r.addr_loc = dst->id;
-	r.cpu = s->cpu;
-	emit(f, &r, sizeof(r));
-	f->counters.branches_kept++;
+	branch_record(&r, s, src_id, dst->id);
+	keep_branch(f, th, &r);
 	return 1;
+}
+
+static int by_time(const void *a, const void *b)
+{
+	const struct thread_state *x = *(struct thread_state *const *)a;
+	const struct thread_state *y = *(struct thread_state *const *)b;
+	const struct ptscope_branch_rec *p = &x->last_dropped, *q = &y->last_dropped;
+	if (p->time != q->time)
+		return p->time < q->time ? -1 : 1;
+	if (p->pid != q->pid)
+		return p->pid < q->pid ? -1 : 1;
+	return (p->tid > q->tid) - (p->tid < q->tid);
+}
+
+/* to-end: each thread whose trace ends with dropped jumps gets its last one written (its
+ * own counts are among those carried), in time order: it was running until then. */
+static void keep_trailing_jumps(struct ptscope_filter *f)
+{
+	size_t n = f->thread_ids.count, kept = 0;
+	struct thread_state **tail = calloc(n ? n : 1, sizeof(*tail));
+	if (!tail) {
+		f->failed = 1;
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct thread_state *th = &f->threads[i];
+		if (th->last_dropped.tag && th->last_dropped.time > th->last_kept)
+			tail[kept++] = th;
+	}
+	qsort(tail, kept, sizeof(*tail), by_time);
+	for (size_t i = 0; i < kept; i++) {
+		struct ptscope_branch_rec r = tail[i]->last_dropped;
+		r.insn_cnt = r.cyc_cnt = 0; /* already in the thread's pending counts */
+		keep_branch(f, tail[i], &r);
+		f->counters.branches_dropped--; /* counted when it was dropped */
+	}
+	free(tail);
 }
 
 /* ------------------------------------------------------------ perf's API */
@@ -673,12 +777,23 @@ PTSCOPE_EXPORT int start(void **data, void *ctx)
 	char **argv = perf_dlfilter_fns.args ? perf_dlfilter_fns.args(ctx, &argc) : NULL;
 	const char *target = argc > 0 ? argv[0] : NULL;
 	for (int i = 1; i < argc; i++) {
-		if (strcmp(argv[i], "keep-all") == 0) {
+		int bad = 0;
+		if (strcmp(argv[i], "keep-all") == 0)
 			f->keep_all = 1;
-		} else {
-			fprintf(stderr, "ptscope dlfilter: unknown argument '%s'\n", argv[i]);
+		else if (strcmp(argv[i], "to-end") == 0)
+			f->to_end = 1;
+		else if (strncmp(argv[i], "pid=", 4) == 0)
+			bad = id_list_parse(argv[i] + 4, &f->only_pids);
+		else if (strncmp(argv[i], "tid=", 4) == 0)
+			bad = id_list_parse(argv[i] + 4, &f->only_tids);
+		else
+			bad = -EINVAL;
+		if (bad) {
+			fprintf(stderr, "ptscope dlfilter: bad argument '%s'\n", argv[i]);
+			free(f->only_pids.ids);
+			free(f->only_tids.ids);
 			free(f);
-			return -EINVAL;
+			return bad;
 		}
 	}
 	int err = open_output(f, target);
@@ -700,6 +815,11 @@ PTSCOPE_EXPORT int filter_event_early(void *data, const struct perf_dlfilter_sam
 	if (f->failed)
 		return -EIO;
 	f->counters.samples++;
+	if (!id_list_selects(&f->only_pids, sample->pid) ||
+	    !id_list_selects(&f->only_tids, sample->tid)) {
+		f->counters.other++;
+		return 1;
+	}
 	int ret;
 	switch (event_kind_of(f, sample->event)) {
 	case EV_BRANCH:
@@ -722,6 +842,8 @@ PTSCOPE_EXPORT int stop(void *data, void *ctx)
 	int ret = 0;
 	if (!f)
 		return 0;
+	if (f->to_end && !f->failed)
+		keep_trailing_jumps(f);
 	f->counters.tag = PTSCOPE_TAG_TRAILER;
 	emit(f, &f->counters, sizeof(f->counters));
 	if (fflush(f->out) != 0 || ferror(f->out))
@@ -739,6 +861,8 @@ PTSCOPE_EXPORT int stop(void *data, void *ctx)
 	free(f->threads);
 	id_map_free(&f->pid_ids);
 	free(f->pid_gen);
+	free(f->only_pids.ids);
+	free(f->only_tids.ids);
 	free(f);
 	return ret;
 }

@@ -77,7 +77,7 @@ class AttachCommand:
         trigger = None
         if args.trigger:
             # Symbols come from the first process's executable (and its libraries).
-            trigger = prepare_trigger(args.trigger, _executable(pids[0]))
+            trigger = prepare_trigger(args.trigger, _executable(pids[0]), pids[0])
         perf_backend, place, options = prepare_session(args, backend, caps, trigger)
         from ptscope.record.session import attach_processes
 

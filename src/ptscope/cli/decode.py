@@ -32,7 +32,7 @@ class DecodeCommand:
             "--perf-script",
             metavar="FILE",
             help="decode the text of `perf script --ns --itrace=bep -F pid,tid,time,flags,"
-            "ip,addr,sym,symoff,dso,event,period` from FILE ('-' for stdin) instead",
+            "ip,addr,sym,symoff,synth,dso,event,period` from FILE ('-' for stdin) instead",
         )
         parser.add_argument(
             "-o",

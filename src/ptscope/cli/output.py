@@ -17,6 +17,14 @@ def _ns(ns: int) -> str:
     return f"{ns} ns"
 
 
+def printable(text: str) -> str:
+    """``text`` with every character a terminal would act on (escape sequences, bells,
+    backspaces...) written as a Python escape: input is shown, never obeyed."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def print_summary(summary: DecodeSummary, out: TextIO, *, top: int = 0) -> None:
     """One line on what was written, warnings, optionally the top functions."""
     size = summary.write.file_bytes
@@ -31,9 +39,10 @@ def print_summary(summary: DecodeSummary, out: TextIO, *, top: int = 0) -> None:
             "shown as [decode error] markers; stacks were stitched across them where they agree\n"
         )
     if summary.unknown_lines:
-        out.write(f"  {summary.unknown_lines} lines of perf output not understood, e.g.:\n")
+        n = summary.unknown_lines
+        out.write(f"  {n:,} line{'s' * (n != 1)} of perf output not understood, e.g.:\n")
         for example in summary.unknown_examples:
-            out.write(f"    {example[:160]}\n")
+            out.write(f"    {printable(example[:160])}\n")
     if top and summary.top_functions:
         out.write("  top functions (total time in calls, calls):\n")
         width = max(len(f.name[:60]) for f in summary.top_functions[:top])

@@ -43,8 +43,11 @@ def add_record_arguments(parser: argparse.ArgumentParser, *, run: bool) -> None:
         "--backend",
         choices=BACKENDS if run else ("auto", "intel-pt", "sampling"),
         default="auto",
-        help="intel-pt (hardware), emulated (QEMU, run only) or sampling (perf -g); "
-        "auto: intel-pt where the CPU has it, else " + ("emulated" if run else "sampling"),
+        help="intel-pt (hardware), emulated (QEMU) or sampling (perf -g); auto: intel-pt "
+        "where the CPU has it, else emulated"
+        if run
+        else "intel-pt (hardware) or sampling (perf -g); auto: intel-pt where the CPU has "
+        "it, else sampling",
     )
     parser.add_argument(
         "-o", "--output", type=Path, default=Path("trace.fxt.gz"), help="trace file to write"
@@ -87,8 +90,7 @@ def add_record_arguments(parser: argparse.ArgumentParser, *, run: bool) -> None:
     pt.add_argument(
         "--timer-resolution",
         metavar="R",
-        default="normal",
-        help="low, normal, high, or Intel PT terms like cyc=1,mtc_period=3 "
+        help="low, normal (default), high, or Intel PT terms like cyc=1,mtc_period=3 "
         "(terms: cyc, cyc_thresh, mtc, mtc_period, noretcomp, psb_period); "
         "sampling: low=1kHz, normal=10kHz, high=the machine's maximum",
     )
@@ -107,8 +109,7 @@ def add_record_arguments(parser: argparse.ArgumentParser, *, run: bool) -> None:
     samp.add_argument(
         "--callgraph",
         choices=("auto", "fp", "dwarf", "lbr"),
-        default="auto",
-        help="how perf unwinds stacks (auto: lbr if the CPU has it, else dwarf)",
+        help="how perf unwinds stacks (auto, the default: lbr if the CPU has it, else dwarf)",
     )
     samp.add_argument("--frequency", type=int, metavar="HZ", help="samples per second")
     parser.add_argument(
@@ -267,17 +268,20 @@ class _Trigger:
     executable: str
 
 
-def prepare_trigger(text: str | None, executable: str) -> _Trigger | None:
-    """Parse ``--trigger`` (asking with the picker for ``?``)."""
+def prepare_trigger(text: str | None, executable: str, pid: int | None = None) -> _Trigger | None:
+    """Parse ``--trigger`` (asking with the picker for ``?``) and check that it names
+    something, in the executable or its libraries (those mapped by process ``pid`` when
+    it runs already): a typo fails here, before perf starts or a directory is made."""
     if not text:
         return None
-    from ptscope.record.symbols import parse_selection
+    from ptscope.record.symbols import check_selection, parse_selection, read_maps
 
     selection = parse_selection(text)
     if selection.kind == "pick":
         from ptscope.record.picker import pick_function
 
         selection = pick_function(executable, selection)
+    check_selection(selection, executable, read_maps(pid) if pid is not None else None)
     return _Trigger(selection, executable)
 
 
@@ -346,7 +350,7 @@ def build_perf_backend(
         if args.kernel
         else TraceScope.USER
     )
-    timer = parse_timer_resolution(args.timer_resolution)
+    timer = parse_timer_resolution(args.timer_resolution or "normal")
     warnings: list[str] = []
     if backend == "intel-pt":
         from ptscope.record.intel_pt import IntelPtBackend
@@ -373,7 +377,7 @@ def build_perf_backend(
         warnings.append("--snapshot-size/--full-execution do not apply to sampling: ignored")
     if args.multi_snapshot:
         warnings.append("--multi-snapshot does not apply to sampling: trigger hits are marked")
-    callgraph = None if args.callgraph == "auto" else CallgraphMode(args.callgraph)
+    callgraph = None if args.callgraph in (None, "auto") else CallgraphMode(args.callgraph)
     sampling = SamplingBackend(
         scope=scope, timer=timer, callgraph=callgraph, frequency=args.frequency
     )
@@ -466,18 +470,71 @@ def _report_exit(code: int | None) -> None:
         print(f"ptscope: the program exited with status {code}", file=sys.stderr)
 
 
+def refuse_misplaced_options(command: Sequence[str], own_options: frozenset[str]) -> None:
+    """Without ``--``, everything after the program is the program's: one of our options
+    there (``ptscope run ./prog 3 -o x.fxt.gz``) is almost certainly meant for us, and
+    would silently go to the program. Say so before anything runs."""
+    for arg in command[1:]:
+        option = arg.partition("=")[0] if arg.startswith("--") else arg
+        if option in own_options:
+            raise UsageError(
+                f"{option} comes after the program, so it would be passed to {command[0]}",
+                hint="put ptscope's options before the program; to pass them to the program, "
+                "write -- before it: ptscope run [options] -- PROGRAM [ARGS]",
+            )
+
+
+def refuse_emulated_options(args: argparse.Namespace) -> None:
+    """The emulated backend runs the whole program in user space under QEMU: options that
+    choose what a hardware or sampling recording keeps mean nothing there. Refused in one
+    line that says why, rather than accepted and ignored."""
+    whole_run = "it always records the whole run, with no ring buffer"
+    reasons = (
+        ("--trigger", args.trigger, "it records the whole run: there is no snapshot to take"),
+        ("--multi-snapshot", args.multi_snapshot, "it records the whole run in one file"),
+        ("--snapshot-size", args.snapshot_size, whole_run),
+        ("--full-execution", args.full_execution, whole_run),
+        ("--multi-thread", args.multi_thread, "it always traces every thread"),
+        (
+            "--timer-resolution",
+            args.timer_resolution,
+            "its times come from its cycle model (docs/emulated-pt.md), not timing packets",
+        ),
+        ("--kernel", args.kernel, "QEMU runs the program's user space only"),
+        ("--kernel-only", args.kernel_only, "QEMU runs the program's user space only"),
+        ("--no-kcore", args.no_kcore, "there is no kernel in its trace"),
+        ("--callgraph", args.callgraph, "it is an option of the sampling backend"),
+        ("--frequency", args.frequency, "it is an option of the sampling backend"),
+    )
+    refused = [f"{flag}: {why}" for flag, value, why in reasons if value]
+    if refused:
+        raise UsageError(
+            "not available with the emulated backend: " + "; ".join(refused),
+            hint="the emulated backend records every instruction of every thread; "
+            "--filter START,STOP keeps a region of the trace",
+        )
+
+
 class RunCommand:
     name = "run"
     help = "run a program and trace it (Ctrl-C or its exit takes the snapshot)"
 
+    def __init__(self) -> None:
+        self._own_options: frozenset[str] = frozenset()
+
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         add_record_arguments(parser, run=True)
         parser.add_argument("command", nargs=argparse.REMAINDER, help="-- PROGRAM [ARGS...]")
+        self._own_options = frozenset(
+            option for action in parser._actions for option in action.option_strings
+        )
 
     def run(self, args: argparse.Namespace) -> int:
         command = list(args.command)
         if command and command[0] == "--":
             command = command[1:]
+        elif command:
+            refuse_misplaced_options(command, self._own_options)
         if not command:
             raise UsageError("no program given", hint="ptscope run [options] -- PROGRAM [ARGS]")
         output = check_output(args.output)
@@ -506,21 +563,7 @@ class RunCommand:
         return decode_step(result.recording, output, args, place)
 
     def _run_emulated(self, args: argparse.Namespace, command: list[str], output: Path) -> int:
-        unsupported = [
-            flag
-            for flag, value in (
-                ("--trigger", args.trigger),
-                ("--multi-snapshot", args.multi_snapshot),
-                ("--kernel", args.kernel or args.kernel_only),
-                ("--snapshot-size", args.snapshot_size),
-            )
-            if value
-        ]
-        if unsupported:
-            raise UsageError(
-                f"{', '.join(unsupported)}: not available with the emulated backend",
-                hint="the emulated backend records the whole user-space run",
-            )
+        refuse_emulated_options(args)
         try:
             from ptscope.record import emulated
         except ImportError as e:
@@ -536,8 +579,13 @@ class RunCommand:
                 place.directory,
                 max_instructions=args.max_instructions,
                 progress=progress,
+                print_command=(lambda cmd: print(cmd, file=sys.stderr))
+                if args.print_perf_commands
+                else None,
             )
-        if result.stopped_at_limit:
+        if result.interrupted:
+            print("ptscope: stopped; decoding what was recorded", file=sys.stderr)
+        elif result.stopped_at_limit:
             print(f"ptscope: stopped after {result.instructions:,} instructions", file=sys.stderr)
         elif result.crashed:
             print(f"ptscope: the program crashed (signal {result.signal})", file=sys.stderr)

@@ -66,6 +66,7 @@ __all__ = [
     "dlfilter_command",
     "make_location",
     "read_record_stream",
+    "selection_arguments",
 ]
 
 DEFAULT_ITRACE: Final = "bep"
@@ -531,19 +532,38 @@ def dlfilter_command(
     dlfilter: Path | None = None,
     itrace: str = DEFAULT_ITRACE,
     keep_all: bool = False,
+    to_end: bool = True,
     extra: Sequence[str] = (),
 ) -> list[str]:
     """The ``perf script`` argv that decodes ``perf_data`` through the dlfilter to stdout.
 
     ``--ns -F pid,tid,time`` makes whatever text perf prints besides decode errors (task
     events with ``--show-task-events`` in ``extra``) look as it does for the text decoder.
+    ``to_end``: the decode reaches the end of the trace (not a time window before it), so
+    each thread's trailing dropped jump is written (as the text decoder does at its end).
     """
     so = dlfilter if dlfilter is not None else _native.dlfilter_path()
     argv = [perf, "script", "-i", str(perf_data), f"--itrace={itrace}", "--ns"]
     argv += ["-F", "pid,tid,time", "--dlfilter", str(so), "--dlarg", "-"]
     if keep_all:
         argv += ["--dlarg", "keep-all"]
+    if to_end:
+        argv += ["--dlarg", "to-end"]
     argv += list(extra)
+    return argv
+
+
+def selection_arguments(pids: Sequence[int], tids: Sequence[int]) -> list[str]:
+    """perf options that keep only these processes / threads in a dlfilter decode.
+
+    perf applies its own ``--pid``/``--tid`` after the filter's ``filter_event_early`` has
+    seen (and written) a sample, so the lists go to the filter too; perf's options still
+    filter the text perf prints itself (task events), as for the text decoder."""
+    argv: list[str] = []
+    for name, ids in (("pid", pids), ("tid", tids)):
+        if ids:
+            listed = ",".join(map(str, ids))
+            argv += [f"--{name}={listed}", "--dlarg", f"{name}={listed}"]
     return argv
 
 
@@ -589,6 +609,7 @@ class DlfilterProcess:
             perf=tool.path,
             itrace=itrace,
             keep_all=keep_all,
+            to_end=time_window is None or time_window[1] is None,
             extra=[*(["--show-task-events"] if task_events else []), *extra],
         )
         self.parser = RecordStreamParser(

@@ -480,6 +480,9 @@ class PerfTextParser:
         # first dropped jump later than that (given to the next kept branch as gap_time).
         self._last_kept: dict[tuple[int, int], int] = {}
         self._gaps: dict[tuple[int, int], int] = {}
+        # The latest dropped jump of each thread, (time, body): at the end of the input,
+        # a thread whose trace ends with dropped jumps gets the last one as an event.
+        self._last_dropped: dict[tuple[int, int], tuple[int, str]] = {}
 
     # ----------------------------------------------------------------- public
 
@@ -496,10 +499,33 @@ class PerfTextParser:
         return out
 
     def finish(self) -> list[Event]:
-        """The input ended: return the events it completes (a pending stack sample)."""
+        """The input ended: return the events it completes (a pending stack sample, and
+        each thread's trailing dropped jump: what was running still ran until then, as
+        the dlfilter's ``to-end`` says too)."""
         out: list[Event] = []
         self._flush_sample(out)
-        return out
+        trailing = []
+        for thread, (time, body) in self._last_dropped.items():
+            if time <= self._last_kept.get(thread, 0):
+                continue
+            branch = self._parse_branch(body)
+            if branch is None:
+                continue
+            (_flags, kind, state, in_tx, src), dst = branch
+            pid, tid = thread
+            insn, cycles = self._pending_counts.pop(thread, (0, 0))
+            gap = self._gaps.pop(thread, 0)
+            if gap and not (gap < time and time - gap <= 0xFFFFFFFF):
+                gap = 0
+            trailing.append(
+                BranchEvent(pid, tid, time, kind, state, src, dst, in_tx, insn, cycles, gap)
+            )
+            self._last_kept[thread] = time
+            self.stats.branches += 1
+            self.stats.branches_dropped -= 1
+        trailing.sort(key=lambda e: (e.time, e.pid, e.tid))
+        self._last_dropped.clear()
+        return out + trailing
 
     # ------------------------------------------------------------- hot path
 
@@ -513,6 +539,7 @@ class PerfTextParser:
         carried = self._pending_counts
         last_kept = self._last_kept
         gaps = self._gaps
+        last_dropped = self._last_dropped
         branches = dropped = 0
         thread: tuple[int, int] = (0, 0)
         last_time_text = last_thread_text = last_event_text = ""
@@ -574,6 +601,7 @@ class PerfTextParser:
                 last_thread_text = thread_text
             if info is drop:
                 dropped += 1
+                last_dropped[thread] = (time, body)
                 if thread not in gaps and time > last_kept.get(thread, 0):
                     gaps[thread] = time
                 if insn or cycles:
@@ -620,15 +648,7 @@ class PerfTextParser:
             return None
         if " IPC: " in body:
             return None  # different on every line: parsed by _branch_line, not cached
-        if body.find(" => ", at + 4) < 0:
-            # The usual case, inline: one separator; source and target cached on their own.
-            src_text = body[:at]
-            dst_text = body[at + 4 :]
-            src = self._sources.get(src_text) or self._source(src_text)
-            dst = self._loc_texts.get(dst_text) or self._location_text(dst_text)
-            branch = None if src is None or dst is None else (src, dst)
-        else:
-            branch = self._split_branch(body)
+        branch = self._parse_branch(body)
         value: Any = None
         if branch is not None:
             (flags, kind, state, in_tx, src_loc), dst_loc = branch
@@ -638,6 +658,18 @@ class PerfTextParser:
                 value = (kind, state, src_loc, dst_loc, in_tx)
         self._bodies[body] = value
         return value
+
+    def _parse_branch(self, body: str) -> tuple[_Source, Location] | None:
+        """A branch body's source (with the flags) and target, cached on their own."""
+        at = body.find(" => ")
+        if at >= 0 and body.find(" => ", at + 4) < 0:
+            # The usual case, inline: one separator.
+            src_text = body[:at]
+            dst_text = body[at + 4 :]
+            src = self._sources.get(src_text) or self._source(src_text)
+            dst = self._loc_texts.get(dst_text) or self._location_text(dst_text)
+            return None if src is None or dst is None else (src, dst)
+        return self._split_branch(body)
 
     def _split_branch(self, body: str) -> tuple[_Source, Location] | None:
         """The source (with the flags) and target of a branch body; ``None`` if not one.
@@ -823,6 +855,7 @@ class PerfTextParser:
         key = (header.pid, header.tid)
         if info is _DROP:
             self.stats.branches_dropped += 1
+            self._last_dropped[key] = (header.time, body.strip())
             if insn or cycles:
                 # As the dlfilter does: a dropped jump's counts go to the next branch kept.
                 old_insn, old_cycles = self._pending_counts.get(key, (0, 0))
@@ -833,6 +866,7 @@ class PerfTextParser:
             insn += old_insn
             cycles += old_cycles
         kind, state, src, dst, in_tx = info
+        self._last_kept[key] = header.time
         out.append(
             BranchEvent(
                 header.pid, header.tid, header.time, kind, state, src, dst, in_tx, insn, cycles
@@ -843,6 +877,11 @@ class PerfTextParser:
 
     def _power(self, header: _Header, line: str, out: list[Event]) -> None:
         words = header.body.split()
+        if "cbr:" not in words and "freq:" not in words:
+            # perf printed the event without its payload (no ``synth`` in -F): nothing to
+            # show, but nothing misunderstood either.
+            self.stats.ignored_events["cbr"] += 1
+            return
         try:
             at = words.index("freq:")
             cbr = int(words[at - 1])

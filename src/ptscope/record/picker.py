@@ -49,7 +49,8 @@ def process_choices(*, exclude: Iterable[int] = ()) -> list[tuple[int, str]]:
 
 
 def function_choices(executable: str) -> list[str]:
-    return sorted(ElfImage(Path(executable)).functions)
+    """Every function, C++ ones demangled with their parameters (one line per overload)."""
+    return sorted(ElfImage(Path(executable)).display_names())
 
 
 def line_choices(executable: str) -> list[str]:

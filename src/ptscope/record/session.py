@@ -22,7 +22,6 @@ import shlex
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -47,7 +46,8 @@ from ptscope.record.launch import (
     thread_names,
 )
 from ptscope.record.perf_commands import Control, Targets
-from ptscope.recording import Recording, TriggerHit
+from ptscope.record.stop_signals import STOP_SIGNALS, terminal_sent_sigint
+from ptscope.recording import Recording, TriggerHit, keep_perf_maps
 
 __all__ = [
     "PERF_LOG_NAME",
@@ -66,7 +66,6 @@ log = logging.getLogger(__name__)
 
 PERF_LOG_NAME: Final = "perf-record.log"
 PERF_EXIT_TIMEOUT: Final = 120.0  # perf writes the snapshot, kcore and build-ids at exit
-_STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class PerfBackend(Protocol):
@@ -323,7 +322,7 @@ class _SignalWatch:
 
     def __enter__(self) -> _SignalWatch:
         self._old_wakeup = signal.set_wakeup_fd(self.write_fd, warn_on_full_buffer=False)
-        for sig in _STOP_SIGNALS:
+        for sig in STOP_SIGNALS:
             self._old_handlers[sig] = signal.signal(sig, self._handler)
         return self
 
@@ -542,7 +541,7 @@ def _save(
     scope: str,
     extra: dict[str, object],
 ) -> Recording:
-    perf_maps = _keep_perf_maps(recorder.directory, processes)
+    perf_maps = keep_perf_maps(recorder.directory, processes)
     if perf_maps:
         extra = {**extra, "perf_maps": perf_maps}
     recording = Recording(
@@ -566,21 +565,6 @@ def _save(
     )
     recording.save()
     return recording
-
-
-def _keep_perf_maps(directory: Path, pids: dict[int, str]) -> list[str]:
-    """Copy JIT perf maps (/tmp/perf-PID.map) into the recording: /tmp does not last."""
-    kept: list[str] = []
-    for pid in pids:
-        source = Path(f"/tmp/perf-{pid}.map")
-        if source.is_file():
-            try:
-                shutil.copyfile(source, directory / source.name)
-            except OSError as e:
-                log.warning("cannot keep %s: %s", source, e.strerror)
-                continue
-            kept.append(source.name)
-    return kept
 
 
 def _scope_of(backend: PerfBackend) -> str:
@@ -642,7 +626,7 @@ def run_program(
         if (
             reason == "interrupted"
             and program.process.poll() is None
-            and not _got_terminal_sigint()
+            and not terminal_sent_sigint()
         ):
             # A Ctrl-C typed in the terminal reached the program too (same process group);
             # one sent to ptscope alone is passed on, as the program would have got it.
@@ -662,15 +646,6 @@ def run_program(
         {"exit_code": exit_code, "held_by": program.method, "complete": True},
     )
     return _result(recorder, session, recording, reason, status, startup, exit_code)
-
-
-def _got_terminal_sigint() -> bool:
-    """Whether ptscope runs in the terminal's foreground group (so its Ctrl-C hit both)."""
-    try:
-        fd = sys.stdin.fileno()
-        return os.isatty(fd) and os.tcgetpgrp(fd) == os.getpgrp()
-    except (OSError, ValueError, AttributeError):
-        return False
 
 
 def _wait_program(

@@ -7,6 +7,10 @@ at a bias from its link-time addresses, computed from its first mapping and its 
 ``PT_LOAD`` segment. A plain symbol is looked up in the executable first, then in every
 shared library the process has mapped. Prefixes force one kind: ``symbol:NAME``,
 ``addr:0x…`` (an address in the executable, link-time for PIE), ``line:FILE:LINE[:COL]``.
+
+C++ (and Rust) functions are named as the trace shows them: demangled without parameters
+(``outer::inner::catcher``, perf's spelling), demangled with parameters to pick one overload
+(``outer::inner::twice(double)``), or mangled. Demangling is binutils' ``c++filt``.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from __future__ import annotations
 import functools
 import os
 import re
+import shutil
+import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +36,7 @@ __all__ = [
     "ElfImage",
     "Mapping",
     "Selection",
+    "check_selection",
     "load_bias",
     "parse_selection",
     "read_maps",
@@ -155,6 +162,34 @@ class ElfImage:
     def lookup(self, name: str) -> list[int]:
         return sorted(set(self.functions.get(name, ())))
 
+    def matches(self, name: str) -> dict[str, list[int]]:
+        """The functions ``name`` designates, by their full name (with parameters for C++):
+        an exact symbol name, else a demangled name with parameters, else one without
+        (which is ambiguous when it names several overloads)."""
+        exact = self.lookup(name)
+        if exact:
+            return {name: exact}
+        wanted = _squeezed(name)
+        demangled = self._demangled
+        for form in (0, 1):
+            found: dict[str, list[int]] = {}
+            for mangled, names in demangled.items():
+                if _squeezed(names[form]) == wanted:
+                    found.setdefault(names[0], []).extend(self.functions[mangled])
+            if found:
+                return {full: sorted(set(addresses)) for full, addresses in found.items()}
+        return {}
+
+    def display_names(self) -> set[str]:
+        """Each function's name as :meth:`matches` takes it, C++ ones demangled with their
+        parameters."""
+        demangled = self._demangled
+        return {demangled[n][0] if n in demangled else n for n in self.functions}
+
+    @functools.cached_property
+    def _demangled(self) -> dict[str, tuple[str, str]]:
+        return demangle([n for n in self.functions if n.startswith(("_Z", "_R"))])
+
     def function_at(self, address: int) -> str | None:
         for name, values in self.functions.items():
             if address in values:
@@ -235,6 +270,32 @@ def _same_file(source: str, wanted: str) -> bool:
     return source == wanted or source.endswith(os.sep + wanted)
 
 
+def _squeezed(name: str) -> str:
+    return "".join(name.split())
+
+
+def demangle(names: Sequence[str]) -> dict[str, tuple[str, str]]:
+    """``mangled -> (with parameters, without)`` for the names ``c++filt`` can demangle
+    (none when binutils is missing: such names then match only mangled)."""
+    tool = shutil.which("c++filt")
+    if tool is None or not names:
+        return {}
+    text = "\n".join(names) + "\n"
+    forms = []
+    for extra in ([], ["--no-params"]):
+        try:
+            done = subprocess.run(
+                [tool, *extra], input=text, capture_output=True, text=True, timeout=60, check=True
+            )
+        except (OSError, subprocess.SubprocessError):
+            return {}
+        forms.append(done.stdout.splitlines())
+    full, bare = forms
+    if len(full) != len(names) or len(bare) != len(names):
+        return {}
+    return {m: (f, b) for m, f, b in zip(names, full, bare, strict=True) if f != m}
+
+
 @functools.lru_cache(maxsize=64)
 def _image(path: str) -> ElfImage:
     return ElfImage(Path(path))
@@ -293,21 +354,87 @@ def resolve_selection(
     name = selection.text
     for path in [os.path.realpath(executable), *_libraries(maps, executable)]:
         lib = _image(path)
-        addresses = lib.lookup(name)
-        if not addresses:
-            continue
         lib_bias = load_bias(lib, maps)
         if lib_bias is None:
             continue
-        return [Breakpoint(a + lib_bias, name) for a in addresses[:4]]
-    raise BadInputError(
-        f"trigger {name}: no function of that name in {executable} or its loaded libraries",
-        hint="check the spelling (C++ names are matched mangled), or use ? to pick one",
+        addresses = _one_function(name, lib)
+        if addresses:
+            return [Breakpoint(a + lib_bias, name) for a in addresses[:4]]
+    raise _no_function(name, executable)
+
+
+def _one_function(name: str, image: ElfImage) -> list[int]:
+    """The addresses of the one function ``name`` designates in ``image`` (none: []);
+    several overloads are a one-line error that lists them."""
+    found = image.matches(name)
+    if len(found) > 1:
+        overloads = sorted(found)
+        raise BadInputError(
+            f"trigger {name}: {len(overloads)} functions have that name: {', '.join(overloads)}",
+            hint=f"give one with its parameters, e.g. --trigger '{overloads[0]}'",
+        )
+    return next(iter(found.values()), [])
+
+
+def _no_function(name: str, executable: str) -> BadInputError:
+    return BadInputError(
+        f"trigger {name}: no function of that name in {executable} or its libraries",
+        hint="check the spelling (names as the trace shows them, e.g. ns::f, or mangled), "
+        "or use ? to pick one",
     )
+
+
+def check_selection(
+    selection: Selection, executable: str, maps: Sequence[Mapping] | None = None
+) -> None:
+    """Fail now, before anything is recorded, if the selection cannot be resolved: a
+    symbol no file defines (the executable, then the libraries of ``maps`` or, before the
+    program runs, the ones it is linked with), an ambiguous one, or a line without code."""
+    image = _image(os.path.realpath(executable))
+    if selection.kind == "line":
+        if not image.line_addresses(selection.file, selection.line, selection.column):
+            raise BadInputError(
+                f"trigger {selection.text}: no code for that line in {executable}",
+                hint="build with -g, and check the file name and line number",
+            )
+        return
+    if selection.kind != "symbol":
+        return
+    libraries = _libraries(maps, executable) if maps is not None else linked_libraries(executable)
+    for path in [image.path, *(libraries or [])]:
+        if _one_function(selection.text, _image(str(path))):
+            return
+    if libraries is not None:  # else it may be in a library ldd could not list
+        raise _no_function(selection.text, executable)
+
+
+def linked_libraries(executable: str) -> list[str] | None:
+    """The shared libraries ``executable`` is linked with, as the dynamic loader finds
+    them (``ldd``); [] for a static program, None when ``ldd`` cannot tell."""
+    tool = shutil.which("ldd")
+    if tool is None:
+        return None
+    try:
+        done = subprocess.run(
+            [tool, executable], capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if "not a dynamic executable" in done.stdout + done.stderr:
+        return []
+    if done.returncode != 0:
+        return None
+    found = []
+    for line in done.stdout.splitlines():
+        _name, arrow, rest = line.partition("=>")
+        path = rest.split("(")[0].strip() if arrow else line.split("(")[0].strip()
+        if path.startswith("/") and ".so" in os.path.basename(path):
+            found.append(os.path.realpath(path))
+    return found
 
 
 def needs_libraries(selection: Selection, executable: str) -> bool:
     """Whether the selection is a symbol the executable itself does not define."""
     if selection.kind != "symbol":
         return False
-    return not _image(os.path.realpath(executable)).lookup(selection.text)
+    return not _image(os.path.realpath(executable)).matches(selection.text)

@@ -13,9 +13,10 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import BinaryIO
 
 from ptscope.errors import BadInputError, PtscopeError, RecordingError, UsageError
@@ -24,7 +25,8 @@ from ptscope.record.emulated.elf_image import describe_machine, program_path, re
 from ptscope.record.emulated.perf_data import PerfDataWriter
 from ptscope.record.emulated.qemu import BlockRun, LogSplitter, QemuProcess, find_qemu
 from ptscope.record.emulated.tracer import EmulationState, Session
-from ptscope.recording import Recording
+from ptscope.record.stop_signals import STOP_SIGNALS, terminal_sent_sigint
+from ptscope.recording import Recording, keep_perf_maps
 
 __all__ = ["CycleModel", "EmulatedResult", "EmulationOptions", "record"]
 
@@ -58,6 +60,8 @@ class EmulatedResult:
     """``max_instructions`` was reached and the program was stopped."""
     crashed: bool
     """The program died of a fault (SIGSEGV, SIGILL, ...) under emulation."""
+    interrupted: bool = False
+    """Ctrl-C (or SIGTERM, SIGHUP) stopped the recording; what ran until then is kept."""
     seconds: float = 0.0
     threads: int = 1
     notes: dict[str, object] = field(default_factory=dict)
@@ -90,12 +94,15 @@ def record(
     progress: Callable[[int], None] | None = None,
     cycle_model: CycleModel | None = None,
     options: EmulationOptions | None = None,
+    print_command: Callable[[str], None] | None = None,
 ) -> EmulatedResult:
     """Run ``command`` under QEMU and write an Intel PT recording of it into ``directory``.
 
     Raises a :class:`~ptscope.errors.PtscopeError` when nothing could be recorded (program
     not found or not x86-64, QEMU missing or not understood). A program that crashes, is
-    killed or reaches ``max_instructions`` still gives a recording of what it ran.
+    killed or reaches ``max_instructions`` still gives a recording of what it ran, and so
+    does Ctrl-C (see :class:`_StopOnSignal`): the program is stopped, not the recording.
+    ``print_command`` is given the QEMU command line (shell-quoted) before it starts.
     """
     if not command:
         raise UsageError("no program to run")
@@ -117,7 +124,13 @@ def record(
     started = time.perf_counter()
     try:
         proc = QemuProcess(
-            tool, program, command, single_step=opts.single_step, env=opts.env, cwd=opts.cwd
+            tool,
+            program,
+            command,
+            single_step=opts.single_step,
+            env=opts.env,
+            cwd=opts.cwd,
+            print_command=print_command,
         )
     except BaseException:
         writer.abort()
@@ -138,9 +151,11 @@ def record(
         comm=os.path.basename(command[0])[:15],
         cwd=str(opts.cwd or Path.cwd()),
     )
+    stop = _StopOnSignal(proc)
     try:
-        _consume(proc, main, raw)
-        rc = proc.wait()
+        with stop.installed():
+            _consume(proc, main, raw, stop.check)
+            rc = proc.wait()
         for state in session.processes:
             state.finish()
         writer.finished_round()
@@ -154,6 +169,8 @@ def record(
         proc.close()
         if raw is not None:
             raw.close()
+        if session.jit_file is not None:
+            session.jit_file.close()
     seconds = time.perf_counter() - started
     if not main.threads:
         writer.abort()
@@ -163,7 +180,62 @@ def record(
             + (f" (QEMU exit status {rc})" if rc else "")
         )
     writer.close(main.build_ids())
-    return _result(command, directory, session, main, rc, proc, tool.version, opts, model, seconds)
+    return _result(
+        command,
+        directory,
+        session,
+        main,
+        rc,
+        proc,
+        tool.version,
+        opts,
+        model,
+        seconds,
+        interrupted=bool(stop.received),
+    )
+
+
+class _StopOnSignal:
+    """Ctrl-C (SIGINT), SIGTERM or SIGHUP while the program runs stops the program, not the
+    recording: the signal goes to the program (QEMU passes it on; a Ctrl-C typed in the
+    terminal reached it already), the log is read to its end and the recording written
+    as usual. If the program is still running 5 s later, or at a second signal, QEMU is
+    killed; what was read until then is still written."""
+
+    PATIENCE = 5.0
+
+    def __init__(self, proc: QemuProcess) -> None:
+        self.proc = proc
+        self.received: list[int] = []
+        self.deadline: float | None = None
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        try:
+            old = {sig: signal.signal(sig, self._handler) for sig in STOP_SIGNALS}
+        except ValueError:  # not the main thread: signals keep their usual meaning
+            yield
+            return
+        try:
+            yield
+        finally:
+            for sig, handler in old.items():
+                signal.signal(sig, handler)
+
+    def _handler(self, signum: int, frame: FrameType | None) -> None:
+        self.received.append(signum)
+        if len(self.received) > 1:
+            self.proc.stop()
+            return
+        self.deadline = time.monotonic() + self.PATIENCE
+        if not (signum == signal.SIGINT and terminal_sent_sigint()):
+            self.proc.send_signal(signum)
+
+    def check(self) -> None:
+        """Called while the log is read: past the patience, kill the program."""
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            self.deadline = None
+            self.proc.stop()
 
 
 class _Stream:
@@ -188,9 +260,11 @@ def _feed(stream: _Stream, data: bytes, final: bool = False) -> bool:
     return True
 
 
-def _consume(proc: QemuProcess, main: EmulationState, raw: _RawLogCopy | None) -> None:
+def _consume(
+    proc: QemuProcess, main: EmulationState, raw: _RawLogCopy | None, idle: Callable[[], None]
+) -> None:
     streams: dict[int, _Stream] = {0: _Stream(main)}
-    for pid, chunk in proc.chunks():
+    for pid, chunk in proc.chunks(idle):
         if raw is not None:
             raw.write(pid, chunk)
         stream = streams.get(pid)
@@ -208,6 +282,8 @@ def _consume(proc: QemuProcess, main: EmulationState, raw: _RawLogCopy | None) -
         if pid == 0 or main.forks:
             _adopt_children(streams)
         main.session.writer_flush()
+    if proc.killed:
+        return  # a line QEMU was writing when it was killed is cut off: left out
     for stream in streams.values():
         if stream.state is not None and not _feed(stream, b"", final=True):
             return
@@ -271,6 +347,8 @@ def _result(
     opts: EmulationOptions,
     model: CycleModel,
     seconds: float,
+    *,
+    interrupted: bool,
 ) -> EmulatedResult:
     limit = session.stopped_at_limit
     exit_code = rc if rc >= 0 and not limit else None
@@ -285,9 +363,17 @@ def _result(
         "cycle_model": asdict(model),
         "stopped_at_limit": limit,
         "forks_separated": proc.separates_forks,
+        "threads_named_by": "plugin" if proc.names_threads else "strace",
     }
     if sig is not None:
         notes["signal"] = _signal_name(sig)
+    if interrupted:
+        notes["interrupted"] = True
+    perf_maps = keep_perf_maps(directory, (p.pid for p in session.processes if p.threads))
+    if perf_maps:
+        notes["perf_maps"] = perf_maps
+    if session.jit_file is not None:
+        notes["jitted_code"] = session.jit_file.path.name
     if exit_code is not None:
         notes["exit_code"] = exit_code
     recording = Recording(
@@ -312,6 +398,7 @@ def _result(
         signal=sig,
         stopped_at_limit=limit,
         crashed=crashed,
+        interrupted=interrupted,
         seconds=seconds,
         threads=sum(len(p.threads) for p in session.processes),
         notes=notes,

@@ -16,7 +16,7 @@ from elftools.elf.elffile import ELFFile
 
 from ptscope.errors import BadInputError
 
-__all__ = ["ElfImage", "Segment", "read_elf"]
+__all__ = ["ElfImage", "Segment", "load_bias", "read_elf"]
 
 _PAGE = 4096
 _MACHINES = {3: "EM_386", 40: "EM_ARM", 62: "EM_X86_64", 183: "EM_AARCH64", 243: "EM_RISCV"}
@@ -52,6 +52,14 @@ class ElfImage:
     @property
     def lowest_exec_vaddr(self) -> int:
         return min((s.vaddr for s in self.exec_segments), default=0)
+
+
+def load_bias(start_code: int, image: ElfImage) -> int:
+    """Where a position-independent ``image`` is loaded, from QEMU's ``start_code``: the
+    load address of its lowest executable segment, whose link-time address need not be on
+    a page boundary (lld, rustc's lld: ``0x16e0``; GNU ld aligns it). The bias itself is
+    a whole number of pages, whether QEMU reports that address exactly or page-aligned."""
+    return (start_code - image.lowest_exec_vaddr) & ~(_PAGE - 1)
 
 
 def _describe(machine: str, elf_class: int) -> str:

@@ -148,6 +148,10 @@ class PtEncoder:
         self._ip_packet(_TIP_PGE, ip)
         self.enabled = True
 
+    def request_psb(self) -> None:
+        """Make the next :meth:`maybe_psb` write a PSB+ (a point to resynchronise at)."""
+        self._next_psb = self.flushed + len(self.out)
+
     def maybe_psb(self, ip: int) -> None:
         """Write a periodic PSB+ if due; ``ip`` is the next instruction to execute."""
         if self.flushed + len(self.out) >= self._next_psb and self.enabled:

@@ -21,12 +21,13 @@ import itertools
 import os
 import re
 import selectors
+import shlex
 import shutil
 import signal
 import socket
 import subprocess
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, cast
@@ -64,6 +65,8 @@ class QemuTool:
     version: tuple[int, ...]
     single_step_flag: str
     """``-singlestep`` (QEMU < 8.1) or ``-one-insn-per-tb`` (QEMU >= 8.1)."""
+    plugins: bool = False
+    """It loads TCG plugins (``-plugin``, ``-d plugin``)."""
 
 
 def _run_text(args: list[str]) -> str:
@@ -108,7 +111,8 @@ def find_qemu() -> QemuTool:
             "(`-d help` does not list them)",
             hint=_INSTALL_HINT,
         )
-    return QemuTool(path=path, version=version, single_step_flag=flag)
+    plugins = bool(re.search(r"^-plugin\b", help_text, re.M)) and "plugin" in items
+    return QemuTool(path=path, version=version, single_step_flag=flag, plugins=plugins)
 
 
 def _cache_dir() -> Path:
@@ -116,16 +120,16 @@ def _cache_dir() -> Path:
     return Path(base) / "ptscope"
 
 
-@functools.cache
-def fork_shim() -> Path | None:
-    """The compiled fork shim (built with the C compiler on first use), or None."""
-    source = Path(__file__).with_name("qemu_fork_shim.c")
+def _built_helper(source_name: str, flags: Sequence[str] = ()) -> Path | None:
+    """A C file next to this module compiled into a shared object with the C compiler on
+    first use (cached in ~/.cache/ptscope by content and flags), or None if it cannot be."""
+    source = Path(__file__).with_name(source_name)
     try:
         code = source.read_bytes()
     except OSError:
         return None
-    digest = hashlib.sha256(code).hexdigest()[:16]
-    target = _cache_dir() / f"qemu_fork_shim-{digest}.so"
+    digest = hashlib.sha256(code + "".join(flags).encode()).hexdigest()[:16]
+    target = _cache_dir() / f"{source.stem}-{digest}.so"
     if target.exists():
         return target
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
@@ -135,7 +139,7 @@ def fork_shim() -> Path | None:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{target.name}.{os.getpid()}")
         res = subprocess.run(
-            [compiler, "-shared", "-fPIC", "-O2", "-o", str(tmp), str(source)],
+            [compiler, "-shared", "-fPIC", "-O2", *flags, "-o", str(tmp), str(source)],
             capture_output=True,
             timeout=120,
             check=False,
@@ -146,6 +150,37 @@ def fork_shim() -> Path | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return target
+
+
+@functools.cache
+def fork_shim() -> Path | None:
+    """The compiled fork shim (built with the C compiler on first use), or None."""
+    return _built_helper("qemu_fork_shim.c")
+
+
+@functools.cache
+def thread_plugin(tool: QemuTool) -> Path | None:
+    """The thread plugin (``qemu_thread_plugin.c``) built for the plugin API version this
+    QEMU accepts, or None (no plugin support, no C compiler): thread ids then come from
+    QEMU's strace lines alone. A plugin declares the one API version it was built for, and
+    QEMU refuses one outside its range: the likely version is tried on a program that does
+    not exist (QEMU loads plugins first), then its neighbours."""
+    if not tool.plugins:
+        return None
+    version = tool.version[:2]
+    likely = 1 if version < (9, 0) else 2 if version < (9, 1) else 3 if version < (9, 2) else 4
+    for api in (likely, likely + 1, likely - 1):
+        plugin = _built_helper("qemu_thread_plugin.c", [f"-DPTSCOPE_PLUGIN_API={api}"])
+        if plugin is None:
+            return None
+        probe = [tool.path, "-plugin", str(plugin), "-d", "plugin", "-D", os.devnull]
+        try:
+            said = _run_text([*probe, "/nonexistent/ptscope-probe"])
+        except ToolMissingError:
+            return None
+        if "plugin" not in said.lower():
+            return plugin
+    return None
 
 
 class QemuProcess:
@@ -160,6 +195,7 @@ class QemuProcess:
         single_step: bool,
         env: dict[str, str] | None = None,
         cwd: Path | None = None,
+        print_command: Callable[[str], None] | None = None,
     ) -> None:
         self._tmp = tempfile.TemporaryDirectory(prefix="ptscope-qemu-")
         fifo = os.path.join(self._tmp.name, "log")
@@ -186,19 +222,31 @@ class QemuProcess:
         cmd = [tool.path]
         if single_step:
             cmd.append(tool.single_step_flag)
-        cmd += ["-d", ",".join(REQUIRED_LOG_ITEMS), "-D", fifo, "-0", argv[0], str(program)]
+        items = list(REQUIRED_LOG_ITEMS)
+        plugin = thread_plugin(tool)
+        self.names_threads = plugin is not None
+        """The thread plugin says which tid each vCPU runs (else strace results tell)."""
+        if plugin is not None:
+            cmd += ["-plugin", str(plugin)]
+            items.append("plugin")
+        cmd += ["-d", ",".join(items), "-D", fifo, "-0", argv[0], str(program)]
         cmd += list(argv[1:])
         self.command = cmd
+        if print_command is not None:
+            print_command(shlex.join(cmd))
         try:
             self.proc = subprocess.Popen(cmd, env=environment, cwd=cwd)
         except OSError as e:
             self.close()
             raise RecordingError(f"cannot start {tool.path}: {e.strerror or e}") from e
         self.killed = False
+        self.children: set[int] = set()
+        """Forked children of the program (each its own QEMU process)."""
 
-    def chunks(self) -> Iterator[tuple[int, bytes]]:
+    def chunks(self, idle: Callable[[], None] | None = None) -> Iterator[tuple[int, bytes]]:
         """``(0, data)`` from the program's log, ``(pid, data)`` from a forked child's, as
-        it arrives, until QEMU has exited and everything it wrote is read."""
+        it arrives, until QEMU has exited and everything it wrote is read. ``idle`` is
+        called at every turn (at least every 50 ms)."""
         sel = selectors.DefaultSelector()
         sel.register(self._fd, selectors.EVENT_READ, 0)
         if self._listener is not None:
@@ -207,6 +255,8 @@ class QemuProcess:
         exited = False
         try:
             while True:
+                if idle is not None:
+                    idle()
                 events = sel.select(timeout=0 if exited else 0.05)
                 got = False
                 for key, _ in events:
@@ -238,6 +288,7 @@ class QemuProcess:
                             continue
                         del hello[conn]
                         pid = int(line.split()[1])
+                        self.children.add(pid)
                         sel.modify(conn, selectors.EVENT_READ, pid)
                         if rest:
                             yield pid, rest
@@ -254,11 +305,19 @@ class QemuProcess:
             sel.close()
 
     def stop(self) -> None:
-        """Kill QEMU (the program has run long enough)."""
+        """Kill QEMU and its forked children (the program has run long enough)."""
         if self.proc.poll() is None:
             self.killed = True
+        self.send_signal(signal.SIGKILL)
+
+    def send_signal(self, signum: int) -> None:
+        """Send ``signum`` to the program and its forked children (QEMU passes it on)."""
+        if self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
-                self.proc.send_signal(signal.SIGKILL)
+                self.proc.send_signal(signum)
+        for pid in self.children:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signum)
 
     def wait(self) -> int:
         return self.proc.wait()

@@ -20,8 +20,10 @@ How control reached each block is derived from the previous block of the same th
 * after a system call the trace restarts where the thread continues (its next instruction,
   a signal handler, or the point a signal handler returns to).
 
-Threads: QEMU numbers the CPUs of live guest threads (``Trace N``); a slot is bound to the
-tid returned by the ``clone`` that created it, and freed by the thread's ``exit``.
+Threads: QEMU numbers the CPUs of live guest threads (``Trace N``). With the thread plugin
+(``qemu_thread_plugin.c``) each thread names its slot and tid itself at its first system
+call and says when it exits; without it, a slot is bound to the tid returned by the
+``clone`` that created it, and freed by the thread's ``exit``.
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ import numpy as np
 
 from ptscope.errors import RecordingError
 from ptscope.record.emulated.cycle_model import CycleModel
-from ptscope.record.emulated.elf_image import ElfImage, read_elf
+from ptscope.record.emulated.elf_image import ElfImage, load_bias, read_elf
+from ptscope.record.emulated.jit_code import JIT_CODE_FILE, JitCodeFile, JitPages
 from ptscope.record.emulated.perf_data import BuildId, PerfDataWriter
 from ptscope.record.emulated.pt_encoder import PtEncoder
 from ptscope.record.emulated.qemu import BlockRun, LogFormatError, LogSplitter
@@ -60,6 +63,10 @@ _JUMP_IND, _CALL_IND, _RET = (
 )
 _SYSCALL, _OTHER_IND = int(InsnKind.SYSCALL), int(InsnKind.OTHER_INDIRECT)
 _REP, _ZERO_CALL = 1, 2
+_ANON = 4
+"""The block is in memory no file backs (JIT code): its bytes go to the JIT code file."""
+_SLOW = 8
+"""Arriving at the block leaves the fast loop (a system call, or anonymous code)."""
 _AUX_CHUNK: Final = 1 << 20
 _PROGRESS_STEP: Final = 1_000_000
 _MASK48: Final = (1 << 48) - 1
@@ -188,6 +195,13 @@ class Session:
     stopped_at_limit: bool = False
     images: dict[str, ElfImage] = field(default_factory=dict)
     processes: list[EmulationState] = field(default_factory=list)
+    jit_file: JitCodeFile | None = None
+
+    def jit_code_file(self) -> JitCodeFile:
+        """The recording's file of anonymous code (made when some first runs)."""
+        if self.jit_file is None:
+            self.jit_file = JitCodeFile(self.writer.path.with_name(JIT_CODE_FILE))
+        return self.jit_file
 
     def writer_flush(self) -> None:
         """Move full PT buffers of every thread to the file (bounded memory)."""
@@ -251,6 +265,8 @@ class EmulationState:
         self._clone_tids: deque[int] = deque()
         self._unnamed: deque[ThreadInfo] = deque()
         self._next_placeholder = -1
+        self._plugin_names_threads = False
+        """The thread plugin's lines were seen: they, not clone results, name threads."""
         # process sideband
         self._page: dict[str, int] = {}
         self._started = False
@@ -275,6 +291,7 @@ class EmulationState:
         self.forks: list[Fork] = []
         self.parent = parent
         self.fork = fork
+        self.jit: JitPages | None = None
         if parent is not None:
             # A forked child starts with its parent's code, descriptors and translations.
             self._started = True
@@ -291,6 +308,9 @@ class EmulationState:
             self._pending_tb = dict(parent._pending_tb)
             self._fds = dict(parent._fds)
             self.handler_entries = set(parent.handler_entries)
+            self.mappings = list(parent.mappings)
+            self._plugin_names_threads = parent._plugin_names_threads
+            self.jit = parent.jit.copy() if parent.jit is not None else None
 
     # -- blocks ------------------------------------------------------------------------
 
@@ -313,6 +333,12 @@ class EmulationState:
         tb = len(self.tb_pc)
         insns = [classify(pc, code) for pc, code in split_block(asm)]
         last = insns[-1]
+        flags = (_REP if last.rep else 0) | (_ZERO_CALL if last.zero_call else 0)
+        if last.kind == InsnKind.SYSCALL:
+            flags |= _SLOW
+        if not self._file_backed(insns[0].pc):
+            flags |= _ANON | _SLOW
+            self._jit_code(asm)
         self.tb_index[key] = tb
         self.tb_pc.append(insns[0].pc)
         self.tb_n.append(len(insns))
@@ -320,9 +346,24 @@ class EmulationState:
         self.tb_last.append(last.pc)
         self.tb_end.append(last.end)
         self.tb_target.append(-1 if last.target is None else last.target)
-        self.tb_flags.append((_REP if last.rep else 0) | (_ZERO_CALL if last.zero_call else 0))
+        self.tb_flags.append(flags)
         self.tb_insns.append(tuple(i.pc for i in insns))
         return tb
+
+    def _file_backed(self, pc: int) -> bool:
+        return any(start <= pc < start + size for start, size, _, _ in self.mappings)
+
+    def _jit_code(self, asm: list[tuple[int, bytes]]) -> None:
+        """Code no file holds: into the JIT code file, its pages mapped for perf."""
+        if self.jit is None:
+            self.jit = JitPages(self.session.jit_code_file())
+        path = str(self.jit.file.path)
+
+        def map_page(address: int, offset: int) -> None:
+            tid = self.threads[0].tid if self.threads else self.pid
+            self.writer.mmap2(self.pid, tid, address, 4096, offset, path, self._mmap_time())
+
+        self.jit.add(asm, map_page)
 
     def _lookup_missing(self, pc: int, cflags: int) -> int:
         asm = self._pending_tb.pop(pc, None)
@@ -339,6 +380,13 @@ class EmulationState:
     # -- raw lines -----------------------------------------------------------------------
 
     def line(self, raw: bytes) -> None:
+        plugin = raw.find(b"ptscope-qemu-")
+        if plugin >= 0:
+            # The thread plugin's line, written whole but maybe after part of another line.
+            self._plugin_line(raw[plugin:])
+            raw = raw[:plugin]
+            if not raw:
+                return
         asm = self._asm
         if asm is not None:
             if raw.startswith(b"0x"):
@@ -484,7 +532,7 @@ class EmulationState:
                     self._map_file(value, length, offset, path)
         elif name == b"clone" and value > 0 and b"CLONE_THREAD" in args:
             self._clone_tids.append(value)
-            while self._unnamed and self._clone_tids:
+            while self._unnamed and self._clone_tids and not self._plugin_names_threads:
                 self._name_thread(self._unnamed.popleft(), self._clone_tids.popleft())
         elif name in (b"clone", b"fork", b"vfork") and value > 0:
             forker = self._last_in_syscall()
@@ -538,7 +586,7 @@ class EmulationState:
         t = self.t0_ns - _SIDEBAND_LEAD_NS
         self.writer.comm(self.pid, self.pid, self.comm, t, exec_=True)
         exe = self.program
-        bias = self._page["start_code"] - exe.lowest_exec_vaddr if exe.pie else 0
+        bias = load_bias(self._page["start_code"], exe) if exe.pie else 0
         self._map_image(exe, bias, t)
         if exe.interpreter:
             interp = self._image(exe.interpreter)
@@ -551,7 +599,7 @@ class EmulationState:
         now = max((t.enc.now for t in self.threads if not t.exited), default=0)
         if creator is None and not self.threads:
             tid, ptid = self.pid, self.pid
-        elif self._clone_tids:
+        elif self._clone_tids and not self._plugin_names_threads:
             tid, ptid = self._clone_tids.popleft(), self.pid
         else:
             tid, ptid = self._next_placeholder, self.pid
@@ -591,17 +639,46 @@ class EmulationState:
         candidates = [t for t in self.threads if t.in_syscall and not t.exited]
         return max(candidates, key=lambda t: t.syscall_seq) if candidates else None
 
+    def _plugin_line(self, text: bytes) -> None:
+        """``ptscope-qemu-thread VCPU TID`` (a thread's first system call) or
+        ``ptscope-qemu-exit VCPU TID`` (its exit), from the thread plugin."""
+        words = text.split()
+        try:
+            what, cpu, tid = words[0], int(words[1]), int(words[2])
+        except (IndexError, ValueError):
+            return
+        self._plugin_names_threads = True
+        t = self.by_cpu.get(cpu)
+        if t is None:
+            return
+        if what == b"ptscope-qemu-thread" and t.tid != tid:
+            if t.tid >= 0:
+                log.debug("vCPU %d: thread %d says it is %d", cpu, t.tid, tid)
+                return
+            self._unnamed.remove(t)
+            with contextlib.suppress(ValueError):
+                self._clone_tids.remove(tid)
+            self._name_thread(t, tid)
+        elif what == b"ptscope-qemu-exit" and t.tid == tid:
+            self._free_cpu(t)
+
     def _thread_exit(self, group: bool, args: bytes) -> None:
         if group:
             with contextlib.suppress(ValueError):
                 self.ending.exit_code = int(args, 0)
             return
+        if self._plugin_names_threads:
+            return  # the plugin said which thread it was, before this line
         t = self._last_in_syscall()
         if t is not None:
-            t.exited = True
-            for cpu, other in list(self.by_cpu.items()):
-                if other is t:
-                    del self.by_cpu[cpu]
+            self._free_cpu(t)
+
+    def _free_cpu(self, t: ThreadInfo) -> None:
+        """Thread ``t`` exited: its vCPU index may run a new thread from now on."""
+        t.exited = True
+        for cpu, other in list(self.by_cpu.items()):
+            if other is t:
+                del self.by_cpu[cpu]
 
     # -- the main loop ---------------------------------------------------------------------
 
@@ -680,7 +757,12 @@ class EmulationState:
         k = lo
         fast_ok = self.model.cyc_threshold == 1
         while k < hi and count < budget:
-            t_ok = t.prev >= 0 and t.stash is None and t.enc.enabled
+            t_ok = (
+                t.prev >= 0
+                and t.stash is None
+                and t.enc.enabled
+                and not self.tb_flags[t.prev] & _ANON
+            )
             if fast_ok and t_ok and self._signal_hint is None:
                 k, count = self._fast(t, ids, k, hi, count, budget)
             else:
@@ -758,7 +840,7 @@ class EmulationState:
                 ok = pc == tb_end[prev]
             else:
                 ok = False
-            if ok and len(out) < psb_at and tb_kind[tb] != _SYSCALL:
+            if ok and len(out) < psb_at and not tb_flags[tb] & _SLOW:
                 n = tb_n[tb]
                 now += n * cpi
                 prev = tb
@@ -930,6 +1012,10 @@ class EmulationState:
             return True
         if how == Arrival.NORMAL:
             self._branch(t, p, pc)
+            if self.tb_flags[p] & _ANON and not self.tb_flags[tb] & _ANON:
+                # Back from JIT code: a PSB here lets perf carry on even if it could not
+                # decode that code (its bytes missing, or changed under it).
+                enc.request_psb()
         elif how == Arrival.DISCONTINUITY and self._truncate_prev(t, pc):
             pass  # the block simply ended early; control falls through to pc
         else:
@@ -1051,14 +1137,17 @@ class EmulationState:
     def flush_buffers(self) -> None:
         """Move full PT buffers to the file (keeps memory bounded during long runs)."""
         for t in self.threads:
-            if len(t.enc.out) >= _AUX_CHUNK:
+            if len(t.enc.out) >= _AUX_CHUNK and t.tid >= 0:  # named: its records can say
                 self._flush(t)
 
     def finish(self) -> None:
         """End every thread's stream and write the EXIT records."""
+        named = {t.tid for t in self.threads}
+        spare = deque(tid for tid in self._clone_tids if tid not in named)
         for t in list(self._unnamed):
-            # A thread whose clone result never showed up: name it after its slot.
-            self._name_thread(t, abs(t.tid) + (1 << 22))
+            # A thread that never named itself (no system call) takes a clone result no
+            # thread claimed; if none is left (or none showed up), a name after its slot.
+            self._name_thread(t, spare.popleft() if spare else abs(t.tid) + (1 << 22))
         self._unnamed.clear()
         for t in self.threads:
             self._end_thread(t)
