@@ -10,7 +10,7 @@ APT_PACKAGES := linux-perf qemu-user uftrace gcc g++ make lld rustc
 APT_COMMANDS := perf qemu-x86_64 uftrace gcc g++ make ld.lld rustc
 PYTEST_ARGS ?=
 
-.PHONY: help deps system-deps venv demo test lint format unit bench clean
+.PHONY: help deps system-deps venv demo test lint format unit bench fuzz clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -52,6 +52,10 @@ unit: deps ## the test suite without lint
 
 test: deps lint ## lint + the whole test suite
 	$(BIN)/pytest -q $(PYTEST_ARGS)
+
+N ?= 500
+fuzz: deps ## generated programs vs every oracle: make fuzz N=500 (prints K/N identical)
+	$(BIN)/python tests/fidelity/fuzz.py -n $(N)
 
 bench: deps ## run the benchmarks in bench/
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
