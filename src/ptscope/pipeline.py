@@ -23,7 +23,7 @@ from ptscope.decode.parallel import (
 from ptscope.decode.perf_map import PerfMap, perf_map_path, resolve_location
 from ptscope.decode.perf_script import decode_perf_data_text, decode_text_file
 from ptscope.decode.perf_text import TextStats
-from ptscope.errors import BadInputError, UsageError
+from ptscope.errors import BadInputError
 from ptscope.fxt import WriteStats, write_timeline
 from ptscope.model import (
     BranchBatch,
@@ -450,13 +450,3 @@ def _take_text_stats(summary: DecodeSummary, stats: TextStats) -> None:
     summary.unknown_lines += stats.unknown_lines
     room = 5 - len(summary.unknown_examples)
     summary.unknown_examples += list(stats.unknown_examples)[: max(room, 0)]
-
-
-def parse_id_list(text: str, what: str) -> tuple[int, ...]:
-    """``1,2,3`` → (1, 2, 3), or a one-line usage error."""
-    try:
-        return tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise UsageError(
-            f"{what} must be a comma-separated list of numbers, not {text!r}"
-        ) from None

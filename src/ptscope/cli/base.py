@@ -3,9 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Protocol
 
-__all__ = ["Command", "add_decoder_arguments", "positive_int"]
+from ptscope.errors import BadInputError, UsageError
+
+__all__ = [
+    "Command",
+    "add_decoder_arguments",
+    "parse_id_list",
+    "positive_int",
+    "reading_trace",
+]
 
 
 class Command(Protocol):
@@ -52,3 +63,43 @@ def add_decoder_arguments(parser: argparse.ArgumentParser) -> argparse._Argument
         help="decode N time windows in parallel (default: number of cores)",
     )
     return group
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be 0 or more")
+    return value
+
+
+def parse_id_list(text: str, what: str) -> tuple[int, ...]:
+    """``1,2,3`` → (1, 2, 3), or a one-line usage error."""
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise UsageError(
+            f"{what} must be a comma-separated list of numbers, not {text!r}"
+        ) from None
+
+
+@contextlib.contextmanager
+def reading_trace(path: Path) -> Iterator[None]:
+    """Turn every way reading a trace can fail into one line (a BadInputError)."""
+    from ptscope.fxt.reader import FxtFormatError
+
+    try:
+        yield
+    except FileNotFoundError as e:
+        raise BadInputError(f"no such file: {path}") from e
+    except IsADirectoryError as e:
+        raise BadInputError(f"{path} is a directory, not a trace") from e
+    except OSError as e:
+        raise BadInputError(f"cannot read {path}: {e.strerror or e}") from e
+    except FxtFormatError as e:
+        raise BadInputError(
+            f"cannot read {path}: {e} (ptscope reads the .fxt/.fxt.gz traces it writes)"
+        ) from e

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ptscope.cli.base import add_decoder_arguments
+from ptscope.cli.base import add_decoder_arguments, parse_id_list
 from ptscope.errors import UsageError
 
 if TYPE_CHECKING:
@@ -78,7 +78,7 @@ def add_decode_options(parser: argparse.ArgumentParser) -> None:
 
 
 def decode_options(args: argparse.Namespace) -> DecodeOptions:
-    from ptscope.pipeline import DecodeOptions, parse_id_list
+    from ptscope.pipeline import DecodeOptions
     from ptscope.reconstruct.region_filter import parse_filter
 
     return DecodeOptions(
