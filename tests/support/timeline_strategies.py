@@ -14,7 +14,7 @@ from ptscope.timeline import (
     check_nesting,
 )
 
-__all__ = ["NAME_TEXT", "thread_columns", "timelines"]
+__all__ = ["NAME_TEXT", "thread_columns", "thread_of_rows", "timelines"]
 
 NAME_TEXT = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=12)
 ADDRESSES = st.sampled_from([0, 1, 0x401000, 0x7FFF_FFFF_F000, (1 << 64) - 1])
@@ -113,3 +113,24 @@ def timelines(draw: st.DrawFn, max_threads: int = 4) -> Timeline:
         st.dictionaries(st.sampled_from([1, 4242, 7]), st.one_of(NAME_TEXT, st.just("")))
     )
     return Timeline(names=names, threads=threads, processes=processes)
+
+
+def thread_of_rows(pid: int, tid: int, rows: list[tuple[int, int, int, int]]) -> ThreadTimeline:
+    """A thread from hand-written (start, end, depth, name id) rows in (start, depth)
+    order, without addresses or counts."""
+    cols = np.array(rows, dtype=np.int64).reshape(-1, 4).T
+    n = len(rows)
+    thread = ThreadTimeline(
+        pid=pid,
+        tid=tid,
+        start=cols[0],
+        end=cols[1],
+        depth=cols[2].astype(np.int32),
+        name_id=cols[3].astype(np.int32),
+        address=np.zeros(n, dtype=np.uint64),
+        instructions=np.full(n, -1, dtype=np.int64),
+        cycles=np.full(n, -1, dtype=np.int64),
+        flags=np.zeros(n, dtype=np.uint8),
+    )
+    check_nesting(thread)
+    return thread
