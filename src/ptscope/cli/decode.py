@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ptscope.cli.base import add_decoder_arguments, parse_id_list
+from ptscope.cli.serve import add_serve_option, serve_in_perfetto
 from ptscope.errors import UsageError
 
 if TYPE_CHECKING:
@@ -41,6 +42,7 @@ class DecodeCommand:
             default=Path("trace.fxt.gz"),
             help="trace to write; .fxt.gz (default trace.fxt.gz) or .fxt",
         )
+        add_serve_option(parser)
         add_decode_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
@@ -59,8 +61,8 @@ class DecodeCommand:
                     "what should I decode? give a recording, a perf.data or --perf-script FILE"
                 )
             summary = decode_recording(Recording.find(args.recording), args.output, options)
-        print_summary(summary, sys.stdout)
-        return 0
+        print_summary(summary, sys.stdout, served=args.serve)
+        return serve_in_perfetto(args.output) if args.serve else 0
 
 
 def add_decode_options(parser: argparse.ArgumentParser) -> None:
