@@ -54,13 +54,17 @@ class Recording:
     def perf_data_paths(self) -> list[Path]:
         return [self.directory / p for p in self.perf_data]
 
-    def save(self) -> Path:
+    def metadata_json(self) -> str:
+        """The contents of ``ptscope-recording.json`` for this recording."""
         data = asdict(self)
         del data["directory"]
         data = {"format": RECORDING_FORMAT, "version": RECORDING_FORMAT_VERSION, **data}
+        return json.dumps(data, indent=1, sort_keys=True) + "\n"
+
+    def save(self) -> Path:
         path = self.directory / METADATA_NAME
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+        tmp.write_text(self.metadata_json())
         tmp.replace(path)
         return path
 

@@ -12,7 +12,7 @@ from ptscope.cli.serve import add_serve_option, serve_in_perfetto
 from ptscope.errors import UsageError
 
 if TYPE_CHECKING:
-    from ptscope.pipeline import DecodeOptions
+    from ptscope.pipeline import DecodeOptions, DecodeSummary
 
 # The pipeline (numpy, every stage) is imported when a command runs, not when the CLI
 # starts: `ptscope run` must start the workload as soon as perf is ready.
@@ -27,7 +27,8 @@ class DecodeCommand:
             "recording",
             nargs="?",
             type=Path,
-            help="a recording directory (from run/attach --keep-recording) or a perf.data",
+            help="a recording directory (from run/attach --keep-recording), a perf.data, "
+            "or an archive from `ptscope archive`",
         )
         parser.add_argument(
             "--perf-script",
@@ -47,8 +48,7 @@ class DecodeCommand:
 
     def run(self, args: argparse.Namespace) -> int:
         from ptscope.cli.output import print_summary
-        from ptscope.pipeline import decode_perf_script_text, decode_recording
-        from ptscope.recording import Recording
+        from ptscope.pipeline import decode_perf_script_text
 
         options = decode_options(args)
         if args.perf_script is not None:
@@ -60,9 +60,36 @@ class DecodeCommand:
                 raise UsageError(
                     "what should I decode? give a recording, a perf.data or --perf-script FILE"
                 )
-            summary = decode_recording(Recording.find(args.recording), args.output, options)
+            summary = _decode_recording_or_archive(args.recording, args.output, options)
         print_summary(summary, sys.stdout, served=args.serve)
         return serve_in_perfetto(args.output) if args.serve else 0
+
+
+def _decode_recording_or_archive(path: Path, output: Path, options: DecodeOptions) -> DecodeSummary:
+    """Decode a recording; an archive is unpacked to a temporary directory first and
+    decoded with the binaries it holds (perf's --symfs)."""
+    import dataclasses
+    import tempfile
+
+    from ptscope.pipeline import decode_recording
+    from ptscope.record.archive import is_archive, unpack_archive
+    from ptscope.recording import Recording
+
+    if not is_archive(path):
+        return decode_recording(Recording.find(path), output, options)
+    if options.symfs is not None:
+        raise UsageError("--symfs does not apply to an archive (it brings its own binaries)")
+    with tempfile.TemporaryDirectory(prefix="ptscope-archive-") as tmp:
+        unpacked = unpack_archive(path, Path(tmp))
+        missing = unpacked.manifest.get("missing") or []
+        if isinstance(missing, list) and missing:
+            print(
+                f"ptscope: warning: {len(missing)} object(s) were not archived; their code "
+                "decodes as unknown",
+                file=sys.stderr,
+            )
+        with_binaries = dataclasses.replace(options, symfs=unpacked.symfs)
+        return decode_recording(unpacked.recording, output, with_binaries)
 
 
 def add_decode_options(parser: argparse.ArgumentParser) -> None:

@@ -1,0 +1,119 @@
+"""`ptscope archive` and `ptscope decode ARCHIVE`: a recording made here decodes the
+same elsewhere, with the program it ran gone, from the binaries the archive carries
+(found by build-id, laid out as perf's build-id cache) — and bad archives are refused in
+one line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from ptscope.record.build_id import file_build_id
+from ptscope.record.emulated import record
+from support.cli import one_line_error, ptscope
+from support.programs import build
+
+pytestmark = pytest.mark.slow
+
+
+def dump(trace: Path) -> list[str]:
+    done = ptscope("dump", str(trace), "--instants")
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+@pytest.fixture
+def program(tmp_path: Path) -> Path:
+    """A private copy of a dynamic PIE (libc and ld.so come from the system)."""
+    copy = tmp_path / "bin" / "basics"
+    copy.parent.mkdir()
+    shutil.copy2(build("basics"), copy)
+    return copy
+
+
+def test_archive_decodes_elsewhere_without_the_program(program: Path, tmp_path: Path) -> None:
+    recording = tmp_path / "rec"
+    record([str(program), "7"], recording)
+    original = tmp_path / "original.fxt.gz"
+    assert ptscope("decode", str(recording), "-o", str(original)).returncode == 0
+    want = dump(original)
+    assert any(line.endswith(" fib") for line in want)
+
+    archive = tmp_path / "rec.tar.gz"
+    done = ptscope("archive", str(recording), "-o", str(archive))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"wrote {archive}: the recording and ")
+    build_id = file_build_id(program)
+    assert build_id is not None
+    with tarfile.open(archive) as tar:
+        names = set(tar.getnames())
+        manifest = json.load(tar.extractfile("ptscope-archive.json"))  # type: ignore[arg-type]
+    hexid = build_id.hex()
+    # perf's build-id cache layout: the binary under its path and id, and the id's link.
+    assert f".debug{program}/{hexid}/elf" in names
+    assert f".debug/.build-id/{hexid[:2]}/{hexid[2:]}" in names
+    assert "recording/perf.data" in names and "recording/ptscope-recording.json" in names
+    archived = {o["path"] for o in manifest["objects"]}
+    assert str(program) in archived and any("libc.so" in p for p in archived)
+    assert manifest["missing"] == []
+
+    # Elsewhere: the archive alone, the program gone.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    moved = elsewhere / "rec.tar.gz"
+    archive.rename(moved)
+    program.rename(program.with_name("hidden"))
+    shutil.rmtree(recording)
+    done = ptscope("decode", "rec.tar.gz", "-o", "again.fxt.gz", cwd=elsewhere)
+    assert done.returncode == 0, done.stderr
+    assert dump(elsewhere / "again.fxt.gz") == want
+
+
+def test_without_the_archive_the_program_is_missed(program: Path, tmp_path: Path) -> None:
+    """The comparison above can fail: decoding the recording itself once the program is
+    gone loses its functions (so the archive is what brought them back)."""
+    recording = tmp_path / "rec"
+    record([str(program), "7"], recording)
+    original = tmp_path / "original.fxt.gz"
+    assert ptscope("decode", str(recording), "-o", str(original)).returncode == 0
+    program.rename(program.with_name("hidden"))
+    again = tmp_path / "again.fxt.gz"
+    assert ptscope("decode", str(recording), "-o", str(again)).returncode == 0
+    lost = dump(again)
+    assert lost != dump(original)
+    assert not any(line.endswith(" fib") for line in lost)
+
+
+def test_a_changed_binary_is_reported_not_archived(program: Path, tmp_path: Path) -> None:
+    recording = tmp_path / "rec"
+    record([str(program), "3"], recording)
+    shutil.copy2(build("basics", opt="-O2"), program)  # another build, another build-id
+    done = ptscope("archive", str(recording), "-o", str(tmp_path / "a.tar.gz"))
+    assert done.returncode == 0, done.stderr
+    assert f"not archived: {program}" in done.stderr and "changed" in done.stderr
+
+
+def test_bad_archive_input_is_one_line(tmp_path: Path) -> None:
+    line = one_line_error(ptscope("archive", str(tmp_path / "none"), "-o", "x.tar.gz"), 3)
+    assert "no such file" in line
+    (tmp_path / "empty").mkdir()
+    line = one_line_error(ptscope("archive", str(tmp_path / "empty")), 3)
+    assert "holds no perf.data" in line
+    plain = tmp_path / "plain.tar.gz"
+    with tarfile.open(plain, "w:gz") as tar:
+        tar.add(__file__, arcname="hello.py")
+    line = one_line_error(ptscope("decode", str(plain), "-o", str(tmp_path / "t.fxt")), 3)
+    assert "not a ptscope archive" in line
+    evil = tmp_path / "evil.tar.gz"
+    with tarfile.open(evil, "w:gz") as tar:
+        info = tarfile.TarInfo("../outside")
+        tar.addfile(info)
+    line = one_line_error(ptscope("decode", str(evil), "-o", str(tmp_path / "t.fxt")), 3)
+    assert "outside the archive" in line
+    cut = tmp_path / "cut.tar.gz"
+    cut.write_bytes(plain.read_bytes()[:40])
+    one_line_error(ptscope("decode", str(cut), "-o", str(tmp_path / "t.fxt")))
