@@ -68,6 +68,8 @@ class DecodeOptions:
     tids: tuple[int, ...] = ()
     region: tuple[str, str] | None = None
     symfs: Path | None = None
+    kallsyms: Path | None = None
+    """Kernel symbols to use (perf ignores the machine's when given a symfs)."""
 
 
 @dataclass
@@ -209,6 +211,7 @@ def _branch_timeline(
                 pids=options.pids,
                 tids=options.tids,
                 symfs=options.symfs,
+                extra=_kernel_symbols(options),
                 task_events=True,
                 perf=perf,
                 on_stats=text_stats.append,
@@ -237,6 +240,7 @@ def _sampled_timeline(
             pids=options.pids,
             tids=options.tids,
             symfs=options.symfs,
+            extra=_kernel_symbols(options),
             task_events=True,
             on_stats=text_stats.append,
         )
@@ -283,7 +287,11 @@ def _perf_filters(options: DecodeOptions) -> list[str]:
         extra.append("--tid=" + ",".join(map(str, options.tids)))
     if options.symfs is not None:
         extra.append(f"--symfs={options.symfs}")
-    return extra
+    return extra + _kernel_symbols(options)
+
+
+def _kernel_symbols(options: DecodeOptions) -> list[str]:
+    return [] if options.kallsyms is None else [f"--kallsyms={options.kallsyms}"]
 
 
 def _counted(batches: Iterable[list[Event]], progress: Progress | None) -> Iterator[list[Event]]:

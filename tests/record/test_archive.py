@@ -6,8 +6,10 @@ one line."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -27,7 +29,7 @@ def dump(trace: Path) -> list[str]:
 
 
 @pytest.fixture
-def program(tmp_path: Path) -> Path:
+def private_program(tmp_path: Path) -> Path:
     """A private copy of a dynamic PIE (libc and ld.so come from the system)."""
     copy = tmp_path / "bin" / "basics"
     copy.parent.mkdir()
@@ -35,7 +37,10 @@ def program(tmp_path: Path) -> Path:
     return copy
 
 
-def test_archive_decodes_elsewhere_without_the_program(program: Path, tmp_path: Path) -> None:
+def test_archive_decodes_elsewhere_without_the_program(
+    private_program: Path, tmp_path: Path
+) -> None:
+    program = private_program
     recording = tmp_path / "rec"
     record([str(program), "7"], recording)
     original = tmp_path / "original.fxt.gz"
@@ -73,7 +78,38 @@ def test_archive_decodes_elsewhere_without_the_program(program: Path, tmp_path: 
     assert dump(elsewhere / "again.fxt.gz") == want
 
 
-def test_without_the_archive_the_program_is_missed(program: Path, tmp_path: Path) -> None:
+def test_kernel_symbols_travel_with_a_kernel_recording(
+    program: Callable[..., Path], tmp_path: Path
+) -> None:
+    """Sampling with --kernel (root): the archive carries kallsyms, and the decode
+    elsewhere names the kernel functions as here (with a symfs perf reads no kallsyms of
+    its own: without the archived one they would be [unknown])."""
+    if os.geteuid() != 0:
+        pytest.skip("kernel tracing needs root")
+    recording = tmp_path / "rec"
+    done = ptscope("run", "--backend", "sampling", "--kernel", "--keep-recording",
+                   str(recording), "-o", str(tmp_path / "here.fxt.gz"), "--",
+                   str(program("quick")))  # fmt: skip
+    if done.returncode != 0:
+        pytest.skip(f"no kernel sampling here: {done.stderr.splitlines()[:1]}")
+    want = dump(tmp_path / "here.fxt.gz")
+    if not any("syscall" in line.lower() for line in want):
+        pytest.skip("no kernel function was sampled")
+    archive = tmp_path / "k.tar.gz"
+    assert ptscope("archive", str(recording), "-o", str(archive)).returncode == 0
+    with tarfile.open(archive) as tar:
+        manifest = json.load(tar.extractfile("ptscope-archive.json"))  # type: ignore[arg-type]
+    kernel = [o for o in manifest["objects"] if o["path"] == "[kernel.kallsyms]"]
+    assert kernel and kernel[0]["files"][0].endswith("/kallsyms")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    done = ptscope("decode", str(archive), "-o", "there.fxt.gz", cwd=elsewhere)
+    assert done.returncode == 0, done.stderr
+    assert dump(elsewhere / "there.fxt.gz") == want
+
+
+def test_without_the_archive_the_program_is_missed(private_program: Path, tmp_path: Path) -> None:
+    program = private_program
     """The comparison above can fail: decoding the recording itself once the program is
     gone loses its functions (so the archive is what brought them back)."""
     recording = tmp_path / "rec"
@@ -88,7 +124,8 @@ def test_without_the_archive_the_program_is_missed(program: Path, tmp_path: Path
     assert not any(line.endswith(" fib") for line in lost)
 
 
-def test_a_changed_binary_is_reported_not_archived(program: Path, tmp_path: Path) -> None:
+def test_a_changed_binary_is_reported_not_archived(private_program: Path, tmp_path: Path) -> None:
+    program = private_program
     recording = tmp_path / "rec"
     record([str(program), "3"], recording)
     shutil.copy2(build("basics", opt="-O2"), program)  # another build, another build-id

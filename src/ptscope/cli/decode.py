@@ -88,7 +88,9 @@ def _decode_recording_or_archive(path: Path, output: Path, options: DecodeOption
                 "decodes as unknown",
                 file=sys.stderr,
             )
-        with_binaries = dataclasses.replace(options, symfs=unpacked.symfs)
+        with_binaries = dataclasses.replace(
+            options, symfs=unpacked.symfs, kallsyms=unpacked.kallsyms
+        )
         return decode_recording(unpacked.recording, output, with_binaries)
 
 

@@ -14,11 +14,14 @@ the way perf's build-id cache stores it, so that perf itself finds them::
 Decoding passes ``--symfs <archive root>`` to perf: with a symfs, perf looks for its
 build-id cache in ``<symfs>/.debug`` and prefixes every other path with the symfs (perf
 commit "perf tools: Set buildid dir under symfs when --symfs is provided"), so nothing
-from the decoding machine is used: what decodes is what was archived. For each object the
-binary is taken from perf's own cache (``~/.debug``, where ``perf record`` puts it) or
-from its path when the file there still has the recorded build-id; debug info from the
-cache or ``/usr/lib/debug/.build-id/``. Kernel symbols (``[kernel.kallsyms]``) come from
-the cache or, when the running kernel is the one recorded, ``/proc/kallsyms``.
+from the decoding machine is used: what decodes is what was archived. With a symfs perf
+does not look for kernel symbols at all, so the archived kallsyms go in ``--kallsyms``.
+
+For each object the binary is taken from perf's own cache (``~/.debug``, where ``perf
+record`` puts it) or from its path when the file there still has the recorded build-id;
+debug info from the cache or ``/usr/lib/debug/.build-id/``. Kernel symbols
+(``[kernel.kallsyms]``) come from the cache or, when the running kernel is the one
+recorded, ``/proc/kallsyms``.
 """
 
 from __future__ import annotations
@@ -88,6 +91,9 @@ class UnpackedArchive:
     symfs: Path
     """The root to give perf as ``--symfs`` (its build-id cache is ``symfs/.debug``)."""
     manifest: dict[str, object]
+    kallsyms: Path | None = None
+    """The kernel's symbols, for perf's ``--kallsyms`` (with a symfs, perf does not look
+    for them itself)."""
 
 
 def default_cache() -> Path:
@@ -310,20 +316,24 @@ def _check_member(member: tarfile.TarInfo) -> None:
 def unpack_archive(path: Path, into: Path) -> UnpackedArchive:
     """Unpack an archive made by :func:`create_archive` into the directory ``into``."""
     try:
-        with tarfile.open(path, "r:*") as tar:
-            members = tar.getmembers()
-            for member in members:
-                _check_member(member)
-            if MANIFEST not in {m.name for m in members}:
-                raise BadInputError(f"{path} is a tar file but not a ptscope archive")
-            if hasattr(tarfile, "data_filter"):
-                tar.extractall(into, members=members, filter="data")
-            else:  # Python < 3.11.4: the members were checked above
-                tar.extractall(into, members=members)
+        with open(path, "rb") as raw:
+            gzipped = raw.read(2) == b"\x1f\x8b"
+            raw.seek(0)
+            stream = _GzipFile(fileobj=raw, mode="rb") if gzipped else raw  # type: ignore[no-untyped-call]
+            # Streamed ("r|"): each member is checked, then unpacked, in one pass.
+            with stream, tarfile.open(fileobj=stream, mode="r|") as tar:
+                for member in tar:
+                    _check_member(member)
+                    if hasattr(tarfile, "data_filter"):
+                        tar.extract(member, into, filter="data")
+                    else:  # Python < 3.11.4: checked above
+                        tar.extract(member, into)
     except (tarfile.TarError, EOFError, OSError) as e:
         raise BadInputError(f"cannot unpack {path}: {e}") from e
     try:
         manifest = json.loads((into / MANIFEST).read_text())
+    except FileNotFoundError:
+        raise BadInputError(f"{path} is a tar file but not a ptscope archive") from None
     except (OSError, ValueError) as e:
         raise BadInputError(f"{path}: unreadable manifest ({e})") from e
     if manifest.get("format") != ARCHIVE_FORMAT:
@@ -333,4 +343,12 @@ def unpack_archive(path: Path, into: Path) -> UnpackedArchive:
             f"{path} was written by a newer ptscope (archive version {manifest['version']})"
         )
     recording = Recording.load(into / str(manifest.get("recording", RECORDING_DIR)))
-    return UnpackedArchive(recording, into, manifest)
+    kallsyms = next(
+        (
+            into / o["files"][0]
+            for o in manifest.get("objects", [])
+            if o.get("path") == KERNEL and o.get("files")
+        ),
+        None,
+    )
+    return UnpackedArchive(recording, into, manifest, kallsyms)
