@@ -18,11 +18,30 @@ from typing import Any, Final
 
 from ptscope.errors import BadInputError
 
-__all__ = ["METADATA_NAME", "RECORDING_FORMAT_VERSION", "Recording", "TriggerHit"]
+__all__ = [
+    "METADATA_NAME",
+    "RECORDING_FORMAT_VERSION",
+    "Recording",
+    "TriggerHit",
+    "require_format",
+]
 
 METADATA_NAME: Final = "ptscope-recording.json"
 RECORDING_FORMAT: Final = "ptscope-recording"
 RECORDING_FORMAT_VERSION: Final = 1
+
+
+def require_format(
+    data: dict[str, Any], name: str, version: int, path: Path | str, what: str
+) -> None:
+    """Refuse, in one line, JSON whose ``format`` is not ``name`` or whose ``version`` is
+    newer than ``version`` (the versioned JSON files ptscope writes)."""
+    if not isinstance(data, dict) or data.get("format") != name:
+        raise BadInputError(f"{path} is not ptscope {what}")
+    if int(data.get("version", 0)) > version:
+        raise BadInputError(
+            f"{path} was written by a newer ptscope ({what} version {data['version']})"
+        )
 
 
 @dataclass
@@ -79,12 +98,7 @@ class Recording:
             ) from None
         except (OSError, ValueError) as e:
             raise BadInputError(f"cannot read {path}: {e}") from e
-        if data.get("format") != RECORDING_FORMAT:
-            raise BadInputError(f"{path} is not ptscope recording metadata")
-        if int(data.get("version", 0)) > RECORDING_FORMAT_VERSION:
-            raise BadInputError(
-                f"{path} was written by a newer ptscope (format version {data['version']})"
-            )
+        require_format(data, RECORDING_FORMAT, RECORDING_FORMAT_VERSION, path, "recording metadata")
         return cls(
             directory=directory,
             backend=str(data.get("backend", "")),

@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import subprocess
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from ptscope.perftool import find_perf
 from ptscope.record.build_id import file_build_id
 from ptscope.record.emulated import record
 from support.cli import one_line_error, ptscope
@@ -101,6 +104,12 @@ def test_kernel_symbols_travel_with_a_kernel_recording(
         manifest = json.load(tar.extractfile("ptscope-archive.json"))  # type: ignore[arg-type]
     kernel = [o for o in manifest["objects"] if o["path"] == "[kernel.kallsyms]"]
     assert kernel and kernel[0]["files"][0].endswith("/kallsyms")
+    # Every file the samples' call chains pass through is there, not only the objects
+    # of the sampled addresses (what perf buildid-list --with-hits names).
+    script = subprocess.run([find_perf().path, "script", "-i", str(recording / "perf.data"), "-F",
+                             "ip,dso"], capture_output=True, text=True, check=True)  # fmt: skip
+    in_chains = set(re.findall(r"\((/[^()]+)\)\s*$", script.stdout, re.MULTILINE))
+    assert in_chains and in_chains <= {o["path"] for o in manifest["objects"]}
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     done = ptscope("decode", str(archive), "-o", "there.fxt.gz", cwd=elsewhere)

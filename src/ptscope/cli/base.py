@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Protocol
 
@@ -13,6 +13,8 @@ from ptscope.errors import BadInputError, UsageError
 __all__ = [
     "Command",
     "add_decoder_arguments",
+    "int_at_least",
+    "non_negative_int",
     "parse_id_list",
     "positive_int",
     "reading_trace",
@@ -34,15 +36,23 @@ class Command(Protocol):
     def run(self, args: argparse.Namespace) -> int: ...
 
 
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
+def int_at_least(minimum: int) -> Callable[[str], int]:
+    """argparse type: an integer >= ``minimum``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}")
+        return value
+
+    return parse
+
+
+positive_int = int_at_least(1)
+non_negative_int = int_at_least(0)
 
 
 def add_decoder_arguments(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
@@ -63,17 +73,6 @@ def add_decoder_arguments(parser: argparse.ArgumentParser) -> argparse._Argument
         help="decode N time windows in parallel (default: number of cores)",
     )
     return group
-
-
-def non_negative_int(text: str) -> int:
-    """argparse type: an integer >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError("must be 0 or more")
-    return value
 
 
 def parse_id_list(text: str, what: str) -> tuple[int, ...]:

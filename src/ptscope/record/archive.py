@@ -29,6 +29,8 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
+import subprocess
 import tarfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -38,7 +40,7 @@ from typing import Final
 from ptscope.errors import BadInputError, PtscopeError, ToolMissingError
 from ptscope.perftool import PerfTool, perf_env
 from ptscope.record.build_id import file_build_id, kernel_build_id
-from ptscope.recording import METADATA_NAME, Recording
+from ptscope.recording import METADATA_NAME, Recording, require_format
 
 __all__ = [
     "ARCHIVE_FORMAT",
@@ -104,13 +106,13 @@ def default_cache() -> Path:
 # -- which objects ----------------------------------------------------------------------
 
 
-def list_build_ids(perf: PerfTool, perf_data: Path) -> list[tuple[str, str]]:
-    """(build-id, path) of every object with hits in ``perf_data``."""
-    import subprocess
-
+def list_build_ids(perf: PerfTool, perf_data: Path, *, with_hits: bool) -> list[tuple[str, str]]:
+    """(build-id, path) of the objects ``perf buildid-list`` names: those with samples
+    (``with_hits``: what ``perf archive`` takes) or those in the file's build-id table
+    (``[vdso]`` is only there)."""
     try:
         done = subprocess.run(
-            [perf.path, "buildid-list", "-i", str(perf_data), "--with-hits"],
+            [perf.path, "buildid-list", "-i", str(perf_data), *(["--with-hits"] * with_hits)],
             capture_output=True,
             text=True,
             env=perf_env(),
@@ -129,6 +131,64 @@ def list_build_ids(perf: PerfTool, perf_data: Path) -> list[tuple[str, str]]:
         if build_id and path and all(c in "0123456789abcdef" for c in build_id):
             found.append((build_id, path.strip()))
     return found
+
+
+_CALLCHAIN_OBJECT: Final = re.compile(r"\((/[^()]+)\)\s*$")
+
+
+def callchain_objects(perf: PerfTool, perf_data: Path) -> set[str]:
+    """Files named in the samples' call chains. ``--with-hits`` counts only the object
+    of each sample's own address, so a library that only a call chain passes through
+    (a syscall's sample, with libc under the kernel) needs this to be archived."""
+    found: set[str] = set()
+    try:
+        with subprocess.Popen(
+            [perf.path, "script", "-i", str(perf_data), "-F", "ip,dso"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            errors="replace",
+            env=perf_env(),
+        ) as process:
+            assert process.stdout is not None
+            for line in process.stdout:
+                m = _CALLCHAIN_OBJECT.search(line)
+                if m is not None:
+                    found.add(m.group(1))
+    except OSError as e:
+        raise ToolMissingError(f"cannot run perf script: {e}") from e
+    return found
+
+
+def _wanted(recording: Recording, perf: PerfTool) -> dict[tuple[str, str], None]:
+    """(build-id, path) of every object to archive ("" for a file with no build-id)."""
+    wanted: dict[tuple[str, str], None] = {}
+    for perf_data in recording.perf_data_paths():
+        if not perf_data.exists():
+            raise BadInputError(f"{perf_data}: no such file (the recording is incomplete)")
+        for with_hits in (True, False):
+            wanted.update(dict.fromkeys(list_build_ids(perf, perf_data, with_hits=with_hits)))
+        if recording.backend == "sampling":
+            known = {path for _, path in wanted}
+            for path in sorted(callchain_objects(perf, perf_data) - known):
+                build_id = file_build_id(path)
+                wanted[(build_id.hex() if build_id else "", path)] = None
+    if recording.scope != "user":
+        running = kernel_build_id()
+        if running is not None and not any(path == KERNEL for _, path in wanted):
+            wanted[(running.hex(), KERNEL)] = None
+    return wanted
+
+
+def _mirror_name(path: str) -> str | None:
+    """Where perf looks for ``path`` under the symfs (None for pseudo-objects)."""
+    if not path.startswith("/"):
+        return None
+    name = str(PurePosixPath(path).relative_to("/"))
+    top = name.split("/", 1)[0]
+    if top in (CACHE_DIR, RECORDING_DIR, MANIFEST) or ".." in PurePosixPath(name).parts:
+        return None
+    return name
 
 
 def _member_dir(build_id: str, path: str) -> str:
@@ -210,21 +270,61 @@ def _recording_files(recording: Recording) -> list[Path]:
     return files
 
 
+class _NotArchived(Exception):
+    pass
+
+
+class _Packer:
+    """Adds objects to the archive: each under perf's build-id cache layout, with its
+    ``.build-id`` link, and a link at its own path for perf's lookups by path (objects
+    perf has no build-id for: libraries only call chains pass through)."""
+
+    def __init__(self, tar: tarfile.TarFile, cache: Path) -> None:
+        self.tar = tar
+        self.cache = cache
+        self.names: set[str] = set()
+
+    def _link(self, name: str, target: str) -> None:
+        if name not in self.names:
+            _add_link(self.tar, name, os.path.relpath(target, os.path.dirname(name)))
+            self.names.add(name)
+
+    def add(self, build_id: str, path: str) -> ArchivedObject:
+        mirror = _mirror_name(path)
+        if not build_id:
+            if mirror is None or not os.path.isfile(path):
+                raise _NotArchived("the file is gone (and it has no build-id)")
+            _add_file(self.tar, Path(path), mirror)
+            self.names.add(mirror)
+            return ArchivedObject(build_id, path, [mirror], path)
+        source, why = _find_object(build_id, path, self.cache)
+        if source is None:
+            raise _NotArchived(why)
+        try:
+            member = _member_dir(build_id, path)
+        except ValueError as e:
+            raise _NotArchived(str(e)) from e
+        item = ArchivedObject(build_id, path, source=str(source))
+        name = f"{member}/{_SPECIAL_BASENAMES.get(path, 'elf')}"
+        _add_file(self.tar, source, name)
+        item.files.append(name)
+        debug = _find_debug(build_id, self.cache) if path not in _SPECIAL_BASENAMES else None
+        if debug is not None:
+            _add_file(self.tar, debug, f"{member}/debug")
+            item.files.append(f"{member}/debug")
+        # One .build-id link per build-id, as in perf's cache.
+        self._link(f"{CACHE_DIR}/.build-id/{build_id[:2]}/{build_id[2:]}", member)
+        if mirror is not None:
+            self._link(mirror, name)
+        return item
+
+
 def create_archive(
     recording: Recording, output: Path, *, perf: PerfTool, cache: Path | None = None
 ) -> ArchiveSummary:
     """Write ``recording`` and the objects it needs to ``output`` (a .tar.gz)."""
     cache = cache if cache is not None else default_cache()
-    wanted: dict[tuple[str, str], None] = {}
-    for perf_data in recording.perf_data_paths():
-        if not perf_data.exists():
-            raise BadInputError(f"{perf_data}: no such file (the recording is incomplete)")
-        for key in list_build_ids(perf, perf_data):
-            wanted[key] = None
-    if recording.scope != "user":
-        running = kernel_build_id()
-        if running is not None and not any(path == KERNEL for _, path in wanted):
-            wanted[(running.hex(), KERNEL)] = None
+    wanted = _wanted(recording, perf)
     objects: list[ArchivedObject] = []
     missing: list[tuple[str, str, str]] = []
     tmp = output.with_name(f".{output.name}.{os.getpid()}.tmp")
@@ -237,31 +337,12 @@ def create_archive(
                 # A bare perf.data: say what it is, so that the archive decodes as is.
                 meta = Recording(recording.directory, recording.backend, recording.perf_data)
                 _add_bytes(tar, f"{RECORDING_DIR}/{METADATA_NAME}", meta.metadata_json().encode())
-            linked: set[str] = set()
+            packer = _Packer(tar, cache)
             for build_id, path in wanted:
-                source, why = _find_object(build_id, path, cache)
                 try:
-                    member = _member_dir(build_id, path)
-                except ValueError as e:
+                    objects.append(packer.add(build_id, path))
+                except _NotArchived as e:
                     missing.append((build_id, path, str(e)))
-                    continue
-                if source is None:
-                    missing.append((build_id, path, why))
-                    continue
-                item = ArchivedObject(build_id, path, source=str(source))
-                name = f"{member}/{_SPECIAL_BASENAMES.get(path, 'elf')}"
-                _add_file(tar, source, name)
-                item.files.append(name)
-                debug = _find_debug(build_id, cache) if path not in _SPECIAL_BASENAMES else None
-                if debug is not None:
-                    _add_file(tar, debug, f"{member}/debug")
-                    item.files.append(f"{member}/debug")
-                if build_id not in linked:  # one link per build-id, as in perf's cache
-                    link_dir = f"{CACHE_DIR}/.build-id/{build_id[:2]}"
-                    target = os.path.relpath(member, link_dir)
-                    _add_link(tar, f"{link_dir}/{build_id[2:]}", target)
-                    linked.add(build_id)
-                objects.append(item)
             manifest = {
                 "format": ARCHIVE_FORMAT,
                 "version": ARCHIVE_VERSION,
@@ -336,12 +417,7 @@ def unpack_archive(path: Path, into: Path) -> UnpackedArchive:
         raise BadInputError(f"{path} is a tar file but not a ptscope archive") from None
     except (OSError, ValueError) as e:
         raise BadInputError(f"{path}: unreadable manifest ({e})") from e
-    if manifest.get("format") != ARCHIVE_FORMAT:
-        raise BadInputError(f"{path} is not a ptscope archive")
-    if int(manifest.get("version", 0)) > ARCHIVE_VERSION:
-        raise BadInputError(
-            f"{path} was written by a newer ptscope (archive version {manifest['version']})"
-        )
+    require_format(manifest, ARCHIVE_FORMAT, ARCHIVE_VERSION, path, "archive")
     recording = Recording.load(into / str(manifest.get("recording", RECORDING_DIR)))
     kallsyms = next(
         (
