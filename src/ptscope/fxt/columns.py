@@ -223,13 +223,9 @@ class _SliceChunk:
     position: I64  # global word offset of the record (orders records, dates table refs)
     start: U64
     end: U64
-    name_ref: I64
-    thread_ref: I64
-    category_ref: I64
-    address: U64 | None
-    instructions: U64 | None
-    cycles: U64 | None
-    flags_ref: I64 | None
+    name_ref: npt.NDArray[Any]  # 16-bit
+    thread_ref: npt.NDArray[Any]
+    category_ref: npt.NDArray[Any]
 
 
 @dataclass
@@ -260,7 +256,9 @@ class _TableLog:
         return keys[order], np.asarray(self.value, dtype=np.int64)[order]
 
 
-def _resolve(table: tuple[I64, I64], refs: I64, positions: I64, what: str) -> npt.NDArray[np.int64]:
+def _resolve(
+    table: tuple[I64, I64], refs: npt.NDArray[Any], positions: I64, what: str
+) -> npt.NDArray[np.int64]:
     """The value each ref had in its table when the record at ``positions`` was read."""
     keys, values = table
     if not refs.size:
@@ -279,96 +277,87 @@ def _resolve(table: tuple[I64, I64], refs: I64, positions: I64, what: str) -> np
         inside = refs < size
         if not inside.all() or np.any(set_at[refs] > positions):
             raise _NotOurSubset(f"{what} ref never set")
-        return value_of[refs]
-    query = (refs << 40) | positions
+        looked_up: npt.NDArray[np.int64] = value_of[refs]
+        return looked_up
+    wide = refs.astype(np.int64)
+    query = (wide << 40) | positions
     found = np.searchsorted(keys, query, side="right") - 1
     ok = found >= 0
     found = np.maximum(found, 0)
-    ok &= (keys[found] >> 40) == refs
+    ok &= (keys[found] >> 40) == wide
     if not ok.all():
         raise _NotOurSubset(f"{what} ref never set")
     return values[found]
 
 
 def _decode_complete(
-    words: U64, starts: I64, headers: U64, base: int
+    words: U64, starts: I64, headers: U64, base: int, *, with_args: bool
 ) -> tuple[_SliceChunk, _ArgNames]:
-    """Columns of the complete events at ``starts`` (word offsets in ``words``)."""
+    """Columns of the complete events at ``starts`` (word offsets in ``words``); their
+    arguments are walked (the record sizes checked) and kept ``with_args``."""
     # The header's 16-bit fields, read in place: type|size, etype|nargs|thread,
-    # category, name.
+    # category, name. Refs stay 16-bit until they are resolved.
     fields = headers.view("<u2").reshape(-1, 4)
-    size = (fields[:, 0] >> 4).astype(np.int64)
+    size = fields[:, 0] >> 4
     nargs = (fields[:, 1] >> 4) & 0xF
-    thread_ref = (fields[:, 1] >> 8).astype(np.int64)
-    category_ref = fields[:, 2].astype(np.int64)
-    name_ref = fields[:, 3].astype(np.int64)
+    thread_ref = fields[:, 1] >> 8
+    category_ref = fields[:, 2].copy()
+    name_ref = fields[:, 3].copy()
     if (
         not thread_ref.all()
-        or (fields[:, 3] >= 0x8000).any()
-        or (fields[:, 2] >= 0x8000).any()
+        or (name_ref >= 0x8000).any()
+        or (category_ref >= 0x8000).any()
         or (size < 3).any()
     ):
         raise _NotOurSubset("inline refs or a short complete event")
+    last = starts + size - 1  # the end time's word
     start = words[starts + 1]
-    end = words[starts + size - 1]
-    # Arguments: walk the k-th argument of every record that has one, all at once.
+    end = words[last]
+    # Arguments: the k-th argument of every record that has one, all at once.
     arg_pos: list[I64] = []
     arg_slice: list[I64] = []
     arg_header: list[U64] = []
     pos = starts + 2
-    max_args = int(nargs.max()) if nargs.size else 0
-    for k in range(max_args):
-        has = np.flatnonzero(nargs > k)
+    every = np.arange(len(starts))
+    top = len(words) - 1
+    for k in range(int(nargs.max()) if len(nargs) else 0):
+        has = every if k == 0 and int(nargs.min()) > 0 else np.flatnonzero(nargs > k)
         at = pos[has]
-        if np.any(at >= starts[has] + size[has] - 1):
-            raise _NotOurSubset("arguments run past the record")
-        h = words[at]
-        arg_size = ((h >> np.uint64(4)) & np.uint64(0xFFF)).astype(np.int64)
+        # A bad size may send the walk past the block: read safely, fail below.
+        h = words[np.minimum(at, top)]
+        arg_size = ((h >> np.uint64(4)) & np.uint64(0xFFF)).view(np.int64)
         if not arg_size.all():
             raise _NotOurSubset("argument of size 0")
-        arg_pos.append(at)
-        arg_slice.append(has)
-        arg_header.append(h)
+        if with_args:
+            arg_pos.append(at)
+            arg_slice.append(has)
+            arg_header.append(h)
         pos[has] = at + arg_size
-    if np.any(pos != starts + size - 1):
+    if np.any(pos != last):
         raise _NotOurSubset("record size does not match its contents")
-    if arg_pos:
-        at = np.concatenate(arg_pos)
-        h = np.concatenate(arg_header)
-        slice_index = np.concatenate(arg_slice)
-        arg_type = (h & np.uint64(0xF)).astype(np.int64)
-        arg_size = ((h >> np.uint64(4)) & np.uint64(0xFFF)).astype(np.int64)
-        arg_name = ((h >> np.uint64(16)) & np.uint64(0xFFFF)).astype(np.int64)
-        if np.any(arg_name & 0x8000):
-            raise _NotOurSubset("inline argument name")
-        # The value: the next word for 2-word scalars, the 32-bit payload otherwise (a
-        # string argument's value ref lives there).
-        value = np.where(
-            arg_size >= 2, words[np.minimum(at + 1, len(words) - 1)], h >> np.uint64(32)
-        )
-    else:
-        at = slice_index = arg_type = arg_name = np.zeros(0, dtype=np.int64)
-        value = np.zeros(0, dtype=np.uint64)
-    chunk = _SliceChunk(
-        position=starts + base,
-        start=start,
-        end=end,
-        name_ref=name_ref,
-        thread_ref=thread_ref,
-        category_ref=category_ref,
-        address=None,
-        instructions=None,
-        cycles=None,
-        flags_ref=None,
-    )
-    return chunk, _ArgNames(at + base, arg_name, slice_index, value, arg_type)
+    chunk = _SliceChunk(starts + base, start, end, name_ref, thread_ref, category_ref)
+    if not arg_pos:
+        empty = np.zeros(0, dtype=np.int64)
+        return chunk, _ArgNames(empty, empty, empty, np.zeros(0, dtype=np.uint64), empty)
+    at = np.concatenate(arg_pos)
+    h = np.concatenate(arg_header)
+    arg_size = ((h >> np.uint64(4)) & np.uint64(0xFFF)).view(np.int64)
+    arg_name = ((h >> np.uint64(16)) & np.uint64(0xFFFF)).view(np.int64)
+    if np.any(arg_name & 0x8000):
+        raise _NotOurSubset("inline argument name")
+    # The value: the next word for 2-word scalars, the 32-bit payload otherwise (a
+    # string argument's value ref lives there).
+    value = np.where(arg_size >= 2, words[np.minimum(at + 1, top)], h >> np.uint64(32))
+    arg_type = (h & np.uint64(0xF)).view(np.int64)
+    return chunk, _ArgNames(at + base, arg_name, np.concatenate(arg_slice), value, arg_type)
 
 
 # -- the reader -----------------------------------------------------------------------
 
 
 class _ColumnReader:
-    def __init__(self) -> None:
+    def __init__(self, *, with_args: bool) -> None:
+        self.with_args = with_args
         self.meta = _Reader()  # the strict interpreter, for every record but slices
         self.strings = _TableLog()
         self.threads = _TableLog()
@@ -393,13 +382,15 @@ class _ColumnReader:
                 self.other(raw, int(starts[index]), int(headers[index]), size, base)
         if complete.any():
             at = np.flatnonzero(complete)
-            chunk, args = _decode_complete(words, starts[at], headers[at], base)
+            chunk, args = _decode_complete(
+                words, starts[at], headers[at], base, with_args=self.with_args
+            )
             self.chunks.append(chunk)
             self.args.append(args)
             self.meta.trace.record_counts["complete"] += len(at)
             self.meta.trace.max_record_words = max(
                 self.meta.trace.max_record_words,
-                int(((headers[at] >> np.uint64(4)) & np.uint64(0xFFF)).max()),
+                int((headers[at].view("<u2")[::4] >> 4).max()),
             )
 
     def other(self, raw: memoryview, start: int, header: int, size: int, base: int) -> None:
@@ -442,7 +433,7 @@ class _ColumnReader:
             self.texts.append(text)
         return found
 
-    def finish(self, *, with_args: bool) -> TraceColumns:
+    def finish(self) -> TraceColumns:
         trace = self.meta.finish()  # instants, counters, names, the time base
         strings = self.strings.resolver()
         thread_table = self.threads.resolver()
@@ -464,7 +455,7 @@ class _ColumnReader:
             columns["thread"].append(
                 _resolve(thread_table, chunk.thread_ref, chunk.position, "thread")
             )
-            if with_args:
+            if self.with_args:
                 for key, values in zip(
                     _ARG_COLUMNS,
                     self._arg_columns(len(chunk.position), args, strings, flag_of_text),
@@ -690,15 +681,18 @@ def _depths(start: I64, end: I64) -> tuple[npt.NDArray[np.int32], I64]:
     :class:`_NotOurSubset` if a slice sticks out of its parent (the strict reader then
     reports it)."""
     n = len(start)
-    index = np.arange(n, dtype=np.int64)
-    closed = np.searchsorted(np.sort(end), start, side="right")
+    # Ends are nearly sorted already (siblings end in order): timsort is fast on that.
+    closed = np.searchsorted(np.sort(end, kind="stable"), start, side="right")
     empty = np.flatnonzero(end == start)
     if empty.size:
-        late_empty = np.searchsorted(start[empty], start, side="right") - np.searchsorted(
-            empty, index, side="left"
-        )
-        closed -= late_empty
-    depth = index - closed
+        # An empty slice z was counted by every row i <= z that starts when z does: add
+        # 1 back over those rows (a range update, by a difference array).
+        first = np.searchsorted(start, start[empty], side="left")
+        change = np.zeros(n + 1, dtype=np.int64)
+        np.add.at(change, first, 1)
+        np.add.at(change, empty + 1, -1)
+        closed -= np.cumsum(change[:n])
+    depth = np.arange(n, dtype=np.int64) - closed
     if n and (depth.min() < 0 or depth[0] != 0 or np.any(depth[1:] > depth[:-1] + 1)):
         raise _NotOurSubset("slices do not nest")
     depth32 = depth.astype(np.int32)
@@ -798,7 +792,7 @@ def read_columns(source: str | Path | bytes, *, with_args: bool = True) -> Trace
     Raises :class:`FxtFormatError` for anything that is not a well-formed Fuchsia trace
     (the strict reader's message) and OSError when the file cannot be read.
     """
-    reader = _ColumnReader()
+    reader = _ColumnReader(with_args=with_args)
     base = 0
     try:
         with _open(source) as stream:
@@ -823,7 +817,7 @@ def read_columns(source: str | Path | bytes, *, with_args: bool = True) -> Trace
                 )
             if base == 0:
                 raise FxtFormatError("empty file: not a Fuchsia trace")
-        return reader.finish(with_args=with_args)
+        return reader.finish()
     except _BadRecord as e:
         raise FxtFormatError(e.message, (base + e.word) * 8) from None
     except _NotOurSubset:
