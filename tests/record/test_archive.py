@@ -144,11 +144,16 @@ def test_a_changed_binary_is_reported_not_archived(private_program: Path, tmp_pa
 
 
 def test_bad_archive_input_is_one_line(tmp_path: Path) -> None:
-    line = one_line_error(ptscope("archive", str(tmp_path / "none"), "-o", "x.tar.gz"), 3)
+    out = str(tmp_path / "x.tar.gz")
+    line = one_line_error(ptscope("archive", str(tmp_path / "none"), "-o", out), 3)
     assert "no such file" in line
     (tmp_path / "empty").mkdir()
-    line = one_line_error(ptscope("archive", str(tmp_path / "empty")), 3)
+    line = one_line_error(ptscope("archive", str(tmp_path / "empty"), "-o", out), 3)
     assert "holds no perf.data" in line
+    (tmp_path / "text.data").write_text("not a perf.data\n")
+    line = one_line_error(ptscope("archive", str(tmp_path / "text.data"), "-o", out), 3)
+    assert "perf cannot read" in line
+    assert not list(tmp_path.glob("*x.tar.gz*"))
     plain = tmp_path / "plain.tar.gz"
     with tarfile.open(plain, "w:gz") as tar:
         tar.add(__file__, arcname="hello.py")

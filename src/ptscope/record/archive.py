@@ -122,7 +122,7 @@ def list_build_ids(perf: PerfTool, perf_data: Path, *, with_hits: bool) -> list[
         raise ToolMissingError(f"cannot run perf buildid-list: {e}") from e
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise PtscopeError(f"perf buildid-list failed on {perf_data}: {last}")
+        raise BadInputError(f"perf cannot read {perf_data}: {last}")
     found = []
     for line in done.stdout.splitlines():
         if not line or line.startswith(" "):  # perf-archive skips indented lines too
