@@ -34,7 +34,7 @@ def boxes_by_stack(boxes: list[Box]) -> dict[tuple[str, ...], Box]:
 
 
 @settings(
-    max_examples=80,
+    max_examples=50,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )

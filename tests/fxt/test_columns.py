@@ -21,7 +21,7 @@ from ptscope.timeline import ThreadTimeline, Timeline, parents_from_depth
 from support.timeline_strategies import timelines
 
 SETTINGS = settings(
-    max_examples=120,
+    max_examples=60,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )

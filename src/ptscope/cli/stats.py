@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 __all__ = ["StatsCommand", "add_selection_arguments", "load_selected_calls"]
 
 SORT_KEYS = ("total", "self", "calls", "p50", "p90", "p99", "max", "name")
+"""analyze.stats.SORT_KEYS, spelled out here: building the parser must not import numpy."""
 
 
 def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
