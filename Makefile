@@ -8,15 +8,20 @@ STAMP := $(VENV)/.installed
 APT_PACKAGES := linux-perf qemu-user uftrace gcc g++ make lld rustc
 # A command that must exist for each package above (same order).
 APT_COMMANDS := perf qemu-x86_64 uftrace gcc g++ make ld.lld rustc
+# Only the tests need these: a real browser for the flame graph SVG test.
+TEST_APT_PACKAGES := chromium
+TEST_APT_COMMANDS := chromium
 PYTEST_ARGS ?=
 
-.PHONY: help deps system-deps venv demo test lint format unit bench fuzz clean
+.PHONY: help deps system-deps test-system-deps venv demo test lint format unit bench fuzz clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
-system-deps: ## install missing Debian packages (perf, qemu-user, uftrace, compilers, lld) when root
-	@missing=""; cmds=($(APT_COMMANDS)); pkgs=($(APT_PACKAGES)); \
+# $(call apt_install,COMMANDS,PACKAGES): install the packages whose command is missing
+# (when root with apt-get; otherwise print the line to run).
+define apt_install
+	@missing=""; cmds=($(1)); pkgs=($(2)); \
 	for i in "$${!cmds[@]}"; do command -v "$${cmds[$$i]}" >/dev/null || missing="$$missing $${pkgs[$$i]}"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
@@ -25,6 +30,13 @@ system-deps: ## install missing Debian packages (perf, qemu-user, uftrace, compi
 	      { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing >/dev/null; }; \
 	  else echo "missing system packages:$$missing (install them with: sudo apt-get install$$missing)"; fi; \
 	fi
+endef
+
+system-deps: ## install missing Debian packages (perf, qemu-user, uftrace, compilers, lld, rustc) when root
+	$(call apt_install,$(APT_COMMANDS),$(APT_PACKAGES))
+
+test-system-deps: ## install what only the tests need (chromium) when root
+	$(call apt_install,$(TEST_APT_COMMANDS),$(TEST_APT_PACKAGES))
 
 $(STAMP): pyproject.toml setup.py $(wildcard src/ptscope/_native/*.c src/ptscope/_native/*.h src/ptscope/reconstruct/*.c)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -47,10 +59,10 @@ format: venv ## apply ruff format and autofixes
 	$(BIN)/ruff format src tests bench
 	$(BIN)/ruff check --fix src tests bench
 
-unit: deps ## the test suite without lint
+unit: deps test-system-deps ## the test suite without lint
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
-test: deps lint ## lint + the whole test suite
+test: deps test-system-deps lint ## lint + the whole test suite
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
 N ?= 500

@@ -24,7 +24,7 @@ from ptscope.decode.parallel import (
 from ptscope.decode.perf_map import PerfMap, perf_map_path, resolve_location
 from ptscope.decode.perf_script import decode_perf_data_text, decode_text_file
 from ptscope.decode.perf_text import TextStats
-from ptscope.errors import BadInputError, UsageError
+from ptscope.errors import BadInputError
 from ptscope.fxt import WriteStats, write_timeline
 from ptscope.model import (
     BranchBatch,
@@ -69,6 +69,8 @@ class DecodeOptions:
     tids: tuple[int, ...] = ()
     region: tuple[str, str] | None = None
     symfs: Path | None = None
+    kallsyms: Path | None = None
+    """Kernel symbols to use (perf ignores the machine's when given a symfs)."""
 
 
 @dataclass
@@ -193,6 +195,7 @@ def _branch_timeline(
     filters = selection_arguments(options.pids, options.tids)
     if options.symfs is not None:
         filters.append(f"--symfs={options.symfs}")
+    filters += _kernel_symbols(options)
     # Exceptions caught in recursion: which activation catches is in the binaries' tables.
     pads = LandingPads(_binary_resolver(options.symfs)).call_sites_landing_at
     # The C engine takes the dlfilter's branches as columns (no object per event).
@@ -230,6 +233,7 @@ def _branch_timeline(
                 pids=options.pids,
                 tids=options.tids,
                 symfs=options.symfs,
+                extra=_kernel_symbols(options),
                 task_events=True,
                 perf=perf,
                 on_stats=text_stats.append,
@@ -258,6 +262,7 @@ def _sampled_timeline(
             pids=options.pids,
             tids=options.tids,
             symfs=options.symfs,
+            extra=_kernel_symbols(options),
             task_events=True,
             on_stats=text_stats.append,
         )
@@ -294,6 +299,10 @@ def _finish(
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+def _kernel_symbols(options: DecodeOptions) -> list[str]:
+    return [] if options.kallsyms is None else [f"--kallsyms={options.kallsyms}"]
 
 
 def _counted(batches: Iterable[list[Event]], progress: Progress | None) -> Iterator[list[Event]]:
@@ -460,13 +469,3 @@ def _take_text_stats(summary: DecodeSummary, stats: TextStats) -> None:
     summary.unknown_lines += stats.unknown_lines
     room = 5 - len(summary.unknown_examples)
     summary.unknown_examples += list(stats.unknown_examples)[: max(room, 0)]
-
-
-def parse_id_list(text: str, what: str) -> tuple[int, ...]:
-    """``1,2,3`` → (1, 2, 3), or a one-line usage error."""
-    try:
-        return tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise UsageError(
-            f"{what} must be a comma-separated list of numbers, not {text!r}"
-        ) from None

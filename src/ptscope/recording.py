@@ -29,6 +29,7 @@ __all__ = [
     "Recording",
     "TriggerHit",
     "keep_perf_maps",
+    "require_format",
 ]
 
 log = logging.getLogger("ptscope")
@@ -36,6 +37,19 @@ log = logging.getLogger("ptscope")
 METADATA_NAME: Final = "ptscope-recording.json"
 RECORDING_FORMAT: Final = "ptscope-recording"
 RECORDING_FORMAT_VERSION: Final = 1
+
+
+def require_format(
+    data: dict[str, Any], name: str, version: int, path: Path | str, what: str
+) -> None:
+    """Refuse, in one line, JSON whose ``format`` is not ``name`` or whose ``version`` is
+    newer than ``version`` (the versioned JSON files ptscope writes)."""
+    if not isinstance(data, dict) or data.get("format") != name:
+        raise BadInputError(f"{path} is not ptscope {what}")
+    if int(data.get("version", 0)) > version:
+        raise BadInputError(
+            f"{path} was written by a newer ptscope ({what} version {data['version']})"
+        )
 
 
 @dataclass
@@ -67,13 +81,17 @@ class Recording:
     def perf_data_paths(self) -> list[Path]:
         return [self.directory / p for p in self.perf_data]
 
-    def save(self) -> Path:
+    def metadata_json(self) -> str:
+        """The contents of ``ptscope-recording.json`` for this recording."""
         data = asdict(self)
         del data["directory"]
         data = {"format": RECORDING_FORMAT, "version": RECORDING_FORMAT_VERSION, **data}
+        return json.dumps(data, indent=1, sort_keys=True) + "\n"
+
+    def save(self) -> Path:
         path = self.directory / METADATA_NAME
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+        tmp.write_text(self.metadata_json())
         tmp.replace(path)
         return path
 
@@ -88,12 +106,7 @@ class Recording:
             ) from None
         except (OSError, ValueError) as e:
             raise BadInputError(f"cannot read {path}: {e}") from e
-        if data.get("format") != RECORDING_FORMAT:
-            raise BadInputError(f"{path} is not ptscope recording metadata")
-        if int(data.get("version", 0)) > RECORDING_FORMAT_VERSION:
-            raise BadInputError(
-                f"{path} was written by a newer ptscope (format version {data['version']})"
-            )
+        require_format(data, RECORDING_FORMAT, RECORDING_FORMAT_VERSION, path, "recording metadata")
         return cls(
             directory=directory,
             backend=str(data.get("backend", "")),

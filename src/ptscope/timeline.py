@@ -23,6 +23,7 @@ __all__ = [
     "ThreadTimeline",
     "Timeline",
     "check_nesting",
+    "parents_from_depth",
 ]
 
 Int64Array = npt.NDArray[np.int64]
@@ -147,6 +148,33 @@ class Timeline:
         if not ranges:
             return None
         return min(r[0] for r in ranges), max(r[1] for r in ranges)
+
+
+def parents_from_depth(depth: npt.NDArray[np.integer]) -> npt.NDArray[np.int64]:
+    """The parent row of every row of one thread's slices in (start, depth) order: the
+    latest earlier row one level up (-1 at depth 0). Vectorised per depth level; rows at
+    a depth with no row one level up before them get -1 too."""
+    n = len(depth)
+    parent = np.full(n, -1, dtype=np.int64)
+    if n == 0:
+        return parent
+    levels = int(depth.max()) + 1
+    if int(depth.min()) < 0:
+        raise ValueError("negative depth")
+    # A stable sort groups the rows by depth, each group in row order (radix sort when
+    # the depths fit 16 bits).
+    key = depth.astype(np.uint16) if levels <= 1 << 16 else depth
+    by_depth = np.argsort(key, kind="stable")
+    bounds = np.concatenate(([0], np.cumsum(np.bincount(depth, minlength=levels))))
+    for d in range(1, levels):
+        rows = by_depth[bounds[d] : bounds[d + 1]]
+        above = by_depth[bounds[d - 1] : bounds[d]]
+        if not rows.size or not above.size:
+            continue
+        at = np.searchsorted(above, rows) - 1
+        found = at >= 0
+        parent[rows[found]] = above[at[found]]
+    return parent
 
 
 class NestingError(AssertionError):

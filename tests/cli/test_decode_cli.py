@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -13,35 +12,12 @@ import pytest
 from ptscope.decode.perf_script import BRANCH_FIELDS
 from ptscope.fxt import read_trace
 from ptscope.record.emulated import record
+from support.cli import one_line_error, ptscope
 from support.emulated_corpus import perf_text
 from support.perf_text_format import cut_inside_a_loop
 from support.programs import build
 
 pytestmark = pytest.mark.slow
-
-
-def ptscope(
-    *args: str, env: dict[str, str] | None = None, stdin: str | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ptscope", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **(env or {})},
-        input=stdin,
-        timeout=300,
-    )
-
-
-def one_line_error(result: subprocess.CompletedProcess[str], code: int | None = None) -> str:
-    """The command failed with exactly one `ptscope: error:` line and no traceback."""
-    assert result.returncode != 0
-    if code is not None:
-        assert result.returncode == code, result.stderr
-    assert "Traceback" not in result.stderr
-    errors = [ln for ln in result.stderr.splitlines() if ln.startswith("ptscope: error:")]
-    assert len(errors) == 1, result.stderr
-    return errors[0]
 
 
 @pytest.fixture(scope="module")

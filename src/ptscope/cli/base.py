@@ -3,9 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Protocol
 
-__all__ = ["Command", "add_decoder_arguments", "positive_int"]
+from ptscope.errors import BadInputError, UsageError
+
+__all__ = [
+    "Command",
+    "add_decoder_arguments",
+    "int_at_least",
+    "non_negative_int",
+    "parse_id_list",
+    "positive_int",
+    "reading_trace",
+]
 
 
 class Command(Protocol):
@@ -23,15 +36,23 @@ class Command(Protocol):
     def run(self, args: argparse.Namespace) -> int: ...
 
 
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
+def int_at_least(minimum: int) -> Callable[[str], int]:
+    """argparse type: an integer >= ``minimum``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}")
+        return value
+
+    return parse
+
+
+positive_int = int_at_least(1)
+non_negative_int = int_at_least(0)
 
 
 def add_decoder_arguments(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
@@ -52,3 +73,32 @@ def add_decoder_arguments(parser: argparse.ArgumentParser) -> argparse._Argument
         help="decode N time windows in parallel (default: number of cores)",
     )
     return group
+
+
+def parse_id_list(text: str, what: str) -> tuple[int, ...]:
+    """``1,2,3`` → (1, 2, 3), or a one-line usage error."""
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise UsageError(
+            f"{what} must be a comma-separated list of numbers, not {text!r}"
+        ) from None
+
+
+@contextlib.contextmanager
+def reading_trace(path: Path) -> Iterator[None]:
+    """Turn every way reading a trace can fail into one line (a BadInputError)."""
+    from ptscope.fxt.reader import FxtFormatError
+
+    try:
+        yield
+    except FileNotFoundError as e:
+        raise BadInputError(f"no such file: {path}") from e
+    except IsADirectoryError as e:
+        raise BadInputError(f"{path} is a directory, not a trace") from e
+    except OSError as e:
+        raise BadInputError(f"cannot read {path}: {e.strerror or e}") from e
+    except FxtFormatError as e:
+        raise BadInputError(
+            f"cannot read {path}: {e} (ptscope reads the .fxt/.fxt.gz traces it writes)"
+        ) from e

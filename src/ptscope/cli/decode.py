@@ -7,11 +7,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ptscope.cli.base import add_decoder_arguments
+from ptscope.cli.base import add_decoder_arguments, parse_id_list
+from ptscope.cli.serve import add_serve_option, serve_in_perfetto
 from ptscope.errors import UsageError
 
 if TYPE_CHECKING:
-    from ptscope.pipeline import DecodeOptions
+    from ptscope.pipeline import DecodeOptions, DecodeSummary
 
 # The pipeline (numpy, every stage) is imported when a command runs, not when the CLI
 # starts: `ptscope run` must start the workload as soon as perf is ready.
@@ -26,7 +27,8 @@ class DecodeCommand:
             "recording",
             nargs="?",
             type=Path,
-            help="a recording directory (from run/attach --keep-recording) or a perf.data",
+            help="a recording directory (from run/attach --keep-recording), a perf.data, "
+            "or an archive from `ptscope archive`",
         )
         parser.add_argument(
             "--perf-script",
@@ -41,12 +43,12 @@ class DecodeCommand:
             default=Path("trace.fxt.gz"),
             help="trace to write; .fxt.gz (default trace.fxt.gz) or .fxt",
         )
+        add_serve_option(parser)
         add_decode_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
         from ptscope.cli.output import print_summary
-        from ptscope.pipeline import decode_perf_script_text, decode_recording
-        from ptscope.recording import Recording
+        from ptscope.pipeline import decode_perf_script_text
 
         options = decode_options(args)
         if args.perf_script is not None:
@@ -58,9 +60,38 @@ class DecodeCommand:
                 raise UsageError(
                     "what should I decode? give a recording, a perf.data or --perf-script FILE"
                 )
-            summary = decode_recording(Recording.find(args.recording), args.output, options)
-        print_summary(summary, sys.stdout)
-        return 0
+            summary = _decode_recording_or_archive(args.recording, args.output, options)
+        print_summary(summary, sys.stdout, served=args.serve)
+        return serve_in_perfetto(args.output) if args.serve else 0
+
+
+def _decode_recording_or_archive(path: Path, output: Path, options: DecodeOptions) -> DecodeSummary:
+    """Decode a recording; an archive is unpacked to a temporary directory first and
+    decoded with the binaries it holds (perf's --symfs)."""
+    import dataclasses
+    import tempfile
+
+    from ptscope.pipeline import decode_recording
+    from ptscope.record.archive import is_archive, unpack_archive
+    from ptscope.recording import Recording
+
+    if not is_archive(path):
+        return decode_recording(Recording.find(path), output, options)
+    if options.symfs is not None:
+        raise UsageError("--symfs does not apply to an archive (it brings its own binaries)")
+    with tempfile.TemporaryDirectory(prefix="ptscope-archive-") as tmp:
+        unpacked = unpack_archive(path, Path(tmp))
+        missing = unpacked.manifest.get("missing") or []
+        if isinstance(missing, list) and missing:
+            print(
+                f"ptscope: warning: {len(missing)} object(s) were not archived; their code "
+                "decodes as unknown",
+                file=sys.stderr,
+            )
+        with_binaries = dataclasses.replace(
+            options, symfs=unpacked.symfs, kallsyms=unpacked.kallsyms
+        )
+        return decode_recording(unpacked.recording, output, with_binaries)
 
 
 def add_decode_options(parser: argparse.ArgumentParser) -> None:
@@ -78,7 +109,7 @@ def add_decode_options(parser: argparse.ArgumentParser) -> None:
 
 
 def decode_options(args: argparse.Namespace) -> DecodeOptions:
-    from ptscope.pipeline import DecodeOptions, parse_id_list
+    from ptscope.pipeline import DecodeOptions
     from ptscope.reconstruct.region_filter import parse_filter
 
     return DecodeOptions(

@@ -7,7 +7,6 @@ import os
 import shutil
 import subprocess
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 from ptscope.cli.output import PERFETTO_URL
@@ -98,25 +97,19 @@ class DemoCommand:
 
 def summarise(trace_path: Path, top: int = 8) -> None:
     """Threads, slices and the functions with the most time in them, from the trace."""
-    from ptscope.fxt import read_trace
+    from ptscope.analyze.calls import format_ns, load_calls
+    from ptscope.analyze.stats import function_stats, select_functions
 
-    trace = read_trace(trace_path)
-    calls: dict[str, int] = defaultdict(int)
-    total: dict[str, int] = defaultdict(int)
-    n = 0
-    for slices in trace.slices.values():
-        busy_until: dict[str, int] = {}  # recursion: count the outermost call's time once
-        for s in slices:
-            n += 1
-            if s.name.startswith("["):
-                continue
-            calls[s.name] += 1
-            if s.start >= busy_until.get(s.name, -1):
-                total[s.name] += s.end - s.start
-                busy_until[s.name] = s.end
-    threads = [k for k in trace.thread_keys() if trace.slices.get(k)]
-    print(f"\n{trace_path}: {len(threads)} thread(s), {n:,} slices")
+    calls = load_calls(trace_path)
+    report = function_stats(calls)
+    threads = len(calls.threads)
+    print(f"\n{trace_path}: {threads} thread(s), {len(calls):,} slices")
     print(f"  {'function':<40} {'calls':>7} {'time in calls':>14}")
-    for name in sorted(total, key=lambda k: -total[k])[:top]:
-        print(f"  {name[:40]:<40} {calls[name]:>7,} {total[name] / 1000:>11.1f} us")
-    print(f"\nOpen {trace_path} in {PERFETTO_URL} (Open trace file, or drag it onto the page).")
+    rows = [f for f in select_functions(report) if not f.name.startswith("[")]
+    for f in rows[:top]:
+        print(f"  {f.name[:40]:<40} {f.calls:>7,} {format_ns(f.total_ns):>14}")
+    print(f"\nOpen it in Perfetto: ptscope serve {trace_path}")
+    print(f"  (or open {PERFETTO_URL} and drag the file onto the page)")
+    print(
+        f"Where the time went: ptscope stats {trace_path}; ptscope flame {trace_path} -o flame.svg"
+    )

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ptscope.errors import BadInputError
+from ptscope.cli.base import reading_trace
 
 if TYPE_CHECKING:
     from ptscope.fxt.reader import FxtTrace
@@ -54,22 +54,11 @@ class DumpCommand:
         )
 
     def run(self, args: argparse.Namespace) -> int:
-        from ptscope.fxt.reader import FxtFormatError, read_trace
+        from ptscope.fxt.reader import read_trace
 
         path = Path(args.trace)
-        try:
+        with reading_trace(path):
             trace = read_trace(path)
-        except FileNotFoundError as e:
-            raise BadInputError(f"no such file: {path}") from e
-        except IsADirectoryError as e:
-            raise BadInputError(f"{path} is a directory, not a trace") from e
-        except OSError as e:
-            raise BadInputError(f"cannot read {path}: {e.strerror or e}") from e
-        except FxtFormatError as e:
-            raise BadInputError(
-                f"cannot read {path}: {e}",
-                hint="dump reads the .fxt / .fxt.gz files that `ptscope decode` writes",
-            ) from e
         out = sys.stdout
         lines = dump_lines(trace, instants=args.instants)
         for i in range(0, len(lines), 4096):

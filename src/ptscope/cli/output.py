@@ -25,7 +25,9 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
-def print_summary(summary: DecodeSummary, out: TextIO, *, top: int = 0) -> None:
+def print_summary(
+    summary: DecodeSummary, out: TextIO, *, top: int = 0, served: bool = False
+) -> None:
     """One line on what was written, warnings, optionally the top functions."""
     size = summary.write.file_bytes
     out.write(
@@ -48,4 +50,7 @@ def print_summary(summary: DecodeSummary, out: TextIO, *, top: int = 0) -> None:
         width = max(len(f.name[:60]) for f in summary.top_functions[:top])
         for f in summary.top_functions[:top]:
             out.write(f"    {f.name[:60]:<{width}}  {_ns(f.total_ns):>9}  {f.calls:>7,}\n")
-    out.write(f"  open it in {PERFETTO_URL} (Open trace file)\n")
+    if not served:
+        out.write(
+            f"  open it in {PERFETTO_URL} (Open trace file), or: ptscope serve {summary.output}\n"
+        )

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ptscope.cli.base import add_decoder_arguments
+from ptscope.cli.serve import add_serve_option, serve_in_perfetto
 from ptscope.errors import PtscopeError, RecordingError, UsageError
 from ptscope.recording import Recording
 
@@ -58,6 +59,7 @@ def add_record_arguments(parser: argparse.ArgumentParser, *, run: bool) -> None:
         type=Path,
         help="keep perf.data and metadata in DIR (decode again with: ptscope decode DIR)",
     )
+    add_serve_option(parser)
     add_decoder_arguments(parser)
     trig = parser.add_argument_group("snapshots and triggers")
     trig.add_argument(
@@ -258,8 +260,8 @@ def decode_step(
         summary = pipeline.decode_recording(recording, output, options, progress=progress)
     from ptscope.cli.output import print_summary
 
-    print_summary(summary, sys.stdout)
-    return 0
+    print_summary(summary, sys.stdout, served=args.serve)
+    return serve_in_perfetto(output) if args.serve else 0
 
 
 @dataclass

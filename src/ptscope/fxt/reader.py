@@ -36,6 +36,7 @@ __all__ = [
     "TraceCounter",
     "TraceInstant",
     "TraceSlice",
+    "check_trace_start",
     "read_trace",
 ]
 
@@ -618,3 +619,17 @@ def read_trace(source: str | Path | bytes) -> FxtTrace:
         if not reader.trace.record_counts:
             raise FxtFormatError("empty file: not a Fuchsia trace")
     return reader.finish()
+
+
+def check_trace_start(path: str | Path) -> None:
+    """Raise :class:`FxtFormatError` unless ``path`` (plain or gzip) starts with the FXT
+    magic record; reads only the first bytes. OSError when it cannot be read."""
+    with _open_stream(Path(path)) as stream:
+        try:
+            head = stream.read(8)
+        except (OSError, EOFError, zlib.error) as e:
+            raise FxtFormatError(f"cannot decompress: {e}") from e
+    if not head:
+        raise FxtFormatError("empty file: not a Fuchsia trace")
+    if len(head) < 8 or _U64.unpack(head)[0] != rec.MAGIC:
+        raise FxtFormatError("not a Fuchsia trace (no FXT magic record at the start)")

@@ -15,6 +15,7 @@ from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
 from ptscope.errors import BadInputError
+from ptscope.record.build_id import gnu_build_id
 
 __all__ = ["ElfImage", "Segment", "load_bias", "read_elf"]
 
@@ -92,14 +93,7 @@ def read_elf(path: str) -> ElfImage:
                     start = seg["p_vaddr"] & ~(_PAGE - 1)
                     end = -(-(seg["p_vaddr"] + seg["p_memsz"]) // _PAGE) * _PAGE
                     segments.append(Segment(start, end - start, seg["p_offset"] & ~(_PAGE - 1)))
-            build_id = None
-            for section in elf.iter_sections():
-                if section["sh_type"] != "SHT_NOTE":
-                    continue
-                for note in section.iter_notes():  # type: ignore[attr-defined]
-                    if note["n_type"] == "NT_GNU_BUILD_ID" and note["n_name"] == "GNU":
-                        desc = note["n_desc"]
-                        build_id = desc if isinstance(desc, bytes) else bytes.fromhex(desc)
+            build_id = gnu_build_id(elf)
             return ElfImage(
                 path=real,
                 machine=str(elf["e_machine"]),

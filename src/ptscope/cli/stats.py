@@ -1,0 +1,157 @@
+"""``ptscope stats TRACE``: which function took the time, and how are its calls spread?"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ptscope.cli.base import non_negative_int, parse_id_list, reading_trace
+
+if TYPE_CHECKING:
+    from ptscope.analyze.calls import Calls, TimeWindow
+    from ptscope.analyze.stats import FunctionStats, StatsReport
+
+__all__ = ["StatsCommand", "add_selection_arguments", "load_selected_calls"]
+
+SORT_KEYS = ("total", "self", "calls", "p50", "p90", "p99", "max", "name")
+"""analyze.stats.SORT_KEYS, spelled out here: building the parser must not import numpy."""
+
+
+def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
+    """TRACE, --tid and --time: what `stats` and `flame` look at."""
+    parser.add_argument("trace", metavar="TRACE", type=Path, help="a .fxt or .fxt.gz trace")
+    parser.add_argument("--tid", metavar="TID[,TID...]", help="only these threads")
+    parser.add_argument(
+        "--time",
+        metavar="START,END",
+        help="only this stretch, from the trace's first event: e.g. 10ms,25ms or ,2s "
+        "(units ns, us, ms, s; calls are clipped to it)",
+    )
+
+
+def load_selected_calls(args: argparse.Namespace) -> tuple[Calls, TimeWindow | None]:
+    from ptscope.analyze.calls import load_calls, parse_time_window
+
+    window = parse_time_window(args.time) if args.time else None
+    tids = parse_id_list(args.tid, "--tid") if args.tid else ()
+    with reading_trace(args.trace):
+        return load_calls(args.trace, tids=tids, window=window), window
+
+
+class StatsCommand:
+    name = "stats"
+    help = "per-function calls, total and self time, and duration percentiles"
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        add_selection_arguments(parser)
+        parser.add_argument(
+            "--top",
+            type=non_negative_int,
+            default=25,
+            metavar="N",
+            help="show the first N functions (default 25; 0: all)",
+        )
+        parser.add_argument(
+            "--sort",
+            choices=SORT_KEYS,
+            default="total",
+            help="order by this column, largest first (name: A to Z); default total",
+        )
+        parser.add_argument(
+            "--match", metavar="REGEX", help="only functions whose name matches (re.search)"
+        )
+        out = parser.add_mutually_exclusive_group()
+        out.add_argument("--json", action="store_true", help="print JSON (times in ns)")
+        out.add_argument("--csv", action="store_true", help="print CSV (times in ns)")
+
+    def run(self, args: argparse.Namespace) -> int:
+        from ptscope.analyze.stats import function_stats, select_functions
+
+        calls, window = load_selected_calls(args)
+        report = function_stats(calls)
+        rows = select_functions(report, sort=args.sort, top=args.top, match=args.match)
+        if args.json:
+            _print_json(args, report, rows, window)
+        elif args.csv:
+            _print_csv(rows)
+        else:
+            _print_table(args, report, rows)
+        return 0
+
+
+def _print_json(
+    args: argparse.Namespace,
+    report: StatsReport,
+    rows: list[FunctionStats],
+    window: TimeWindow | None,
+) -> None:
+    data = {
+        "trace": str(args.trace),
+        "threads": [{"pid": t.pid, "tid": t.tid, "name": t.name} for t in report.threads],
+        "window_ns": None if window is None else [window.start, window.end],
+        "calls": report.calls,
+        "top_level_ns": report.top_level_ns,
+        "sort": args.sort,
+        "functions": [r.as_dict() for r in rows],
+    }
+    json.dump(data, sys.stdout, indent=1)
+    sys.stdout.write("\n")
+
+
+def _print_csv(rows: list[FunctionStats]) -> None:
+    fields = ("name", "calls", "total_ns", "self_ns", "p50_ns", "p90_ns", "p99_ns", "max_ns")
+    writer = csv.writer(sys.stdout, lineterminator="\n")
+    writer.writerow(fields)
+    for r in rows:
+        writer.writerow([getattr(r, f) for f in fields])
+
+
+def _print_table(args: argparse.Namespace, report: StatsReport, rows: list[FunctionStats]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from ptscope.analyze.calls import format_ns
+
+    terminal = sys.stdout.isatty()
+    console = Console(
+        file=sys.stdout, width=None if terminal else 160, no_color=not terminal, highlight=False
+    )
+
+    def share(ns: int) -> str:
+        return f"{100 * ns / report.top_level_ns:.1f}%" if report.top_level_ns else "-"
+
+    threads = len(report.threads)
+    console.print(
+        f"{args.trace}: {report.calls:,} calls on {threads} thread{'s' * (threads != 1)}, "
+        f"{format_ns(report.top_level_ns)} in top-level calls",
+        soft_wrap=True,
+    )
+    table = Table(header_style="bold", box=None, pad_edge=False)
+    table.add_column("function", overflow="fold", ratio=1)
+    for column in ("calls", "total", "%", "self", "%", "p50", "p90", "p99", "max"):
+        table.add_column(column, justify="right", no_wrap=True)
+    for r in rows:
+        table.add_row(
+            r.name,
+            f"{r.calls:,}",
+            format_ns(r.total_ns),
+            share(r.total_ns),
+            format_ns(r.self_ns),
+            share(r.self_ns),
+            format_ns(r.p50_ns),
+            format_ns(r.p90_ns),
+            format_ns(r.p99_ns),
+            format_ns(r.max_ns),
+        )
+    console.print(table)
+    if args.top and len(rows) == args.top:
+        from ptscope.analyze.stats import select_functions
+
+        matching = len(select_functions(report, match=args.match))
+        if matching > len(rows):
+            which = "matching " if args.match else ""
+            console.print(f"({len(rows)} of {matching} {which}functions; --top 0 for all)")
