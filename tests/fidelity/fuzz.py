@@ -91,11 +91,14 @@ def minimize(seed: int, opt: str, oracle: str) -> int:
     """Shrink the program of ``seed`` while ``oracle`` still disagrees at ``opt``."""
 
     def fails(p: progen.Program) -> bool:
+        # The same failure: this oracle disagrees with an engine. A program that no longer
+        # builds or runs (an Outcome without an engine) is no reduction.
         with contextlib.redirect_stdout(sys.stderr):
             try:
-                return any(not o.ok for o in fidelity.check_program(p, (opt,), (oracle,)))
-            except Exception:  # a program that no longer builds is no reduction
+                outcomes = fidelity.check_program(p, (opt,), (oracle,))
+            except Exception:
                 return False
+        return any(not o.ok and o.engine != "-" for o in outcomes)
 
     program = progen.generate(seed)
     if not fails(program):

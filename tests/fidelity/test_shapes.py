@@ -188,3 +188,33 @@ def test_coroutines_keep_their_own_frames(tmp_path: Path) -> None:
         (slices,) = found.values()
         problems = oracles.check_own_stacks(slices, calls, keep)
         assert not problems, f"{engine}:\n" + "\n".join(problems[:10])
+
+
+# ------------------------------------------------------------ minimised failures
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O2"])
+def test_catch_inside_recursion(tmp_path: Path, opt: str) -> None:
+    """Found by the fuzzer (seed 60): the activation that catches is found in the binary's
+    exception tables, not taken as the nearest one of its function."""
+    source = (programs.SOURCES / "catch_in_recursion.cpp").read_text()
+    keep = {"main", "f6", "f10", "f13", "f16"}.__contains__
+    exe = fidelity.build_source(source, cxx=True, variant="instrumented", opt=opt)
+    log = tmp_path / "cyg.log"
+    trace, rec = record_and_decode(exe, tmp_path, PTSCOPE_CYG_LOG=str(log))
+    expected = oracles.cyg_trees(log, exe, keep)
+    assert_same(expected, oracles.fxt_trees(trace, keep))
+    (perf_data,) = rec.glob("perf.data*")
+    assert_same(expected, fidelity.reference_timeline_trees(perf_data, keep))
+    if shutil.which("uftrace"):
+        pg = fidelity.build_source(source, cxx=True, variant="pg", opt=opt)
+        data = tmp_path / "uftrace.data"
+        subprocess.run(
+            ["uftrace", "record", "--no-libcall", "-d", str(data), str(pg)],
+            check=True, capture_output=True, cwd=tmp_path,
+        )  # fmt: skip
+        traced = tmp_path / "pg"
+        traced.mkdir()
+        pg_trace, _ = record_and_decode(pg, traced)
+        got = oracles.fxt_trees(pg_trace, keep)
+        assert list(oracles.uftrace_trees(data, keep).values()) == list(got.values())

@@ -164,10 +164,11 @@ class Program:
             "static long calls;",
             "static long events;",
         ]
-        if self.has_longjmp:
-            out.append("static jmp_buf *armed;")
-        if self.has_throw:
+        escapes = self.has_longjmp or self.has_throw or self._uses("guard")
+        if escapes and cxx:
             out += ["struct Boom { long v; };", "static int armed;"]
+        elif escapes:
+            out.append("static jmp_buf *armed;")
         if self.signal_roots:
             out.append("static int handler_depth;")
         if cxx:
