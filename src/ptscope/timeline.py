@@ -19,6 +19,7 @@ __all__ = [
     "Instant",
     "NestingError",
     "Slice",
+    "SliceBatch",
     "SliceFlags",
     "ThreadTimeline",
     "Timeline",
@@ -148,6 +149,37 @@ class Timeline:
         if not ranges:
             return None
         return min(r[0] for r in ranges), max(r[1] for r in ranges)
+
+
+@dataclass
+class SliceBatch:
+    """What a streaming engine wrote since its last batch: slices of any threads as columns
+    (in the order they were finished, not by start), instants and counter samples.
+
+    ``names`` is the engine's name table (``name_id`` indexes it; it only grows, so a
+    later batch's table is valid for earlier batches too). ``start_slot``/``end_slot``
+    are the slices' slots when the engine keeps them (transcript tests), else None.
+    """
+
+    names: list[str]
+    pid: Int64Array = field(default_factory=_empty_i64)
+    tid: Int64Array = field(default_factory=_empty_i64)
+    start: Int64Array = field(default_factory=_empty_i64)
+    end: Int64Array = field(default_factory=_empty_i64)
+    name_id: Int32Array = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
+    address: UInt64Array = field(default_factory=lambda: np.zeros(0, dtype=np.uint64))
+    instructions: Int64Array = field(default_factory=_empty_i64)
+    cycles: Int64Array = field(default_factory=_empty_i64)
+    flags: UInt8Array = field(default_factory=lambda: np.zeros(0, dtype=np.uint8))
+    start_slot: Int64Array | None = None
+    end_slot: Int64Array | None = None
+    instants: list[tuple[int, int, Instant]] = field(default_factory=list)
+    """(pid, tid, instant)"""
+    counters: list[tuple[int, int, CounterSample]] = field(default_factory=list)
+    """(pid, tid, sample)"""
+
+    def __len__(self) -> int:
+        return int(self.start.shape[0])
 
 
 def parents_from_depth(depth: npt.NDArray[np.integer]) -> npt.NDArray[np.int64]:

@@ -61,12 +61,11 @@ def both(
     a = TraceSegmentEngine(keep_slots=True, landing_pads=pads)
     a.feed_all(events)
     ta = a.finish()
-    for final_pass in ("c", "numpy"):
-        b = FastEngine(keep_slots=True, final_pass=final_pass, landing_pads=pads)
-        b.feed_all(to_items(events, cuts=cuts))
-        tb = b.finish()
-        assert_same(a, ta, b, tb)
-        assert check_outcome(a, ta) == check_outcome(b, tb)
+    b = FastEngine(keep_slots=True, landing_pads=pads)
+    b.feed_all(to_items(events, cuts=cuts))
+    tb = b.finish()
+    assert_same(a, ta, b, tb)
+    assert check_outcome(a, ta) == check_outcome(b, tb)
 
 
 # --------------------------------------------------------------------- goldens
@@ -432,73 +431,6 @@ def test_instruction_length_boundaries() -> None:
 
 
 # ------------------------------------------------------------------ final pass
-
-
-@st.composite
-def histories(draw: st.DrawFn) -> dict[str, Any]:
-    """Arbitrary closed histories: any slot log (times out of order, negative, huge), a
-    forest of frames over it, sparse count updates."""
-    nslots = draw(st.integers(1, 60))
-    log = draw(
-        st.lists(
-            st.one_of(
-                st.integers(-12, 40),  # few distinct times: many runs of equal ones
-                st.integers(-12, 40),
-                st.integers(-(2**20), 2**20),
-                st.sampled_from([0, 1, 2, 4, 5, 6, 2**62, -(2**62), 2**63 - 1, -(2**63)]),
-            ),
-            min_size=nslots,
-            max_size=nslots,
-        )
-    )
-    n = draw(st.integers(0, 40))
-    fd = []
-    for i in range(n):
-        parent = draw(st.integers(-1, i - 1)) if i else -1
-        start, end = sorted(draw(st.lists(st.integers(0, nslots - 1), min_size=2, max_size=2)))
-        fd.append([parent, start, end, draw(st.integers(-(2**63), 2**63 - 1)), 0, 0])
-        fd[-1][4] = draw(st.integers(0, 2**40))
-    slots = sorted(set(draw(st.lists(st.integers(0, nslots + 2), max_size=20))))
-    counts = [
-        draw(st.lists(st.integers(-(2**63), 2**63 - 1), min_size=len(slots), max_size=len(slots)))
-        for _ in range(2)
-    ]
-    return {
-        "fd": np.array(fd, dtype=np.int64).reshape(n, 6),
-        "log": np.array(log, dtype=np.int64),
-        "update_slots": np.array(slots, dtype=np.int64),
-        "insn_counts": np.array(counts[0], dtype=np.int64),
-        "cycle_counts": np.array(counts[1], dtype=np.int64),
-        "name_ids": np.array([draw(st.integers(0, 9)) for _ in range(n)], dtype=np.int32),
-    }
-
-
-@settings(max_examples=300, deadline=None)
-@given(histories())
-def test_c_final_pass_equals_the_numpy_one(h: dict[str, Any]) -> None:
-    depths = _depths(h["fd"][:, 0])
-    arrays = fast_engine.ThreadArrays(depths=depths, **h)
-    want = fast_engine.numpy_thread_timeline(1, 2, "t", arrays, [(0, "i")], [(0, "c", 5)], True)
-    got = fast_engine.c_thread_timeline(1, 2, "t", arrays, [(0, "i")], [(0, "c", 5)], True)
-    for column in ("start", "end", "depth", "name_id", "address", "instructions", "cycles"):
-        w, g = getattr(want[0], column), getattr(got[0], column)
-        assert w.dtype == g.dtype and np.array_equal(w, g), column
-    assert np.array_equal(want[0].flags, got[0].flags)
-    assert want[0].instants == got[0].instants and want[0].counters == got[0].counters
-    for w, g in zip(want[1:], got[1:], strict=True):
-        assert np.array_equal(w, g)  # type: ignore[arg-type]
-
-
-def test_final_pass_refuses_inconsistent_arrays() -> None:
-    assert fast_engine._cengine is not None
-    fd = np.array([[-1, 0, 5, 0, 0, 0]], dtype=np.int64)  # end slot past the log
-    log = np.zeros(3, dtype=np.int64)
-    empty = np.zeros(0, dtype=np.int64)
-    one = np.zeros(1, dtype=np.int32)
-    with pytest.raises(ValueError, match="slot"):
-        fast_engine._cengine.final_pass(fd, log, empty, empty, empty, one, one, False)
-    with pytest.raises(ValueError, match="lengths"):
-        fast_engine._cengine.final_pass(fd, log, empty, empty, empty, one[:0], one, False)
 
 
 def test_perf_maps_name_jit_code_in_batches_too() -> None:

@@ -1,13 +1,29 @@
-/* The trace-segment engine's ingestion in C: columns of branch records in, per-thread frame
- * histories out, rule for rule the twin of src/ptscope/reconstruct/engine.py.
+/* The trace-segment engine in C, streaming: columns of branch records in, finished slices
+ * out as soon as they are known, rule for rule the twin of src/ptscope/reconstruct/engine.py.
  *
  * engine.py is the reference: its module docstring explains the model (frames, contexts,
  * landing, stitching, roots, slots) and every handler here carries the name of the Python
- * method it ports. Names are plain ints here: location ids index the location columns that
- * Python registers (function name id, entry address, symbol offset, ip), and a frame's name
- * id is kept in the upper bits of its flags field so that a frame stays 48 bytes. Python
- * (fast_engine.py) turns the ids back into strings and runs the shared final pass
- * (engine.build_thread_timeline) over the arrays this module hands over at the end.
+ * method it ports. The reference keeps the whole history and computes times in a final
+ * pass; this engine gives the same slices but keeps only what can still change:
+ *
+ * - the open frames of every context (a frame lives in a per-thread arena and its arena
+ *   entry is reused once its slice is written);
+ * - the current run of equal timestamps (the slot window): a slot's time is known once a
+ *   slot with another timestamp arrives, so the run can be spread (engine.py: "Time");
+ *   what waits for a slot's time (a frame's start or end, a context's start or suspension,
+ *   an instant, a counter) is a *waiter*, served when the slot resolves;
+ * - frames that start where their context starts (the inferred roots and the first frame,
+ *   the *spine*): they share one start time, and Perfetto nests slices of equal start in
+ *   file order, so a spine is written outermost first once its context ends; likewise a
+ *   frame that starts at the same time as its caller is written after its caller.
+ *
+ * Stitching changes only parents, which the output does not carry (Perfetto nests slices
+ * by time), so this engine keeps no parent links; depth, where a caller wants it, is
+ * computed from the times (nest_depths()).
+ *
+ * Names are plain ints here: location ids index the location columns that Python registers
+ * (function name id, entry address, symbol offset, ip); Python (fast_engine.py) turns them
+ * back into strings.
  *
  * Errors: bad input is refused before anything changes (unknown location ids, times whose
  * slot value does not fit in 64 bits); running out of memory, or a counter overflowing,
@@ -19,25 +35,26 @@
 
 #include <setjmp.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <stddef.h>
 #include <string.h>
-
-/* A frame's fields (engine.py: _PARENT ... _CALLSITE), six int64 per frame. */
-enum { F_PARENT, F_START, F_END, F_ADDR, F_FLAGS, F_CALLSITE, NFIELDS };
 
 /* SliceFlags, and the engine's private flag (engine.py: _AFTER_CALL). */
 #define FL_INFERRED 1
 #define FL_OPEN_AT_END 2
 #define FL_SYNTHETIC 4
 #define FL_AFTER_CALL (1 << 8)
-/* The frame's name id lives above the flags in the F_FLAGS field. */
+/* A frame's name id lives above its flags. */
 #define NAME_SHIFT 16
 
 #define CALL_SLOT 1
 #define START_SLOT 2
 #define MAX_INSN 15u
+
+/* A run of equal timestamps longer than this is spread as if it ended here (no timing
+ * packet for that many frame boundaries): the window stays bounded. */
+#define MAX_RUN 65536
 
 /* model.BranchKind and model.TraceState. */
 enum {
@@ -91,8 +108,34 @@ typedef struct {
 	size_t n, cap;
 } Vec;
 
+/* A slot's resolved time and the cumulative instruction/cycle counts in force there. */
+typedef struct {
+	int64_t time, insn, cyc;
+} SlotValue;
+
+/* One function activation (engine.py: a frame's fields), in its thread's arena. */
+typedef struct {
+	int64_t start_slot, end_slot; /* end -1: open */
+	int64_t addr;
+	int64_t flags; /* name id << NAME_SHIFT | slice flags */
+	int64_t callsite;
+	int64_t seq; /* creation order (ties in a spine) */
+	SlotValue start, end;
+	/* The frame it was called from (to be written after it if both start at the same
+	 * time), and the frames waiting to be written after this one (a list). */
+	int64_t parent;
+	uint32_t parent_gen;
+	int64_t first_follower, last_follower, next_follower;
+	uint32_t gen; /* bumped when the entry is reused */
+	uint8_t known; /* KNOWN_START | KNOWN_END */
+	bool spine;    /* starts where its context starts: written with its context's group */
+	bool live;
+} Frame;
+#define KNOWN_START 1
+#define KNOWN_END 2
+
 /* An open frame on a context's stack: the function events are matched against, and the
- * frame's index (engine.py: Handle). */
+ * frame's arena index (engine.py: Handle). */
 typedef struct {
 	int64_t ix;
 	int32_t fn;
@@ -101,13 +144,13 @@ typedef struct {
 typedef struct {
 	Handle *frames;
 	size_t nframes, capframes;
-	int64_t *top; /* frames whose parent is this context's base (engine.py: toplevel) */
-	size_t ntop, captop;
-	int64_t parent;
 	int64_t start_slot;
 	int64_t suspend_slot;
+	SlotValue start, suspend; /* once their slots resolve */
+	bool start_known, suspend_known;
 	bool detached;
 	bool switched_in; /* began with a stack switch: older contexts are other stacks */
+	Vec spine;	  /* arena indices of the frames that start where this context starts */
 } Ctx;
 
 /* A branch held until its transaction commits. */
@@ -116,20 +159,50 @@ typedef struct {
 	int64_t time;
 } TxEvent;
 
+/* Something waiting for a slot's value. */
+enum { W_START, W_END, W_INSTANT, W_COUNTER };
+typedef struct {
+	int64_t slot;
+	int32_t kind;
+	uint32_t gen;
+	int64_t a, b, c; /* frame index (a); message id (a); counter name (a), value (b) */
+} Waiter;
+
+/* A context's spine, waiting for its last member to be known before it is written. */
+typedef struct {
+	int64_t *ix;
+	size_t n;
+} Group;
+
 typedef struct {
 	int64_t pid, tid;
-	Vec fd, log;
-	Vec upd_slot, upd_insn, upd_cyc;
-	Vec instants; /* (slot, message id) pairs */
-	Vec counters; /* (slot, name id, value) triples */
-	int64_t cum_insn, cum_cyc, last_time;
-	Ctx **ctxs;  /* [0, nctx) live; [nctx, pool) allocated, kept for reuse */
+	/* frames */
+	Frame *fr;
+	size_t nfr, capfr;
+	Vec free_ix;
+	int64_t seq;
+	/* contexts: [0, nctx) live; [nctx, pool) allocated, kept for reuse */
+	Ctx **ctxs;
 	size_t nctx, pool, capctx;
+	/* slots: [0, done) resolved; the window holds [done, nslots), all one timestamp */
+	int64_t nslots, done;
+	int64_t last_raw; /* the newest slot's raw value (time*4 + flags) */
+	Vec win_raw, win_insn, win_cyc;
+	SlotValue *win_out; /* resolution scratch */
+	size_t capout;
+	int64_t lasting, top; /* the catch-up clock (engine._slot_times) */
+	bool clock_started;
+	Waiter *waiters;
+	size_t nwait, capwait;
+	Group *groups;
+	size_t ngroups, capgroups;
+	/* counts */
+	int64_t cum_insn, cum_cyc, last_time;
+	int64_t first_update_slot; /* -1: no count yet */
 	TxEvent *txq;
 	size_t ntx, captx;
-	size_t final_slots; /* the log's length when it was handed over */
-	Vec resume; /* (frame index, address) pairs: where a setjmp last returned into it */
-	bool taken;
+	Vec resume; /* (frame index, generation, address) triples: setjmp resume points */
+	bool closed;
 } Thread;
 
 typedef struct {
@@ -180,6 +253,12 @@ static uint8_t classify(uint32_t flags)
 
 static uint8_t kind_state[FLAG_TABLE_SIZE]; /* classify() of every value, filled at import */
 
+/* Output columns, drained by take_output(). */
+enum { O_PID, O_TID, O_START, O_END, O_NAME, O_ADDR, O_INSN, O_CYC, O_FLAGS, O_SSLOT, O_ESLOT,
+       NOUT };
+enum { I_PID, I_TID, I_TIME, I_MSG, NINST };
+enum { N_PID, N_TID, N_TIME, N_NAME, N_VALUE, NCTR };
+
 typedef struct {
 	PyObject_HEAD
 	int32_t *loc_fn;
@@ -198,11 +277,11 @@ typedef struct {
 	Thread *last;
 	int64_t events, branches, decode_errors, segments_started, stitched, roots_inferred,
 		unexpected, ignored;
+	int64_t slices_out, live_frames, peak_frames;
 	Example *examples;
 	Py_ssize_t nexamples, max_examples;
-	int32_t *out_of; /* engine name id -> output name id (final pass), -1 = none yet */
-	size_t nout_of;
-	int32_t nout;
+	Vec out[NOUT], inst[NINST], ctr[NCTR];
+	bool keep_slots;
 	bool broken, closed;
 	jmp_buf jb;
 } Engine;
@@ -220,6 +299,12 @@ static _Noreturn void fail_nomem(Engine *e)
 	fail(e);
 }
 
+static _Noreturn void fail_internal(Engine *e, const char *what)
+{
+	PyErr_Format(PyExc_RuntimeError, "engine: internal inconsistency (%s)", what);
+	fail(e);
+}
+
 static void *grow(Engine *e, void *p, size_t *cap, size_t need, size_t elem)
 {
 	if (need <= *cap)
@@ -228,7 +313,7 @@ static void *grow(Engine *e, void *p, size_t *cap, size_t need, size_t elem)
 	while (nc < need) {
 		if (nc > SIZE_MAX / 2 / elem)
 			fail_nomem(e);
-		nc += nc / 2 + 8; /* x1.5: bounded slack on big frame arrays */
+		nc += nc / 2 + 8; /* x1.5 */
 	}
 	void *np = realloc(p, nc * elem);
 	if (!np)
@@ -275,7 +360,21 @@ static void map_insert(Slot *map, size_t cap, int64_t pid, int64_t tid, size_t i
 	map[i] = (Slot){pid, tid, index};
 }
 
-static Ctx *push_ctx(Engine *e, Thread *th, int64_t parent, bool detached, int64_t start_slot)
+/* ------------------------------------------------------- contexts and frames */
+
+static inline Ctx *cur(Thread *th)
+{
+	return th->ctxs[th->nctx - 1];
+}
+
+static inline Frame *frame(Thread *th, int64_t ix)
+{
+	return &th->fr[ix];
+}
+
+static void retire_spine(Engine *e, Thread *th, Ctx *c);
+
+static Ctx *push_ctx(Engine *e, Thread *th, bool detached, int64_t start_slot)
 {
 	if (th->nctx == th->pool) {
 		th->ctxs = grow(e, th->ctxs, &th->capctx, th->pool + 1, sizeof(Ctx *));
@@ -286,14 +385,371 @@ static Ctx *push_ctx(Engine *e, Thread *th, int64_t parent, bool detached, int64
 	}
 	Ctx *c = th->ctxs[th->nctx++];
 	c->nframes = 0;
-	c->ntop = 0;
-	c->parent = parent;
+	c->spine.n = 0;
 	c->detached = detached;
 	c->start_slot = start_slot;
+	c->start_known = false;
 	c->suspend_slot = -1;
+	c->suspend_known = false;
 	c->switched_in = false;
 	return c;
 }
+
+/* Contexts [keep, nctx) end: their spines are written once known. */
+static void pop_ctxs(Engine *e, Thread *th, size_t keep)
+{
+	for (size_t j = th->nctx; j-- > keep;)
+		retire_spine(e, th, th->ctxs[j]);
+	th->nctx = keep;
+}
+
+/* ----------------------------------------------------------------- the slots */
+
+static void emit_slice(Engine *e, Thread *th, Frame *f, int64_t ix);
+static void flush_groups(Engine *e, Thread *th, bool force);
+
+static inline void free_frame(Engine *e, Thread *th, int64_t ix)
+{
+	Frame *f = frame(th, ix);
+	f->live = false;
+	f->gen++;
+	vec_push(e, &th->free_ix, ix);
+	e->live_frames--;
+}
+
+/* Write a finished frame, then the frames that waited for it. */
+static void write_frame(Engine *e, Thread *th, int64_t ix)
+{
+	while (ix >= 0) {
+		Frame *f = frame(th, ix);
+		emit_slice(e, th, f, ix);
+		int64_t follower = f->first_follower;
+		free_frame(e, th, ix);
+		/* followers of followers come right after theirs: walk the list depth first */
+		while (follower >= 0) {
+			Frame *g = frame(th, follower);
+			int64_t next = g->next_follower;
+			write_frame(e, th, follower);
+			follower = next;
+		}
+		ix = -1;
+	}
+}
+
+/* Both ends known: write it now, after its caller if they start at the same time (a
+ * viewer nests equal starts in file order), or (spine) with its context's group. */
+static inline void known_now(Engine *e, Thread *th, int64_t ix)
+{
+	Frame *f = frame(th, ix);
+	if (f->known != (KNOWN_START | KNOWN_END) || f->spine)
+		return;
+	if (f->parent >= 0) {
+		Frame *p = frame(th, f->parent);
+		if (p->live && p->gen == f->parent_gen && (p->known & KNOWN_START) &&
+		    p->start.time == f->start.time) {
+			f->next_follower = -1;
+			if (p->last_follower >= 0)
+				frame(th, p->last_follower)->next_follower = ix;
+			else
+				p->first_follower = ix;
+			p->last_follower = ix;
+			return;
+		}
+	}
+	write_frame(e, th, ix);
+}
+
+static inline void wait_for(Engine *e, Thread *th, int64_t slot, int32_t kind, int64_t a,
+			    int64_t b, int64_t c)
+{
+	if (th->nwait == th->capwait)
+		th->waiters = grow(e, th->waiters, &th->capwait, th->nwait + 1, sizeof(Waiter));
+	uint32_t gen = (kind == W_START || kind == W_END) ? frame(th, a)->gen : 0;
+	th->waiters[th->nwait++] = (Waiter){slot, kind, gen, a, b, c};
+}
+
+/* The value of a resolved slot that something still refers to: only a live context's
+ * start or suspension can be (frames copy theirs when their slot resolves). */
+static SlotValue known_slot(Engine *e, Thread *th, int64_t slot)
+{
+	for (size_t j = th->nctx; j-- > 0;) {
+		Ctx *c = th->ctxs[j];
+		if (c->start_slot == slot && c->start_known)
+			return c->start;
+		if (c->suspend_slot == slot && c->suspend_known)
+			return c->suspend;
+	}
+	fail_internal(e, "a resolved slot that no context holds");
+}
+
+/* engine._slot_times for the window: spread its run over `span` ns (calls take equal
+ * shares), run the catch-up clock (every call and segment start lasts at least 1 ns, time
+ * never goes backwards), then serve what waited for these slots. */
+static void resolve(Engine *e, Thread *th, int64_t span)
+{
+	size_t n = th->win_raw.n;
+	if (!n)
+		return;
+	const int64_t *raw = th->win_raw.v;
+	if (n > th->capout)
+		th->win_out = grow(e, th->win_out, &th->capout, n, sizeof(SlotValue));
+	SlotValue *out = th->win_out;
+	int64_t value = raw[0] >> 2, calls = 0;
+	for (size_t k = 0; k < n; k++)
+		calls += raw[k] & CALL_SLOT;
+	int64_t div = calls > 0 ? calls : 1, before = 0;
+	for (size_t k = 0; k < n; k++) {
+		/* numpy's floor division (span >= 0 here, so plain division) */
+		int64_t t = value + (int64_t)(((__int128)span * before) / div);
+		before += raw[k] & CALL_SLOT;
+		int64_t x = t - th->lasting;
+		if (!th->clock_started || x > th->top) {
+			th->top = x;
+			th->clock_started = true;
+		}
+		out[k] = (SlotValue){th->top + th->lasting, th->win_insn.v[k], th->win_cyc.v[k]};
+		th->lasting += (raw[k] & (CALL_SLOT | START_SLOT)) != 0;
+	}
+	int64_t lo = th->done, hi = th->nslots;
+	for (size_t j = 0; j < th->nctx; j++) {
+		Ctx *c = th->ctxs[j];
+		if (!c->start_known && c->start_slot >= lo && c->start_slot < hi) {
+			c->start = out[c->start_slot - lo];
+			c->start_known = true;
+		}
+		if (c->suspend_slot >= lo && !c->suspend_known && c->suspend_slot < hi) {
+			c->suspend = out[c->suspend_slot - lo];
+			c->suspend_known = true;
+		}
+	}
+	th->done = hi;
+	th->win_raw.n = th->win_insn.n = th->win_cyc.n = 0;
+	/* Every waiter waits for a slot of the window: all are served. Serving may not add
+	 * waiters (a frame is written, or freed, nothing more). */
+	size_t nw = th->nwait;
+	th->nwait = 0;
+	for (size_t k = 0; k < nw; k++) {
+		Waiter w = th->waiters[k];
+		SlotValue v = out[w.slot - lo];
+		switch (w.kind) {
+		case W_START:
+		case W_END: {
+			Frame *f = frame(th, w.a);
+			if (!f->live || f->gen != w.gen)
+				fail_internal(e, "a waiter outlived its frame");
+			if (w.kind == W_START) {
+				f->start = v;
+				f->known |= KNOWN_START;
+			} else {
+				f->end = v;
+				f->known |= KNOWN_END;
+			}
+			known_now(e, th, w.a);
+			break;
+		}
+		case W_INSTANT:
+			vec_push(e, &e->inst[I_PID], th->pid);
+			vec_push(e, &e->inst[I_TID], th->tid);
+			vec_push(e, &e->inst[I_TIME], v.time);
+			vec_push(e, &e->inst[I_MSG], w.a);
+			break;
+		case W_COUNTER:
+			vec_push(e, &e->ctr[N_PID], th->pid);
+			vec_push(e, &e->ctr[N_TID], th->tid);
+			vec_push(e, &e->ctr[N_TIME], v.time);
+			vec_push(e, &e->ctr[N_NAME], w.a);
+			vec_push(e, &e->ctr[N_VALUE], w.b);
+			break;
+		}
+	}
+	if (th->ngroups)
+		flush_groups(e, th, false);
+}
+
+/* engine.py: _slot (a frame boundary at time t). The window holds one run of equal
+ * timestamps: a slot with another timestamp ends the run, which can then be spread. */
+static int64_t take_slot(Engine *e, Thread *th, int64_t t, int flags)
+{
+	if (th->win_raw.n) {
+		int64_t value = th->last_raw >> 2;
+		if (t != value)
+			resolve(e, th, t - value);
+		else if (th->win_raw.n >= MAX_RUN)
+			resolve(e, th, 0);
+	}
+	int64_t raw = t * 4 + flags;
+	vec_push(e, &th->win_raw, raw);
+	vec_push(e, &th->win_insn, th->cum_insn);
+	vec_push(e, &th->win_cyc, th->cum_cyc);
+	th->last_raw = raw;
+	return th->nslots++;
+}
+
+static void set_start(Engine *e, Thread *th, int64_t ix, int64_t slot)
+{
+	Frame *f = frame(th, ix);
+	f->start_slot = slot;
+	if (slot >= th->done) {
+		wait_for(e, th, slot, W_START, ix, 0, 0);
+	} else {
+		f->start = known_slot(e, th, slot);
+		f->known |= KNOWN_START;
+	}
+}
+
+static inline int64_t new_frame(Engine *e, Thread *th, Ctx *c, int64_t parent, int32_t name,
+				int64_t start, int64_t addr, int64_t flags, int64_t callsite)
+{
+	int64_t ix;
+	if (th->free_ix.n) {
+		ix = th->free_ix.v[--th->free_ix.n];
+	} else {
+		if (th->nfr == th->capfr)
+			th->fr = grow(e, th->fr, &th->capfr, th->nfr + 1, sizeof(Frame));
+		ix = (int64_t)th->nfr++;
+		th->fr[ix].gen = 0;
+	}
+	Frame *f = &th->fr[ix];
+	f->end_slot = -1;
+	f->addr = addr;
+	f->flags = ((int64_t)name << NAME_SHIFT) | flags;
+	f->callsite = callsite;
+	f->seq = th->seq++;
+	f->parent = parent;
+	f->parent_gen = parent >= 0 ? th->fr[parent].gen : 0;
+	f->first_follower = f->last_follower = f->next_follower = -1;
+	f->known = 0;
+	f->live = true;
+	f->spine = start == c->start_slot;
+	if (f->spine)
+		vec_push(e, &c->spine, ix);
+	if (++e->live_frames > e->peak_frames)
+		e->peak_frames = e->live_frames;
+	set_start(e, th, ix, start);
+	return ix;
+}
+
+static inline void push_handle(Engine *e, Ctx *c, int32_t fn, int64_t ix)
+{
+	if (c->nframes == c->capframes)
+		c->frames = grow(e, c->frames, &c->capframes, c->nframes + 1, sizeof(Handle));
+	c->frames[c->nframes++] = (Handle){ix, fn};
+}
+
+/* engine.py: _close */
+static inline void close_frame(Engine *e, Thread *th, int64_t ix, int64_t slot, int64_t flags)
+{
+	Frame *f = frame(th, ix);
+	f->end_slot = slot;
+	f->flags |= flags;
+	if (slot >= th->done) {
+		wait_for(e, th, slot, W_END, ix, 0, 0);
+	} else {
+		f->end = known_slot(e, th, slot);
+		f->known |= KNOWN_END;
+		known_now(e, th, ix);
+	}
+}
+
+/* engine.py: _close_above */
+static void close_above(Engine *e, Thread *th, Ctx *c, size_t index, int64_t slot, int64_t flags)
+{
+	for (size_t k = index + 1; k < c->nframes; k++)
+		close_frame(e, th, c->frames[k].ix, slot, flags);
+	c->nframes = index + 1;
+}
+
+/* ------------------------------------------------------------------ writing */
+
+static void emit_slice(Engine *e, Thread *th, Frame *f, int64_t ix)
+{
+	(void)ix;
+	bool counted = th->first_update_slot >= 0 && f->end_slot >= th->first_update_slot;
+	vec_push(e, &e->out[O_PID], th->pid);
+	vec_push(e, &e->out[O_TID], th->tid);
+	vec_push(e, &e->out[O_START], f->start.time);
+	vec_push(e, &e->out[O_END], f->end.time);
+	vec_push(e, &e->out[O_NAME], f->flags >> NAME_SHIFT);
+	vec_push(e, &e->out[O_ADDR], f->addr);
+	vec_push(e, &e->out[O_INSN], counted ? f->end.insn - f->start.insn : -1);
+	vec_push(e, &e->out[O_CYC], counted ? f->end.cyc - f->start.cyc : -1);
+	vec_push(e, &e->out[O_FLAGS], f->flags & 0xFF);
+	if (e->keep_slots) {
+		vec_push(e, &e->out[O_SSLOT], f->start_slot);
+		vec_push(e, &e->out[O_ESLOT], f->end_slot);
+	}
+	e->slices_out++;
+}
+
+/* A context ends (or starts over): its spine, outermost first, once all of it is known. */
+static void retire_spine(Engine *e, Thread *th, Ctx *c)
+{
+	if (!c->spine.n)
+		return;
+	if (th->ngroups == th->capgroups)
+		th->groups = grow(e, th->groups, &th->capgroups, th->ngroups + 1, sizeof(Group));
+	int64_t *ix = malloc(c->spine.n * sizeof(int64_t));
+	if (!ix)
+		fail_nomem(e);
+	memcpy(ix, c->spine.v, c->spine.n * sizeof(int64_t));
+	th->groups[th->ngroups++] = (Group){ix, c->spine.n};
+	c->spine.n = 0;
+	flush_groups(e, th, false);
+}
+
+/* Outermost first: the one that ends last, or was found last (a root found by returning
+ * into it holds everything found before). */
+static int spine_cmp(const void *pa, const void *pb, void *arg)
+{
+	Thread *th = arg;
+	const Frame *a = frame(th, *(const int64_t *)pa), *b = frame(th, *(const int64_t *)pb);
+	if (a->end.time != b->end.time)
+		return a->end.time > b->end.time ? -1 : 1;
+	return a->seq > b->seq ? -1 : a->seq < b->seq;
+}
+
+static void sort_spine(Thread *th, int64_t *ix, size_t n)
+{
+	/* insertion sort: spines are short, and mostly in order already */
+	for (size_t i = 1; i < n; i++) {
+		int64_t x = ix[i];
+		size_t j = i;
+		while (j > 0 && spine_cmp(&ix[j - 1], &x, th) > 0) {
+			ix[j] = ix[j - 1];
+			j--;
+		}
+		ix[j] = x;
+	}
+}
+
+static void flush_groups(Engine *e, Thread *th, bool force)
+{
+	size_t kept = 0;
+	for (size_t g = 0; g < th->ngroups; g++) {
+		Group grp = th->groups[g];
+		bool ready = true;
+		for (size_t k = 0; k < grp.n && ready; k++)
+			ready = frame(th, grp.ix[k])->known == (KNOWN_START | KNOWN_END);
+		if (!ready && !force) {
+			th->groups[kept++] = grp;
+			continue;
+		}
+		sort_spine(th, grp.ix, grp.n);
+		for (size_t k = 0; k < grp.n; k++) {
+			Frame *f = frame(th, grp.ix[k]);
+			if (f->known == (KNOWN_START | KNOWN_END)) {
+				write_frame(e, th, grp.ix[k]);
+			} else {
+				/* (only when forced at the end: cannot happen once all resolved) */
+				free_frame(e, th, grp.ix[k]);
+			}
+		}
+		free(grp.ix);
+	}
+	th->ngroups = kept;
+}
+
+/* --------------------------------------------------------------- new threads */
 
 /* engine.py: _Thread.__init__ */
 static Thread *new_thread(Engine *e, int64_t pid, int64_t tid, int64_t time)
@@ -318,9 +774,10 @@ static Thread *new_thread(Engine *e, int64_t pid, int64_t tid, int64_t time)
 	th->pid = pid;
 	th->tid = tid;
 	th->last_time = time;
+	th->first_update_slot = -1;
 	/* The first slot starts the thread's first segment; the first context starts there. */
-	vec_push(e, &th->log, time * 4 + START_SLOT);
-	push_ctx(e, th, -1, true, 0);
+	take_slot(e, th, time, START_SLOT);
+	push_ctx(e, th, true, 0);
 	return th;
 }
 
@@ -337,73 +794,6 @@ static Thread *thread_of(Engine *e, int64_t pid, int64_t tid, int64_t time)
 	return th;
 }
 
-/* -------------------------------------------------------------- small helpers */
-
-static inline Ctx *cur(Thread *th)
-{
-	return th->ctxs[th->nctx - 1];
-}
-
-static inline int64_t *frame(Thread *th, int64_t ix)
-{
-	return th->fd.v + ix * NFIELDS;
-}
-
-static inline int64_t new_frame(Engine *e, Thread *th, int32_t name, int64_t parent,
-				int64_t start, int64_t addr, int64_t flags, int64_t callsite)
-{
-	Vec *fd = &th->fd;
-	if (fd->n + NFIELDS > fd->cap)
-		fd->v = grow(e, fd->v, &fd->cap, fd->n + NFIELDS, sizeof(int64_t));
-	int64_t *f = fd->v + fd->n;
-	f[F_PARENT] = parent;
-	f[F_START] = start;
-	f[F_END] = -1;
-	f[F_ADDR] = addr;
-	f[F_FLAGS] = ((int64_t)name << NAME_SHIFT) | flags;
-	f[F_CALLSITE] = callsite;
-	fd->n += NFIELDS;
-	return (int64_t)(fd->n / NFIELDS) - 1;
-}
-
-static inline void push_handle(Engine *e, Ctx *c, int32_t fn, int64_t ix)
-{
-	if (c->nframes == c->capframes)
-		c->frames = grow(e, c->frames, &c->capframes, c->nframes + 1, sizeof(Handle));
-	c->frames[c->nframes++] = (Handle){ix, fn};
-}
-
-static inline void push_top(Engine *e, Ctx *c, int64_t ix)
-{
-	if (c->ntop == c->captop)
-		c->top = grow(e, c->top, &c->captop, c->ntop + 1, sizeof(int64_t));
-	c->top[c->ntop++] = ix;
-}
-
-/* engine.py: _slot */
-static inline int64_t take_slot(Engine *e, Thread *th, int64_t t, int flags)
-{
-	int64_t slot = (int64_t)th->log.n;
-	vec_push(e, &th->log, t * 4 + flags);
-	return slot;
-}
-
-/* engine.py: _close */
-static inline void close_frame(Thread *th, int64_t ix, int64_t slot, int64_t flags)
-{
-	int64_t *f = frame(th, ix);
-	f[F_END] = slot;
-	f[F_FLAGS] |= flags;
-}
-
-/* engine.py: _close_above */
-static void close_above(Thread *th, Ctx *c, size_t index, int64_t slot, int64_t flags)
-{
-	for (size_t k = index + 1; k < c->nframes; k++)
-		close_frame(th, c->frames[k].ix, slot, flags);
-	c->nframes = index + 1;
-}
-
 /* engine.py: _count */
 static void count(Engine *e, Thread *th, uint64_t insns, uint64_t cycles)
 {
@@ -417,16 +807,9 @@ static void count(Engine *e, Thread *th, uint64_t insns, uint64_t cycles)
 	}
 	th->cum_insn = ci;
 	th->cum_cyc = cc;
-	int64_t slot = (int64_t)th->log.n;
-	size_t n = th->upd_slot.n;
-	if (n && th->upd_slot.v[n - 1] == slot) {
-		th->upd_insn.v[n - 1] = ci;
-		th->upd_cyc.v[n - 1] = cc;
-	} else {
-		vec_push(e, &th->upd_slot, slot);
-		vec_push(e, &th->upd_insn, ci);
-		vec_push(e, &th->upd_cyc, cc);
-	}
+	/* They hold from the next slot on. */
+	if (th->first_update_slot < 0)
+		th->first_update_slot = th->nslots;
 }
 
 /* engine.py: _unexpected (the message is formatted in Python) */
@@ -443,9 +826,8 @@ static void unexpected(Engine *e, Thread *th, int what, int32_t fn, int32_t fn2)
 static void first_frame(Engine *e, Thread *th, Ctx *c, int32_t loc, int64_t flags)
 {
 	int32_t fn = e->loc_fn[loc];
-	int64_t ix = new_frame(e, th, fn, c->parent, c->start_slot, e->loc_entry[loc], flags, 0);
+	int64_t ix = new_frame(e, th, c, -1, fn, c->start_slot, e->loc_entry[loc], flags, 0);
 	push_handle(e, c, fn, ix);
-	push_top(e, c, ix);
 }
 
 /* engine.py: _break */
@@ -453,11 +835,14 @@ static void break_segment(Engine *e, Thread *th, int64_t slot)
 {
 	Ctx *c = cur(th);
 	if (!c->nframes && c->detached) {
+		retire_spine(e, th, c);
 		c->start_slot = slot;
+		c->start_known = false;
 		return;
 	}
 	c->suspend_slot = slot;
-	push_ctx(e, th, -1, true, slot);
+	c->suspend_known = false;
+	push_ctx(e, th, true, slot);
 	e->segments_started++;
 }
 
@@ -474,13 +859,9 @@ static void add_root(Engine *e, Thread *th, Ctx *c, int32_t loc, int64_t t)
 	int64_t slot = take_slot(e, th, t, 0);
 	int32_t fn = e->loc_fn[loc];
 	int64_t root =
-		new_frame(e, th, fn, c->parent, c->start_slot, e->loc_entry[loc], FL_INFERRED, 0);
-	for (size_t k = 0; k < c->ntop; k++)
-		frame(th, c->top[k])[F_PARENT] = root;
-	c->ntop = 0;
-	push_top(e, c, root);
+	    new_frame(e, th, c, -1, fn, c->start_slot, e->loc_entry[loc], FL_INFERRED, 0);
 	for (size_t k = 0; k < c->nframes; k++)
-		close_frame(th, c->frames[k].ix, slot, 0);
+		close_frame(e, th, c->frames[k].ix, slot, 0);
 	c->nframes = 0;
 	push_handle(e, c, fn, root);
 	e->roots_inferred++;
@@ -538,11 +919,33 @@ static void landing_ranges(Engine *e, int32_t loc, const int64_t **ranges, size_
 	*n = (size_t)count;
 }
 
+/* A setjmp returned to `ip` in frame `ix` (engine.py: _Thread.resume). */
+static void set_resume_point(Engine *e, Thread *th, int64_t ix, uint64_t ip)
+{
+	Vec *r = &th->resume;
+	if (r->n >= 3 * 64 && r->n == r->cap) {
+		/* forget the points of frames that are gone */
+		size_t kept = 0;
+		for (size_t k = 0; k < r->n; k += 3) {
+			Frame *f = frame(th, r->v[k]);
+			if (f->live && f->gen == (uint32_t)r->v[k + 1]) {
+				memmove(&r->v[kept], &r->v[k], 3 * sizeof(int64_t));
+				kept += 3;
+			}
+		}
+		r->n = kept;
+	}
+	vec_push(e, r, ix);
+	vec_push(e, r, frame(th, ix)->gen);
+	vec_push(e, r, (int64_t)ip);
+}
+
 static bool resumes_at(Thread *th, int64_t ix, uint64_t ip)
 {
 	/* The newest entry of a frame is its resume point. */
-	for (size_t k = th->resume.n; k >= 2; k -= 2) {
-		if (th->resume.v[k - 2] == ix)
+	uint32_t gen = frame(th, ix)->gen;
+	for (size_t k = th->resume.n; k >= 3; k -= 3) {
+		if (th->resume.v[k - 3] == ix && (uint32_t)th->resume.v[k - 2] == gen)
 			return (uint64_t)th->resume.v[k - 1] == ip;
 	}
 	return false;
@@ -576,7 +979,7 @@ static ptrdiff_t resumed_frame(Engine *e, Thread *th, Ctx *c, ptrdiff_t top, int
 				landing_ranges(e, dst, &ranges, &nranges);
 				asked = true;
 			}
-			uint64_t site = (uint64_t)frame(th, c->frames[i + 1].ix)[F_CALLSITE];
+			uint64_t site = (uint64_t)frame(th, c->frames[i + 1].ix)->callsite;
 			for (size_t k = 0; k < nranges; k++)
 				if ((uint64_t)ranges[2 * k] <= site && site < (uint64_t)ranges[2 * k + 1])
 					return i;
@@ -589,30 +992,28 @@ static ptrdiff_t resumed_frame(Engine *e, Thread *th, Ctx *c, ptrdiff_t top, int
 static bool stopped_in(Thread *th, Ctx *c, size_t i)
 {
 	size_t n = c->nframes;
-	return i + 1 == n ||
-	       (i + 2 == n && (frame(th, c->frames[n - 1].ix)[F_FLAGS] & FL_SYNTHETIC));
+	return i + 1 == n || (i + 2 == n && (frame(th, c->frames[n - 1].ix)->flags & FL_SYNTHETIC));
 }
 
 /* engine.py: _land_on */
 static void land_on(Engine *e, Thread *th, size_t ci, size_t fi, int64_t t)
 {
 	Ctx *target = th->ctxs[ci];
-	int64_t landed = target->frames[fi].ix;
 	int64_t end = take_slot(e, th, t, 0);
 	for (size_t j = th->nctx - 1; j > ci; j--) {
 		Ctx *c = th->ctxs[j];
 		for (size_t k = 0; k < c->nframes; k++)
-			close_frame(th, c->frames[k].ix, end, 0);
+			close_frame(e, th, c->frames[k].ix, end, 0);
+		c->nframes = 0;
 		if (c->detached) {
-			for (size_t k = 0; k < c->ntop; k++)
-				frame(th, c->top[k])[F_PARENT] = landed;
 			e->stitched++;
 			end = th->ctxs[j - 1]->suspend_slot;
 		}
 	}
-	close_above(th, target, fi, end, FL_OPEN_AT_END);
-	th->nctx = ci + 1;
+	close_above(e, th, target, fi, end, FL_OPEN_AT_END);
+	pop_ctxs(e, th, ci + 1);
 	target->suspend_slot = -1;
+	target->suspend_known = false;
 }
 
 /* engine.py: _land (at: the location landed at, -1 for none) */
@@ -656,7 +1057,7 @@ static Ctx *sync_source(Engine *e, Thread *th, int32_t src, int64_t t)
 		if (c->frames[i].fn == fn) {
 			/* Frames above returned without us seeing it (lost data). */
 			unexpected(e, th, 0, fn, c->frames[n - 1].fn);
-			close_above(th, c, i, take_slot(e, th, t, 0), FL_OPEN_AT_END);
+			close_above(e, th, c, i, take_slot(e, th, t, 0), FL_OPEN_AT_END);
 			return c;
 		}
 	}
@@ -672,7 +1073,6 @@ static Ctx *sync_source(Engine *e, Thread *th, int32_t src, int64_t t)
 
 /* ------------------------------------------------------------------ handlers */
 
-/* engine.py: _return_slow */
 /* engine.py: _stack_switch */
 static void stack_switch(Engine *e, Thread *th, int32_t dst, int64_t t)
 {
@@ -682,7 +1082,7 @@ static void stack_switch(Engine *e, Thread *th, int32_t dst, int64_t t)
 		Ctx *c = th->ctxs[ci];
 		if (!c->nframes || !switches_stack(e, c->frames[c->nframes - 1].fn))
 			continue;
-		uint64_t site = (uint64_t)frame(th, c->frames[c->nframes - 1].ix)[F_CALLSITE];
+		uint64_t site = (uint64_t)frame(th, c->frames[c->nframes - 1].ix)->callsite;
 		if (site && ip > site && ip - site <= MAX_INSN) {
 			if (found != SIZE_MAX) {
 				found = SIZE_MAX; /* two stacks wait there: unknown which resumes */
@@ -694,7 +1094,7 @@ static void stack_switch(Engine *e, Thread *th, int32_t dst, int64_t t)
 	if (found != SIZE_MAX) {
 		Ctx *target = th->ctxs[found];
 		land_on(e, th, found, target->nframes - 1, t);
-		close_frame(th, target->frames[target->nframes - 1].ix, take_slot(e, th, t, 0), 0);
+		close_frame(e, th, target->frames[target->nframes - 1].ix, take_slot(e, th, t, 0), 0);
 		target->nframes--;
 		return;
 	}
@@ -714,16 +1114,15 @@ static void return_slow(Engine *e, Thread *th, int32_t src, int32_t dst, int64_t
 	int32_t fn = e->loc_fn[dst];
 	if ((fn_flags(e, e->loc_fn[src]) & FN_SETJMP) && c->nframes >= 2 &&
 	    c->frames[c->nframes - 2].fn == fn) {
-		close_frame(th, c->frames[--c->nframes].ix, take_slot(e, th, t, 0), 0);
-		vec_push(e, &th->resume, c->frames[c->nframes - 1].ix);
-		vec_push(e, &th->resume, (int64_t)e->loc_ip[dst]);
+		close_frame(e, th, c->frames[--c->nframes].ix, take_slot(e, th, t, 0), 0);
+		set_resume_point(e, th, c->frames[c->nframes - 1].ix, e->loc_ip[dst]);
 		return;
 	}
 	if (!c->nframes) {
 		c = sync_source(e, th, src, t);
 		size_t n = c->nframes;
 		if (n >= 2 && c->frames[n - 2].fn == fn) {
-			close_frame(th, c->frames[n - 1].ix, take_slot(e, th, t, 0), 0);
+			close_frame(e, th, c->frames[n - 1].ix, take_slot(e, th, t, 0), 0);
 			c->nframes--;
 			return;
 		}
@@ -732,15 +1131,15 @@ static void return_slow(Engine *e, Thread *th, int32_t src, int32_t dst, int64_t
 	ptrdiff_t i = resumed_frame(e, th, c, (ptrdiff_t)n - 3, fn, dst);
 	if (i >= 0) {
 		/* A return past several frames (exception unwinding, longjmp via ret). */
-		close_above(th, c, (size_t)i, take_slot(e, th, t, 0), 0);
+		close_above(e, th, c, (size_t)i, take_slot(e, th, t, 0), 0);
 		return;
 	}
 	Handle top = c->frames[n - 1];
-	uint64_t callsite = (uint64_t)frame(th, top.ix)[F_CALLSITE];
+	uint64_t callsite = (uint64_t)frame(th, top.ix)->callsite;
 	uint64_t ip = e->loc_ip[dst];
 	if (callsite && ip > callsite && ip - callsite <= MAX_INSN && n > 1) {
 		/* An assembly label right after the call: the caller carries on under it. */
-		close_frame(th, top.ix, take_slot(e, th, t, 0), 0);
+		close_frame(e, th, top.ix, take_slot(e, th, t, 0), 0);
 		c->nframes--;
 		c->frames[n - 2].fn = fn;
 		return;
@@ -766,7 +1165,7 @@ static void jump(Engine *e, Thread *th, int32_t src, int32_t dst, int64_t t)
 		ptrdiff_t i = resumed_frame(e, th, c, (ptrdiff_t)c->nframes - 2, fn, dst);
 		if (i >= 0) {
 			/* Into the middle of a caller: longjmp, landing pad, OCaml raise. */
-			close_above(th, c, (size_t)i, take_slot(e, th, t, 0), 0);
+			close_above(e, th, c, (size_t)i, take_slot(e, th, t, 0), 0);
 			return;
 		}
 		if (land(e, th, fn, t, false, dst))
@@ -778,27 +1177,24 @@ static void jump(Engine *e, Thread *th, int32_t src, int32_t dst, int64_t t)
 	/* A tail call, or a jump into an unrelated function: the leaf is replaced. */
 	int64_t slot = take_slot(e, th, t, CALL_SLOT);
 	int64_t old = c->frames[--c->nframes].ix;
-	close_frame(th, old, slot, 0);
-	int64_t parent = frame(th, old)[F_PARENT];
+	close_frame(e, th, old, slot, 0);
 	/* The new function returns where the old one would have: same call site. */
+	int64_t below = c->nframes ? c->frames[c->nframes - 1].ix : -1;
 	int64_t ix =
-	    new_frame(e, th, fn, parent, slot, e->loc_entry[dst], 0, frame(th, old)[F_CALLSITE]);
+	    new_frame(e, th, c, below, fn, slot, e->loc_entry[dst], 0, frame(th, old)->callsite);
 	push_handle(e, c, fn, ix);
-	if (c->nframes == 1)
-		push_top(e, c, ix);
 }
 
 /* engine.py: _enter_nested */
 static void enter_nested(Engine *e, Thread *th, int32_t src, int32_t dst, int64_t t)
 {
 	Ctx *c = sync_source(e, th, src, t);
+	int64_t interrupted = c->frames[c->nframes - 1].ix;
 	int64_t slot = take_slot(e, th, t, CALL_SLOT);
-	int64_t parent = c->frames[c->nframes - 1].ix;
-	Ctx *nested = push_ctx(e, th, parent, false, slot);
+	Ctx *nested = push_ctx(e, th, false, slot);
 	int32_t fn = e->loc_fn[dst];
-	int64_t ix = new_frame(e, th, fn, parent, slot, e->loc_entry[dst], 0, 0);
+	int64_t ix = new_frame(e, th, nested, interrupted, fn, slot, e->loc_entry[dst], 0, 0);
 	push_handle(e, nested, fn, ix);
-	push_top(e, nested, ix);
 }
 
 /* engine.py: _long_return */
@@ -809,7 +1205,7 @@ static void long_return(Engine *e, Thread *th, int32_t dst, int64_t t)
 	size_t n = c->nframes;
 	for (size_t i = n >= 2 ? n - 1 : 0; i-- > 0;) {
 		if (c->frames[i].fn == fn) {
-			close_above(th, c, i, take_slot(e, th, t, 0), 0);
+			close_above(e, th, c, i, take_slot(e, th, t, 0), 0);
 			return;
 		}
 	}
@@ -827,13 +1223,14 @@ static void trace_end(Engine *e, Thread *th, int kind, int32_t src, int64_t t)
 {
 	Ctx *c = sync_source(e, th, src, t);
 	if (kind == K_RETURN && c->nframes >= 2) {
-		close_frame(th, c->frames[c->nframes - 1].ix, take_slot(e, th, t, 0), 0);
+		close_frame(e, th, c->frames[c->nframes - 1].ix, take_slot(e, th, t, 0), 0);
 		c->nframes--;
 	} else if ((kind == K_SYSRET || kind == K_IRET) && th->nctx > 1 && !c->detached) {
 		int64_t slot = take_slot(e, th, t, 0);
 		for (size_t k = 0; k < c->nframes; k++)
-			close_frame(th, c->frames[k].ix, slot, 0);
-		th->nctx--;
+			close_frame(e, th, c->frames[k].ix, slot, 0);
+		c->nframes = 0;
+		pop_ctxs(e, th, th->nctx - 1);
 		c = cur(th);
 		if (!c->nframes)
 			return;
@@ -841,7 +1238,7 @@ static void trace_end(Engine *e, Thread *th, int kind, int32_t src, int64_t t)
 	int32_t name = kind == K_SYSCALL ? NAME_SYSCALL : NAME_UNTRACED;
 	int64_t flags = FL_SYNTHETIC | (kind == K_CALL ? FL_AFTER_CALL : 0);
 	int64_t slot = take_slot(e, th, t, CALL_SLOT);
-	int64_t ix = new_frame(e, th, name, c->frames[c->nframes - 1].ix, slot, 0, flags, 0);
+	int64_t ix = new_frame(e, th, c, c->frames[c->nframes - 1].ix, name, slot, 0, flags, 0);
 	push_handle(e, c, name, ix);
 }
 
@@ -864,16 +1261,16 @@ static void trace_start(Engine *e, Thread *th, int32_t dst, int64_t t)
 		if (c->frames[i].fn == fn) {
 			if (entry && !stopped_in(th, c, i))
 				break;
-			close_above(th, c, i, take_slot(e, th, t, 0), 0);
+			close_above(e, th, c, i, take_slot(e, th, t, 0), 0);
 			return;
 		}
 	}
-	int64_t *f = frame(th, top->ix);
-	if (f[F_FLAGS] & FL_AFTER_CALL) {
+	Frame *f = frame(th, top->ix);
+	if (f->flags & FL_AFTER_CALL) {
 		/* `tr end  call` then resume in a new function: that is the callee. */
 		top->fn = fn;
-		f[F_FLAGS] = (int64_t)fn << NAME_SHIFT;
-		f[F_ADDR] = e->loc_entry[dst];
+		f->flags = (int64_t)fn << NAME_SHIFT;
+		f->addr = e->loc_entry[dst];
 		return;
 	}
 	if (land(e, th, fn, t, entry, -1))
@@ -909,8 +1306,8 @@ static void apply(Engine *e, Thread *th, int kind, int state, int32_t src, int32
 		if (!c->nframes || c->frames[c->nframes - 1].fn != sfn)
 			c = sync_source(e, th, src, t);
 		int64_t slot = take_slot(e, th, t, CALL_SLOT);
-		int64_t ix = new_frame(e, th, fn, c->frames[c->nframes - 1].ix, slot,
-				       e->loc_entry[dst], 0, (int64_t)e->loc_ip[src]);
+		int64_t ix = new_frame(e, th, c, c->frames[c->nframes - 1].ix, fn, slot,
+				       e->loc_entry[dst], 0, (int64_t)sip);
 		push_handle(e, c, fn, ix);
 		return;
 	}
@@ -919,7 +1316,7 @@ static void apply(Engine *e, Thread *th, int kind, int state, int32_t src, int32
 		size_t n = c->nframes;
 		if (n >= 2 && c->frames[n - 2].fn == e->loc_fn[dst] &&
 		    !fn_flags(e, e->loc_fn[src])) {
-			close_frame(th, c->frames[n - 1].ix, take_slot(e, th, t, 0), 0);
+			close_frame(e, th, c->frames[n - 1].ix, take_slot(e, th, t, 0), 0);
 			c->nframes--;
 		} else {
 			return_slow(e, th, src, dst, t);
@@ -955,8 +1352,8 @@ static void apply(Engine *e, Thread *th, int kind, int state, int32_t src, int32
 /* engine.py: _gap_slot */
 static inline void gap_slot(Engine *e, Thread *th, int64_t gap_time, int64_t t)
 {
-	if ((th->log.v[th->log.n - 1] >> 2) < gap_time && gap_time < t)
-		vec_push(e, &th->log, gap_time * 4);
+	if ((th->last_raw >> 2) < gap_time && gap_time < t)
+		take_slot(e, th, gap_time, 0);
 }
 
 /* engine.py: TraceSegmentEngine._branch (in-transaction events and what follows them) */
@@ -986,7 +1383,7 @@ static void branch_slow(Engine *e, Thread *th, int kind, int state, bool in_tx, 
 			for (size_t k = 0; k < queued; k++) {
 				TxEvent q = th->txq[k];
 				/* engine.py: never before what the thread logged since, nor after now. */
-				int64_t logged = th->log.v[th->log.n - 1] >> 2;
+				int64_t logged = th->last_raw >> 2;
 				int64_t tq = q.time > logged ? q.time : logged;
 				apply(e, th, q.kind, q.state, q.src, q.dst, tq <= t ? tq : t);
 			}
@@ -995,81 +1392,23 @@ static void branch_slow(Engine *e, Thread *th, int kind, int state, bool in_tx, 
 	apply(e, th, kind, state, src, dst, t);
 }
 
-/* engine.py: TraceSegmentEngine._close_all */
+/* engine.py: TraceSegmentEngine._close_all, then every slot resolves and every slice is
+ * written. */
 static void close_all(Engine *e, Thread *th)
 {
 	int64_t end = take_slot(e, th, th->last_time, 0);
 	for (size_t j = th->nctx; j-- > 0;) {
 		Ctx *c = th->ctxs[j];
 		for (size_t k = 0; k < c->nframes; k++)
-			close_frame(th, c->frames[k].ix, end, FL_OPEN_AT_END);
+			close_frame(e, th, c->frames[k].ix, end, FL_OPEN_AT_END);
 		c->nframes = 0;
 		if (j > 0 && c->detached)
 			end = th->ctxs[j - 1]->suspend_slot;
 	}
-}
-
-/* -------------------------------------------------------- buffers handed out */
-
-/* A block of memory handed to Python (numpy reads it through the buffer protocol). */
-typedef struct {
-	PyObject_HEAD
-	void *data;
-	Py_ssize_t nbytes;
-} Block;
-
-static int64_t empty_block_storage;
-
-static void block_dealloc(Block *self)
-{
-	free(self->data);
-	Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static int block_getbuffer(Block *self, Py_buffer *view, int flags)
-{
-	void *data = self->data ? self->data : &empty_block_storage;
-	return PyBuffer_FillInfo(view, (PyObject *)self, data, self->nbytes, 0, flags);
-}
-
-static PyBufferProcs block_as_buffer = {
-	.bf_getbuffer = (getbufferproc)block_getbuffer,
-};
-
-static PyTypeObject BlockType = {
-	PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ptscope.reconstruct._cengine.Block",
-	.tp_basicsize = sizeof(Block),
-	.tp_dealloc = (destructor)block_dealloc,
-	.tp_as_buffer = &block_as_buffer,
-	.tp_flags = Py_TPFLAGS_DEFAULT,
-	.tp_doc = "Memory handed over by the engine (read it with numpy.frombuffer).",
-};
-
-/* Wrap `data` (malloc'd, now owned by the block; freed here if wrapping fails). */
-static PyObject *block_new(void *data, size_t nbytes)
-{
-	Block *b = PyObject_New(Block, &BlockType);
-	if (!b) {
-		free(data);
-		return NULL;
-	}
-	b->data = data;
-	b->nbytes = (Py_ssize_t)nbytes;
-	return (PyObject *)b;
-}
-
-static PyObject *vec_block(Vec *a)
-{
-	if (a->n && a->n < a->cap) {
-		/* Give back the growth slack (up to a third of a big array). */
-		int64_t *v = realloc(a->v, a->n * sizeof(int64_t));
-		if (v)
-			a->v = v;
-	}
-	PyObject *b = block_new(a->v, a->n * sizeof(int64_t));
-	a->v = NULL;
-	a->n = a->cap = 0;
-	return b;
+	pop_ctxs(e, th, 0);
+	resolve(e, th, 0);
+	flush_groups(e, th, true);
+	th->closed = true;
 }
 
 /* ------------------------------------------------------------ Python methods */
@@ -1083,11 +1422,21 @@ static PyObject *vec_block(Vec *a)
 		}                                                                         \
 	} while (0)
 
+#define OPEN(e)                                                                           \
+	do {                                                                              \
+		GUARD(e);                                                                 \
+		if ((e)->closed) {                                                        \
+			PyErr_SetString(PyExc_RuntimeError, "the engine is finished");    \
+			return NULL;                                                      \
+		}                                                                         \
+	} while (0)
+
 static int engine_init(Engine *e, PyObject *args, PyObject *kwds)
 {
-	static char *kwlist[] = {"max_examples", NULL};
+	static char *kwlist[] = {"max_examples", "keep_slots", NULL};
 	Py_ssize_t max_examples = 5;
-	if (!PyArg_ParseTupleAndKeywords(args, kwds, "|n", kwlist, &max_examples))
+	int keep_slots = 0;
+	if (!PyArg_ParseTupleAndKeywords(args, kwds, "|np", kwlist, &max_examples, &keep_slots))
 		return -1;
 	if (e->threads || e->nloc) {
 		PyErr_SetString(PyExc_RuntimeError, "the engine is already initialised");
@@ -1102,22 +1451,26 @@ static int engine_init(Engine *e, PyObject *args, PyObject *kwds)
 		return -1;
 	}
 	e->max_examples = max_examples;
+	e->keep_slots = keep_slots;
 	return 0;
 }
 
 static void free_thread(Thread *th)
 {
-	free(th->fd.v);
-	free(th->log.v);
-	free(th->upd_slot.v);
-	free(th->upd_insn.v);
-	free(th->upd_cyc.v);
-	free(th->instants.v);
-	free(th->counters.v);
+	free(th->fr);
+	free(th->free_ix.v);
+	free(th->win_raw.v);
+	free(th->win_insn.v);
+	free(th->win_cyc.v);
+	free(th->win_out);
+	free(th->waiters);
+	for (size_t g = 0; g < th->ngroups; g++)
+		free(th->groups[g].ix);
+	free(th->groups);
 	free(th->resume.v);
 	for (size_t i = 0; i < th->pool; i++) {
 		free(th->ctxs[i]->frames);
-		free(th->ctxs[i]->top);
+		free(th->ctxs[i]->spine.v);
 		free(th->ctxs[i]);
 	}
 	free(th->ctxs);
@@ -1140,7 +1493,12 @@ static void engine_dealloc(Engine *e)
 	free(e->pad_index.v);
 	free(e->pad_ranges.v);
 	free(e->examples);
-	free(e->out_of);
+	for (int i = 0; i < NOUT; i++)
+		free(e->out[i].v);
+	for (int i = 0; i < NINST; i++)
+		free(e->inst[i].v);
+	for (int i = 0; i < NCTR; i++)
+		free(e->ctr[i].v);
 	Py_TYPE(e)->tp_free((PyObject *)e);
 }
 
@@ -1175,7 +1533,6 @@ static void columns_release(Column *cols, int n)
 }
 
 #define AT(col, type, i) (*(const type *)((col).p + (i) * (col).stride))
-
 static PyObject *engine_add_locations(Engine *e, PyObject *args)
 {
 	PyObject *objs[4];
@@ -1400,11 +1757,7 @@ static PyObject *engine_decode_error(Engine *e, PyObject *args)
 	Py_ssize_t message;
 	if (!PyArg_ParseTuple(args, "LLpLn", &pid, &tid, &has_time, &time, &message))
 		return NULL;
-	GUARD(e);
-	if (e->closed) {
-		PyErr_SetString(PyExc_RuntimeError, "the engine is finished");
-		return NULL;
-	}
+	OPEN(e);
 	if (has_time && check_time(time) < 0)
 		return NULL;
 	if (setjmp(e->jb)) {
@@ -1438,8 +1791,7 @@ static PyObject *engine_decode_error(Engine *e, PyObject *args)
 	/* engine.py: whether a pending transaction committed is unknowable now: drop it. */
 	th->ntx = 0;
 	int64_t slot = take_slot(e, th, t, START_SLOT);
-	vec_push(e, &th->instants, slot);
-	vec_push(e, &th->instants, message);
+	wait_for(e, th, slot, W_INSTANT, message, 0, 0);
 	break_segment(e, th, slot);
 	Py_RETURN_TRUE;
 }
@@ -1451,11 +1803,7 @@ static PyObject *engine_counter(Engine *e, PyObject *args)
 	Py_ssize_t name;
 	if (!PyArg_ParseTuple(args, "LLLnL", &pid, &tid, &time, &name, &value))
 		return NULL;
-	GUARD(e);
-	if (e->closed) {
-		PyErr_SetString(PyExc_RuntimeError, "the engine is finished");
-		return NULL;
-	}
+	OPEN(e);
 	if (check_time(time) < 0)
 		return NULL;
 	if (setjmp(e->jb)) {
@@ -1466,21 +1814,15 @@ static PyObject *engine_counter(Engine *e, PyObject *args)
 	Thread *th = thread_of(e, pid, tid, time);
 	int64_t t = time > th->last_time ? time : th->last_time;
 	th->last_time = t;
-	vec_push(e, &th->counters, (int64_t)th->log.n);
-	vec_push(e, &th->counters, name);
-	vec_push(e, &th->counters, value);
-	vec_push(e, &th->log, t * 4);
+	int64_t slot = take_slot(e, th, t, 0);
+	wait_for(e, th, slot, W_COUNTER, name, value, 0);
 	Py_RETURN_NONE;
 }
 
 /* engine.py: TraceSegmentEngine.end_segment */
 static PyObject *engine_end_segment(Engine *e, PyObject *Py_UNUSED(ignored))
 {
-	GUARD(e);
-	if (e->closed) {
-		PyErr_SetString(PyExc_RuntimeError, "the engine is finished");
-		return NULL;
-	}
+	OPEN(e);
 	if (setjmp(e->jb)) {
 		e->broken = true;
 		return NULL;
@@ -1499,7 +1841,7 @@ static PyObject *engine_slot_count(Engine *e, PyObject *args)
 	if (!PyArg_ParseTuple(args, "LL", &pid, &tid))
 		return NULL;
 	Thread *th = find_thread(e, pid, tid);
-	return PyLong_FromSize_t(!th ? 0 : th->taken ? th->final_slots : th->log.n);
+	return PyLong_FromLongLong(th ? th->nslots : 0);
 }
 
 static PyObject *engine_stats(Engine *e, PyObject *Py_UNUSED(ignored))
@@ -1508,6 +1850,25 @@ static PyObject *engine_stats(Engine *e, PyObject *Py_UNUSED(ignored))
 			     (long long)e->decode_errors, (long long)e->segments_started,
 			     (long long)e->stitched, (long long)e->roots_inferred,
 			     (long long)e->unexpected, (long long)e->ignored);
+}
+
+/* What the engine holds now: for tests and benchmarks of its memory. */
+static PyObject *engine_memory(Engine *e, PyObject *Py_UNUSED(ignored))
+{
+	size_t window = 0, waiters = 0, arena = 0, groups = 0;
+	for (size_t i = 0; i < e->nthreads; i++) {
+		Thread *th = e->threads[i];
+		window += th->win_raw.n;
+		waiters += th->nwait;
+		arena += th->nfr;
+		for (size_t g = 0; g < th->ngroups; g++)
+			groups += th->groups[g].n;
+	}
+	return Py_BuildValue("{sLsLsnsnsnsnsL}", "live_frames", (long long)e->live_frames,
+			     "peak_frames", (long long)e->peak_frames, "window_slots",
+			     (Py_ssize_t)window, "waiters", (Py_ssize_t)waiters, "arena_frames",
+			     (Py_ssize_t)arena, "held_frames", (Py_ssize_t)groups,
+			     "slices_written", (long long)e->slices_out);
 }
 
 static PyObject *engine_examples(Engine *e, PyObject *Py_UNUSED(ignored))
@@ -1545,14 +1906,11 @@ static PyObject *engine_thread_keys(Engine *e, PyObject *Py_UNUSED(ignored))
 	return list;
 }
 
-/* finish(), first half: close every thread's open frames (engine.py: _close_all). */
+/* The end of the input: close every thread's open frames (engine.py: _close_all), resolve
+ * every slot and write everything still held. */
 static PyObject *engine_close_all(Engine *e, PyObject *Py_UNUSED(ignored))
 {
-	GUARD(e);
-	if (e->closed) {
-		PyErr_SetString(PyExc_RuntimeError, "the engine is finished");
-		return NULL;
-	}
+	OPEN(e);
 	if (setjmp(e->jb)) {
 		e->broken = true;
 		return NULL;
@@ -1562,404 +1920,176 @@ static PyObject *engine_close_all(Engine *e, PyObject *Py_UNUSED(ignored))
 	e->closed = true;
 	Py_RETURN_NONE;
 }
+/* -------------------------------------------------------- buffers handed out */
 
-/* Depth of every frame (number of ancestors), in one pass with an explicit stack. */
-static int32_t *frame_depths(const int64_t *fd, size_t n)
+/* A block of memory handed to Python (numpy reads it through the buffer protocol). */
+typedef struct {
+	PyObject_HEAD
+	void *data;
+	Py_ssize_t nbytes;
+} Block;
+
+static int64_t empty_block_storage;
+
+static void block_dealloc(Block *self)
 {
-	int32_t *depth = malloc((n ? n : 1) * sizeof(int32_t));
-	int64_t *stack = malloc((n ? n : 1) * sizeof(int64_t));
-	if (!depth || !stack) {
+	free(self->data);
+	Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int block_getbuffer(Block *self, Py_buffer *view, int flags)
+{
+	void *data = self->data ? self->data : &empty_block_storage;
+	return PyBuffer_FillInfo(view, (PyObject *)self, data, self->nbytes, 0, flags);
+}
+
+static PyBufferProcs block_as_buffer = {
+	.bf_getbuffer = (getbufferproc)block_getbuffer,
+};
+
+static PyTypeObject BlockType = {
+	PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ptscope.reconstruct._cengine.Block",
+	.tp_basicsize = sizeof(Block),
+	.tp_dealloc = (destructor)block_dealloc,
+	.tp_as_buffer = &block_as_buffer,
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_doc = "Memory handed over by the engine (read it with numpy.frombuffer).",
+};
+
+/* Wrap `data` (malloc'd, now owned by the block; freed here if wrapping fails). */
+static PyObject *block_new(void *data, size_t nbytes)
+{
+	Block *b = PyObject_New(Block, &BlockType);
+	if (!b) {
+		free(data);
+		return NULL;
+	}
+	b->data = data;
+	b->nbytes = (Py_ssize_t)nbytes;
+	return (PyObject *)b;
+}
+
+static PyObject *vec_block(Vec *a)
+{
+	if (a->n && a->n < a->cap) {
+		/* Give back the growth slack (up to a third of a big array). */
+		int64_t *v = realloc(a->v, a->n * sizeof(int64_t));
+		if (v)
+			a->v = v;
+	}
+	PyObject *b = block_new(a->v, a->n * sizeof(int64_t));
+	a->v = NULL;
+	a->n = a->cap = 0;
+	return b;
+}
+
+/* ------------------------------------------------------------ Python methods */
+
+static PyObject *vecs_blocks(Vec *v, int n)
+{
+	PyObject *t = PyTuple_New(n);
+	if (!t)
+		return NULL;
+	for (int i = 0; i < n; i++) {
+		PyObject *b = vec_block(&v[i]);
+		if (!b) {
+			Py_DECREF(t);
+			return NULL;
+		}
+		PyTuple_SET_ITEM(t, i, b);
+	}
+	return t;
+}
+
+/* Everything written since the last call: (slices, instants, counters), each a tuple of
+ * int64 Blocks (slices: pid, tid, start, end, name id, address, instructions, cycles,
+ * flags, start slot, end slot; the slots empty unless keep_slots; instants: pid, tid,
+ * time, message id; counters: pid, tid, time, name id, value). */
+static PyObject *engine_take_output(Engine *e, PyObject *Py_UNUSED(ignored))
+{
+	GUARD(e);
+	PyObject *s = vecs_blocks(e->out, NOUT);
+	PyObject *i = s ? vecs_blocks(e->inst, NINST) : NULL;
+	PyObject *c = i ? vecs_blocks(e->ctr, NCTR) : NULL;
+	PyObject *r = c ? PyTuple_Pack(3, s, i, c) : NULL;
+	Py_XDECREF(s);
+	Py_XDECREF(i);
+	Py_XDECREF(c);
+	return r;
+}
+
+/* ------------------------------------------------------ nesting by time alone */
+
+/* Depth of each slice of one thread from the times alone, as a viewer nests them
+ * (parents first: by start, then end descending, then the given order). Returns
+ * (order, depth): the permutation in that order, and depth in that order. */
+typedef struct {
+	int64_t start, end;
+	int64_t i;
+} NestItem;
+
+static int nest_cmp(const void *pa, const void *pb)
+{
+	const NestItem *a = pa, *b = pb;
+	if (a->start != b->start)
+		return a->start < b->start ? -1 : 1;
+	if (a->end != b->end)
+		return a->end > b->end ? -1 : 1;
+	return a->i < b->i ? -1 : a->i > b->i;
+}
+
+static PyObject *nest_depths(PyObject *Py_UNUSED(module), PyObject *args)
+{
+	PyObject *so, *eo;
+	if (!PyArg_ParseTuple(args, "OO", &so, &eo))
+		return NULL;
+	Column cols[2] = {0};
+	if (column_get(&cols[0], so, 8, "start") < 0 || column_get(&cols[1], eo, 8, "end") < 0) {
+		columns_release(cols, 2);
+		return NULL;
+	}
+	Py_ssize_t n = cols[0].view.shape[0];
+	if (cols[1].view.shape[0] != n) {
+		columns_release(cols, 2);
+		PyErr_SetString(PyExc_ValueError, "start and end differ in length");
+		return NULL;
+	}
+	size_t m = n ? (size_t)n : 1;
+	NestItem *items = malloc(m * sizeof(NestItem));
+	int64_t *order = malloc(m * sizeof(int64_t));
+	int32_t *depth = malloc(m * sizeof(int32_t));
+	int64_t *stack = malloc(m * sizeof(int64_t));
+	if (!items || !order || !depth || !stack) {
+		free(items);
+		free(order);
 		free(depth);
 		free(stack);
-		PyErr_NoMemory();
-		return NULL;
-	}
-	for (size_t i = 0; i < n; i++)
-		depth[i] = -1;
-	for (size_t i = 0; i < n; i++) {
-		if (depth[i] >= 0)
-			continue;
-		size_t sp = 0;
-		int64_t j = (int64_t)i;
-		while (j >= 0) {
-			if (sp == n || j >= (int64_t)n) {
-				free(depth);
-				free(stack);
-				PyErr_SetString(PyExc_RuntimeError, "frame parents are inconsistent");
-				return NULL;
-			}
-			if (depth[j] >= 0)
-				break;
-			stack[sp++] = j;
-			j = fd[j * NFIELDS + F_PARENT];
-		}
-		int32_t d = j < 0 ? -1 : depth[j];
-		while (sp)
-			depth[stack[--sp]] = ++d;
-	}
-	free(stack);
-	return depth;
-}
-
-/* finish(), second half, one thread at a time (in the order the caller wants the names):
- * hands over the thread's arrays and gives its frames output name ids, numbered in order
- * of first appearance. Returns (fd, log, update_slots, insn_counts, cycle_counts,
- * instants, counters, name_ids, depths, new_names), the first nine as Blocks (int64 but
- * name_ids and depths: int32), new_names the engine name ids that got output ids here. */
-static PyObject *engine_take_thread(Engine *e, PyObject *args)
-{
-	Py_ssize_t index;
-	if (!PyArg_ParseTuple(args, "n", &index))
-		return NULL;
-	GUARD(e);
-	if (!e->closed) {
-		PyErr_SetString(PyExc_RuntimeError, "close_all() first");
-		return NULL;
-	}
-	if (index < 0 || (size_t)index >= e->nthreads) {
-		PyErr_SetString(PyExc_IndexError, "no such thread");
-		return NULL;
-	}
-	Thread *th = e->threads[index];
-	if (th->taken) {
-		PyErr_SetString(PyExc_RuntimeError, "thread already taken");
-		return NULL;
-	}
-	size_t n = th->fd.n / NFIELDS;
-	const int64_t *fd = th->fd.v;
-	int32_t *ids = malloc((n ? n : 1) * sizeof(int32_t));
-	if (!ids)
+		columns_release(cols, 2);
 		return PyErr_NoMemory();
-	PyObject *fresh = PyList_New(0);
-	if (!fresh) {
-		free(ids);
-		return NULL;
 	}
-	for (size_t i = 0; i < n; i++) {
-		int64_t name = fd[i * NFIELDS + F_FLAGS] >> NAME_SHIFT;
-		if ((size_t)name >= e->nout_of) {
-			size_t cap = e->nout_of ? e->nout_of : 64;
-			while (cap <= (size_t)name)
-				cap *= 2;
-			int32_t *out = realloc(e->out_of, cap * sizeof(int32_t));
-			if (!out) {
-				free(ids);
-				Py_DECREF(fresh);
-				return PyErr_NoMemory();
-			}
-			for (size_t k = e->nout_of; k < cap; k++)
-				out[k] = -1;
-			e->out_of = out;
-			e->nout_of = cap;
-		}
-		if (e->out_of[name] < 0) {
-			PyObject *v = PyLong_FromLongLong(name);
-			if (!v || PyList_Append(fresh, v) < 0) {
-				Py_XDECREF(v);
-				free(ids);
-				Py_DECREF(fresh);
-				return NULL;
-			}
-			Py_DECREF(v);
-			e->out_of[name] = e->nout++;
-		}
-		ids[i] = e->out_of[name];
+	for (Py_ssize_t i = 0; i < n; i++)
+		items[i] = (NestItem){AT(cols[0], int64_t, i), AT(cols[1], int64_t, i), i};
+	columns_release(cols, 2);
+	qsort(items, (size_t)n, sizeof(NestItem), nest_cmp);
+	size_t sp = 0;
+	for (Py_ssize_t k = 0; k < n; k++) {
+		NestItem *it = &items[k];
+		/* A slice that ends where this one starts is done, unless this one is empty. */
+		while (sp && stack[sp - 1] <= it->start &&
+		       !(stack[sp - 1] == it->start && it->start == it->end))
+			sp--;
+		order[k] = it->i;
+		depth[k] = (int32_t)sp;
+		stack[sp++] = it->end;
 	}
-	int32_t *depths = frame_depths(fd, n);
-	if (!depths) {
-		free(ids);
-		Py_DECREF(fresh);
-		return NULL;
-	}
-	th->final_slots = th->log.n;
-	PyObject *items[10] = {
-		block_new(ids, n * sizeof(int32_t)), block_new(depths, n * sizeof(int32_t)),
-		vec_block(&th->fd), vec_block(&th->log), vec_block(&th->upd_slot),
-		vec_block(&th->upd_insn), vec_block(&th->upd_cyc), vec_block(&th->instants),
-		vec_block(&th->counters), fresh,
-	};
-	th->taken = true;
-	PyObject *result = NULL;
-	bool ok = true;
-	for (int i = 0; i < 10; i++)
-		ok = ok && items[i];
-	if (ok)
-		result = Py_BuildValue("(OOOOOOOOOO)", items[2], items[3], items[4], items[5],
-				       items[6], items[7], items[8], items[0], items[1], items[9]);
-	for (int i = 0; i < 10; i++)
-		Py_XDECREF(items[i]);
-	return result;
-}
-
-/* ------------------------------------------------------------ the final pass */
-
-/* The twin of engine.build_thread_timeline, for speed: the numpy version allocates a dozen
- * temporaries the size of the trace, and first touching those pages costs more than the
- * arithmetic. Arithmetic wraps around as numpy's int64 does. */
-
-static inline int64_t wadd(int64_t a, int64_t b)
-{
-	return (int64_t)((uint64_t)a + (uint64_t)b);
-}
-
-static inline int64_t wsub(int64_t a, int64_t b)
-{
-	return (int64_t)((uint64_t)a - (uint64_t)b);
-}
-
-static inline int64_t wmul(int64_t a, int64_t b)
-{
-	return (int64_t)((uint64_t)a * (uint64_t)b);
-}
-
-/* numpy's // for a positive divisor (rounds towards minus infinity). */
-static inline int64_t floordiv(int64_t a, int64_t b)
-{
-	int64_t q = a / b;
-	return (a % b != 0 && a < 0) ? q - 1 : q;
-}
-
-/* engine._slot_times: slots to nanoseconds (see "Time" in engine.py). `member` is n bytes
- * of scratch. */
-static void slot_times(const int64_t *raw, int64_t *t, uint8_t *member, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		t[i] = raw[i] >> 2;
-	for (size_t i = 0; i < n; i++)
-		member[i] = (i > 0 && t[i] == t[i - 1]) || (i + 1 < n && t[i] == t[i + 1]);
-	/* A run, as numpy sees it, is a maximal sequence of member slots (non-members skipped)
-	 * with one value; it is spread over the interval up to the slot after its last one. */
-	size_t i = 0;
-	while (i < n) {
-		if (!member[i]) {
-			i++;
-			continue;
-		}
-		int64_t value = t[i];
-		size_t last = i, j = i;
-		int64_t calls = 0;
-		for (; j < n; j++) {
-			if (!member[j])
-				continue;
-			if (t[j] != value)
-				break;
-			calls += raw[j] & CALL_SLOT;
-			last = j;
-		}
-		int64_t span = wsub(last + 1 < n ? t[last + 1] : value, value);
-		int64_t div = calls > 0 ? calls : 1, before = 0;
-		for (size_t k = i; k <= last; k++) {
-			if (!member[k])
-				continue;
-			t[k] = wadd(value, floordiv(wmul(span, before), div));
-			before += raw[k] & CALL_SLOT;
-		}
-		i = j;
-	}
-	/* Every call (and segment start) lasts at least 1 ns; time never goes backwards. */
-	int64_t lasting = 0, top = 0;
-	for (size_t k = 0; k < n; k++) {
-		int64_t x = wsub(t[k], lasting);
-		if (k == 0 || x > top)
-			top = x;
-		t[k] = wadd(top, lasting);
-		lasting += (raw[k] & (CALL_SLOT | START_SLOT)) != 0;
-	}
-}
-
-typedef struct {
-	int64_t start;
-	int32_t depth;
-	int32_t ix;
-} SortItem;
-
-static inline bool item_le(const SortItem *a, const SortItem *b)
-{
-	return a->start < b->start || (a->start == b->start && a->depth <= b->depth);
-}
-
-/* Stable merge sort; linear on sorted input (frames come almost in start order). */
-static void sort_items(SortItem *a, SortItem *tmp, size_t n)
-{
-	if (n <= 16) {
-		for (size_t i = 1; i < n; i++) {
-			SortItem x = a[i];
-			size_t j = i;
-			while (j > 0 && !item_le(&a[j - 1], &x)) {
-				a[j] = a[j - 1];
-				j--;
-			}
-			a[j] = x;
-		}
-		return;
-	}
-	size_t mid = n / 2;
-	sort_items(a, tmp, mid);
-	sort_items(a + mid, tmp, n - mid);
-	if (item_le(&a[mid - 1], &a[mid]))
-		return;
-	memcpy(tmp, a, mid * sizeof(SortItem));
-	size_t i = 0, j = mid, k = 0;
-	while (i < mid && j < n)
-		a[k++] = item_le(&tmp[i], &a[j]) ? tmp[i++] : a[j++];
-	while (i < mid)
-		a[k++] = tmp[i++];
-}
-
-typedef struct {
-	Py_buffer view;
-	bool held;
-} Held;
-
-static int get_contiguous(Held *h, PyObject *obj, Py_ssize_t itemsize, const char *name,
-			  Py_ssize_t *count)
-{
-	if (PyObject_GetBuffer(obj, &h->view, PyBUF_C_CONTIGUOUS) < 0)
-		return -1;
-	h->held = true;
-	if (h->view.len % itemsize) {
-		PyErr_Format(PyExc_ValueError, "%s: not a whole number of %zd-byte items", name,
-			     itemsize);
-		return -1;
-	}
-	*count = h->view.len / itemsize;
-	return 0;
-}
-
-enum { O_TIMES, O_START, O_END, O_DEPTH, O_NAME, O_ADDR, O_INSNS, O_CYCLES, O_FLAGS,
-       O_SSLOT, O_ESLOT, NOUT };
-
-static PyObject *final_pass(PyObject *Py_UNUSED(module), PyObject *args)
-{
-	PyObject *objs[7];
-	int keep_slots;
-	if (!PyArg_ParseTuple(args, "OOOOOOOp", &objs[0], &objs[1], &objs[2], &objs[3],
-			      &objs[4], &objs[5], &objs[6], &keep_slots))
-		return NULL;
-	static const char *names[] = {"fd", "log", "update_slots", "insn_counts",
-				      "cycle_counts", "name_ids", "depths"};
-	static const Py_ssize_t sizes[] = {8, 8, 8, 8, 8, 4, 4};
-	Held held[7] = {0};
-	Py_ssize_t counts[7];
-	void *out[NOUT] = {0};
-	uint8_t *member = NULL;
-	SortItem *items = NULL, *tmp = NULL;
-	int64_t *at = NULL;
-	PyObject *result = NULL;
-	for (int i = 0; i < 7; i++)
-		if (get_contiguous(&held[i], objs[i], sizes[i], names[i], &counts[i]) < 0)
-			goto done;
-	const int64_t *fd = held[0].view.buf, *raw = held[1].view.buf;
-	const int64_t *upd = held[2].view.buf, *uins = held[3].view.buf, *ucyc = held[4].view.buf;
-	const int32_t *name_ids = held[5].view.buf, *depths = held[6].view.buf;
-	size_t n = (size_t)counts[0] / NFIELDS, nslots = (size_t)counts[1];
-	size_t nupd = (size_t)counts[2];
-	if (counts[0] % NFIELDS || (size_t)counts[5] != n || (size_t)counts[6] != n ||
-	    counts[3] != counts[2] || counts[4] != counts[2] || n > INT32_MAX) {
-		PyErr_SetString(PyExc_ValueError, "final_pass: arrays of inconsistent lengths");
-		goto done;
-	}
-	for (size_t i = 0; i < n; i++) {
-		int64_t s = fd[i * NFIELDS + F_START], e = fd[i * NFIELDS + F_END];
-		if (s < 0 || e < 0 || (size_t)s >= nslots || (size_t)e >= nslots) {
-			PyErr_SetString(PyExc_ValueError, "final_pass: a frame's slot is not in the log");
-			goto done;
-		}
-	}
-	for (size_t u = 0; u < nupd; u++) {
-		if (upd[u] < 0 || (u && upd[u] <= upd[u - 1])) {
-			PyErr_SetString(PyExc_ValueError, "final_pass: update slots not increasing");
-			goto done;
-		}
-	}
-	static const size_t widths[NOUT] = {8, 8, 8, 4, 4, 8, 8, 8, 1, 8, 8};
-	for (int k = 0; k < NOUT; k++) {
-		size_t count = k == O_TIMES ? nslots : n;
-		if ((k == O_SSLOT || k == O_ESLOT) && !keep_slots)
-			continue;
-		out[k] = malloc((count ? count : 1) * widths[k]);
-		if (!out[k]) {
-			PyErr_NoMemory();
-			goto done;
-		}
-	}
-	member = malloc(nslots ? nslots : 1);
-	items = malloc((n ? n : 1) * sizeof(SortItem));
-	tmp = malloc((n / 2 + 1) * sizeof(SortItem));
-	at = nupd && n ? malloc(nslots * sizeof(int64_t)) : NULL;
-	if (!member || !items || !tmp || (nupd && n && !at)) {
-		PyErr_NoMemory();
-		goto done;
-	}
-	int64_t *times = out[O_TIMES];
-	slot_times(raw, times, member, nslots);
-	for (size_t i = 0; i < n; i++)
-		items[i] = (SortItem){times[fd[i * NFIELDS + F_START]], depths[i], (int32_t)i};
-	sort_items(items, tmp, n);
-	if (at) {
-		/* Index of the update in force at each slot (the last at or before it), -1: none. */
-		size_t u = 0;
-		for (size_t s = 0; s < nslots; s++) {
-			while (u < nupd && (size_t)upd[u] <= s)
-				u++;
-			at[s] = (int64_t)u - 1;
-		}
-	}
-	int64_t *o_start = out[O_START], *o_end = out[O_END], *o_addr = out[O_ADDR];
-	int64_t *o_insns = out[O_INSNS], *o_cycles = out[O_CYCLES];
-	int64_t *o_ss = out[O_SSLOT], *o_es = out[O_ESLOT];
-	int32_t *o_depth = out[O_DEPTH], *o_name = out[O_NAME];
-	uint8_t *o_flags = out[O_FLAGS];
-	for (size_t k = 0; k < n; k++) {
-		size_t i = (size_t)items[k].ix;
-		const int64_t *f = fd + i * NFIELDS;
-		o_start[k] = items[k].start;
-		o_end[k] = times[f[F_END]];
-		o_depth[k] = items[k].depth;
-		o_name[k] = name_ids[i];
-		o_addr[k] = f[F_ADDR];
-		o_flags[k] = (uint8_t)(f[F_FLAGS] & 0xFF);
-		if (keep_slots) {
-			o_ss[k] = f[F_START];
-			o_es[k] = f[F_END];
-		}
-		if (at) {
-			int64_t a = at[f[F_START]], b = at[f[F_END]];
-			o_insns[k] = wsub(b >= 0 ? uins[b] : 0, a >= 0 ? uins[a] : 0);
-			o_cycles[k] = wsub(b >= 0 ? ucyc[b] : 0, a >= 0 ? ucyc[a] : 0);
-		} else {
-			o_insns[k] = o_cycles[k] = -1;
-		}
-	}
-	PyObject *blocks[NOUT];
-	bool ok = true;
-	for (int k = 0; k < NOUT; k++) {
-		if (!out[k]) {
-			blocks[k] = Py_NewRef(Py_None);
-			continue;
-		}
-		size_t count = k == O_TIMES ? nslots : n;
-		blocks[k] = block_new(out[k], count * widths[k]);
-		out[k] = NULL;
-		ok = ok && blocks[k];
-	}
-	if (ok)
-		result = Py_BuildValue("(OOOOOOOOOOO)", blocks[0], blocks[1], blocks[2], blocks[3],
-				       blocks[4], blocks[5], blocks[6], blocks[7], blocks[8],
-				       blocks[9], blocks[10]);
-	for (int k = 0; k < NOUT; k++)
-		Py_XDECREF(blocks[k]);
-done:
-	for (int k = 0; k < NOUT; k++)
-		free(out[k]);
-	free(member);
 	free(items);
-	free(tmp);
-	free(at);
-	for (int i = 0; i < 7; i++)
-		if (held[i].held)
-			PyBuffer_Release(&held[i].view);
-	return result;
+	free(stack);
+	PyObject *a = block_new(order, (size_t)n * sizeof(int64_t));
+	PyObject *b = a ? block_new(depth, (size_t)n * sizeof(int32_t)) : (free(depth), NULL);
+	PyObject *r = b ? PyTuple_Pack(2, a, b) : NULL;
+	Py_XDECREF(a);
+	Py_XDECREF(b);
+	return r;
 }
 
 static PyObject *py_classify(PyObject *Py_UNUSED(module), PyObject *arg)
@@ -1974,11 +2104,9 @@ static PyObject *py_classify(PyObject *Py_UNUSED(module), PyObject *arg)
 static PyMethodDef module_methods[] = {
 	{"classify", py_classify, METH_O,
 	 "classify(flags) -> (kind, state): what the engine makes of raw perf flags"},
-	{"final_pass", final_pass, METH_VARARGS,
-	 "final_pass(fd, log, update_slots, insn_counts, cycle_counts, name_ids, depths, "
-	 "keep_slots) -> (times, start, end, depth, name_id, address, instructions, cycles, "
-	 "flags, start_slot, end_slot): engine.build_thread_timeline's columns (in slice "
-	 "order; the slots None unless keep_slots)"},
+	{"nest_depths", nest_depths, METH_VARARGS,
+	 "nest_depths(start, end) -> (order, depth): int64 order and int32 depth of one "
+	 "thread's slices nested by time (parents first)"},
 	{NULL, NULL, 0, NULL},
 };
 
@@ -2000,13 +2128,16 @@ static PyMethodDef engine_methods[] = {
 	{"stats", (PyCFunction)engine_stats, METH_NOARGS,
 	 "(events, branches, decode_errors, segments_started, stitched, roots_inferred, "
 	 "unexpected, ignored)"},
+	{"memory", (PyCFunction)engine_memory, METH_NOARGS,
+	 "what the engine holds now (live frames, window, waiters, held spines...)"},
 	{"examples", (PyCFunction)engine_examples, METH_NOARGS,
 	 "[(what, tid, time, fn, fn2)] for the unexpected events kept as examples"},
 	{"thread_keys", (PyCFunction)engine_thread_keys, METH_NOARGS,
 	 "[(pid, tid)] in order of appearance"},
-	{"close_all", (PyCFunction)engine_close_all, METH_NOARGS, "close every open frame"},
-	{"take_thread", (PyCFunction)engine_take_thread, METH_VARARGS,
-	 "take_thread(index) -> the thread's arrays (see the C source)"},
+	{"close_all", (PyCFunction)engine_close_all, METH_NOARGS,
+	 "the end of the input: close every open frame and write everything"},
+	{"take_output", (PyCFunction)engine_take_output, METH_NOARGS,
+	 "(slices, instants, counters) written since the last call (see the C source)"},
 	{NULL, NULL, 0, NULL},
 };
 
@@ -2015,7 +2146,7 @@ static PyTypeObject EngineType = {
 	.tp_basicsize = sizeof(Engine),
 	.tp_dealloc = (destructor)engine_dealloc,
 	.tp_flags = Py_TPFLAGS_DEFAULT,
-	.tp_doc = "The trace-segment engine's state (see fast_engine.FastEngine).",
+	.tp_doc = "The streaming trace-segment engine (see fast_engine.FastEngine).",
 	.tp_methods = engine_methods,
 	.tp_init = (initproc)engine_init,
 	.tp_new = PyType_GenericNew,
@@ -2024,7 +2155,7 @@ static PyTypeObject EngineType = {
 static struct PyModuleDef cengine_module = {
 	PyModuleDef_HEAD_INIT,
 	.m_name = "ptscope.reconstruct._cengine",
-	.m_doc = "The trace-segment engine's ingestion in C (twin of reconstruct/engine.py).",
+	.m_doc = "The streaming trace-segment engine in C (twin of reconstruct/engine.py).",
 	.m_size = -1,
 	.m_methods = module_methods,
 };
@@ -2046,7 +2177,8 @@ PyMODINIT_FUNC PyInit__cengine(void)
 	}
 	if (PyModule_AddIntConstant(m, "FLAG_TABLE_SIZE", FLAG_TABLE_SIZE) < 0 ||
 	    PyModule_AddIntConstant(m, "NAME_UNTRACED", NAME_UNTRACED) < 0 ||
-	    PyModule_AddIntConstant(m, "NAME_SYSCALL", NAME_SYSCALL) < 0) {
+	    PyModule_AddIntConstant(m, "NAME_SYSCALL", NAME_SYSCALL) < 0 ||
+	    PyModule_AddIntConstant(m, "MAX_RUN", MAX_RUN) < 0) {
 		Py_DECREF(m);
 		return NULL;
 	}

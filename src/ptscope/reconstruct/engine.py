@@ -1088,6 +1088,11 @@ def build_thread_timeline(
         at_end = at_slot[end_slot]
         insns = _counter_delta(insn_counts, at_start, at_end)
         cycles = _counter_delta(cycle_counts, at_start, at_end)
+        # A slice that ended before the thread's first count has none (as a streaming
+        # engine, which writes it before any count is known, says).
+        uncounted = end_slot < update_slots[0]
+        insns[uncounted] = -1
+        cycles[uncounted] = -1
     timeline = ThreadTimeline(
         pid=pid,
         tid=tid,

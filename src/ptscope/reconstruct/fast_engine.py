@@ -1,13 +1,16 @@
-"""The trace-segment engine with its ingestion in C: columnar branch batches in, a Timeline out.
+"""The streaming trace-segment engine in C: columnar branch batches in, finished slices out.
 
-:class:`FastEngine` has the public API of :class:`~ptscope.reconstruct.engine.TraceSegmentEngine`
-and gives identical results (differential tests run both on the golden scripts, on random
-streams and on real recordings). The stack rules run in ``_cengine.c``, a rule-for-rule port
-of ``engine.py``, over the columns of :class:`~ptscope.model.BranchBatch` es without a Python
-object per event; this module registers locations and names with it (as integer ids), passes
-the other events in stream order and runs the shared final pass
-(:func:`~ptscope.reconstruct.engine.build_thread_timeline`). :func:`make_engine` falls back to
-the Python engine when the extension was not built.
+:class:`FastEngine` takes the events of :class:`~ptscope.reconstruct.engine.TraceSegmentEngine`
+(the readable reference) and gives the same slices (differential tests run both on the golden
+scripts, on random streams and on real recordings), but writes each slice as soon as it is
+known and keeps only what can still change (``_cengine.c`` explains how): its memory does not
+grow with the trace. :meth:`FastEngine.take_output` hands over what was written so far as a
+:class:`~ptscope.timeline.SliceBatch`; :meth:`FastEngine.finish` collects everything into a
+:class:`~ptscope.timeline.Timeline` for callers that want one (tests, small traces).
+The rules run in C over the columns of :class:`~ptscope.model.BranchBatch` es without a
+Python object per event; this module registers locations and names with it (as integer
+ids) and passes the other events in stream order. :func:`make_engine` falls back to the
+Python engine when the extension was not built.
 """
 
 from __future__ import annotations
@@ -40,9 +43,8 @@ from ptscope.reconstruct.engine import (
     EngineStats,
     LandingPadLookup,
     TraceSegmentEngine,
-    build_thread_timeline,
 )
-from ptscope.timeline import CounterSample, Instant, ThreadTimeline, Timeline
+from ptscope.timeline import CounterSample, Instant, SliceBatch, ThreadTimeline, Timeline
 
 try:
     from ptscope.reconstruct import _cengine  # type: ignore[attr-defined]
@@ -52,12 +54,10 @@ except ImportError as _e:  # not built: make_engine() falls back to the Python e
 else:
     _IMPORT_ERROR = ""
 
-__all__ = ["FastEngine", "is_available", "make_engine"]
+__all__ = ["FastEngine", "is_available", "make_engine", "timeline_from_batches"]
 
 log = logging.getLogger("ptscope")
 
-_FIELDS: Final = 6
-_NAME_SHIFT: Final = 16  # a frame's name id sits above its flags (see _cengine.c)
 _POWER_COUNTER: Final = "CPU frequency (MHz)"
 _UNEXPECTED: Final = (
     "branch from {fn} while in {fn2}",
@@ -100,92 +100,83 @@ class _TableSync:
     functions: npt.NDArray[np.int32] | None = None  # table function id -> engine name id
 
 
-@dataclass
-class ThreadArrays:
-    """One thread's closed history, as the shared final pass takes it (see
-    :func:`~ptscope.reconstruct.engine.build_thread_timeline`)."""
-
-    fd: npt.NDArray[np.int64]
-    log: npt.NDArray[np.int64]
-    update_slots: npt.NDArray[np.int64]
-    insn_counts: npt.NDArray[np.int64]
-    cycle_counts: npt.NDArray[np.int64]
-    name_ids: npt.NDArray[np.int32]
-    depths: npt.NDArray[np.int32]
-
-
-ThreadResult = tuple[ThreadTimeline, npt.NDArray[np.int64] | None, npt.NDArray[np.int64] | None]
-
-
-def numpy_thread_timeline(
-    pid: int,
-    tid: int,
-    name: str,
-    a: ThreadArrays,
-    instants: list[tuple[int, str]],
-    counters: list[tuple[int, str, int]],
-    keep_slots: bool,
-) -> ThreadResult:
-    """The shared final pass (numpy, the reference) over one thread's arrays."""
-    thread, start_slots, end_slots = build_thread_timeline(
-        pid=pid,
-        tid=tid,
-        name=name,
-        fd=a.fd,
-        name_ids=a.name_ids,
-        log=a.log,
-        update_slots=a.update_slots,
-        insn_counts=a.insn_counts,
-        cycle_counts=a.cycle_counts,
-        instants=instants,
-        counters=counters,
-        depths=a.depths,
-    )
-    return (thread, start_slots, end_slots) if keep_slots else (thread, None, None)
-
-
-def c_thread_timeline(
-    pid: int,
-    tid: int,
-    name: str,
-    a: ThreadArrays,
-    instants: list[tuple[int, str]],
-    counters: list[tuple[int, str, int]],
-    keep_slots: bool,
-) -> ThreadResult:
-    """The same as :func:`numpy_thread_timeline`, computed in C (no temporaries)."""
+def timeline_from_batches(
+    batches: Sequence[SliceBatch],
+    thread_names: dict[tuple[int, int], str],
+    threads: Iterable[tuple[int, int]] = (),
+) -> tuple[Timeline, dict[tuple[int, int], tuple[npt.NDArray[np.int64], ...]]]:
+    """Collect streamed batches into one Timeline, as the Python engine's final pass lays it
+    out: threads by (pid, tid) (``threads`` adds those that wrote nothing), slices by
+    (start, depth) with depths from nesting by time, names numbered in order of first
+    appearance. Also returns each thread's (start slot, end slot) columns when the batches
+    carry them."""
     assert _cengine is not None
-    times, start, end, depth, name_id, address, insns, cycles, flags, sslot, eslot = (
-        _cengine.final_pass(
-            a.fd,
-            a.log,
-            a.update_slots,
-            a.insn_counts,
-            a.cycle_counts,
-            a.name_ids,
-            a.depths,
-            keep_slots,
+    names = batches[-1].names if batches else []
+
+    def cat(column: str, dtype: Any) -> Any:
+        parts = [getattr(b, column) for b in batches]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+
+    pid, tid = cat("pid", np.int64), cat("tid", np.int64)
+    start, end = cat("start", np.int64), cat("end", np.int64)
+    name_id, address = cat("name_id", np.int32), cat("address", np.uint64)
+    insns, cycles, flags = (
+        cat("instructions", np.int64),
+        cat("cycles", np.int64),
+        cat("flags", np.uint8),
+    )
+    with_slots = bool(batches) and all(b.start_slot is not None for b in batches)
+    sslot = np.concatenate([b.start_slot for b in batches]) if with_slots else None
+    eslot = np.concatenate([b.end_slot for b in batches]) if with_slots else None
+    keys = sorted(set(threads) | set(zip(pid.tolist(), tid.tolist(), strict=True)))
+    instants: dict[tuple[int, int], list[Instant]] = {}
+    counters: dict[tuple[int, int], list[CounterSample]] = {}
+    for b in batches:
+        for p, t, inst in b.instants:
+            instants.setdefault((p, t), []).append(inst)
+        for p, t, sample in b.counters:
+            counters.setdefault((p, t), []).append(sample)
+    keys = sorted(set(keys) | set(instants) | set(counters))
+    by_thread = np.lexsort((tid, pid)) if len(pid) else np.zeros(0, dtype=np.intp)
+    bounds = np.flatnonzero(np.diff(pid[by_thread]) | np.diff(tid[by_thread])) + 1
+    groups = np.split(by_thread, bounds) if len(by_thread) else []
+    rows = {(int(pid[g[0]]), int(tid[g[0]])): g for g in groups}
+    out_of: dict[int, int] = {}
+    timeline = Timeline()
+    slots: dict[tuple[int, int], tuple[npt.NDArray[np.int64], ...]] = {}
+    for key in keys:
+        g = rows.get(key, np.zeros(0, dtype=np.intp))
+        order_b, depth_b = _cengine.nest_depths(
+            np.ascontiguousarray(start[g]), np.ascontiguousarray(end[g])
         )
-    )
-    t = np.frombuffer(times, dtype=np.int64)
-    thread = ThreadTimeline(
-        pid=pid,
-        tid=tid,
-        name=name,
-        start=np.frombuffer(start, dtype=np.int64),
-        end=np.frombuffer(end, dtype=np.int64),
-        depth=np.frombuffer(depth, dtype=np.int32),
-        name_id=np.frombuffer(name_id, dtype=np.int32),
-        address=np.frombuffer(address, dtype=np.uint64),
-        instructions=np.frombuffer(insns, dtype=np.int64),
-        cycles=np.frombuffer(cycles, dtype=np.int64),
-        flags=np.frombuffer(flags, dtype=np.uint8),
-        instants=[Instant(int(t[s]), text) for s, text in instants],
-        counters=[CounterSample(int(t[s]), text, v) for s, text, v in counters],
-    )
-    if not keep_slots:
-        return thread, None, None
-    return thread, np.frombuffer(sslot, dtype=np.int64), np.frombuffer(eslot, dtype=np.int64)
+        order = g[np.frombuffer(order_b, dtype=np.int64)]
+        depth = np.frombuffer(depth_b, dtype=np.int32)
+        ids = name_id[order]
+        for i in ids.tolist():
+            out_of.setdefault(i, len(out_of))
+        lut = np.zeros(max(out_of, default=0) + 1, dtype=np.int32)
+        lut[list(out_of)] = list(out_of.values())
+        timeline.threads.append(
+            ThreadTimeline(
+                pid=key[0],
+                tid=key[1],
+                name=thread_names.get(key, ""),
+                start=start[order],
+                end=end[order],
+                depth=depth,
+                name_id=lut[ids] if len(ids) else ids,
+                address=address[order],
+                instructions=insns[order],
+                cycles=cycles[order],
+                flags=flags[order],
+                instants=instants.get(key, []),
+                counters=counters.get(key, []),
+            )
+        )
+        if sslot is not None and eslot is not None:
+            slots[key] = (sslot[order], eslot[order])
+    timeline.names = [names[i] for i in out_of]
+    return timeline, slots
 
 
 class FastEngine:
@@ -193,8 +184,8 @@ class FastEngine:
 
     Takes the same events (:meth:`feed`, :meth:`feed_all`) and, much faster, whole
     :class:`~ptscope.model.BranchBatch` es (:meth:`feed_batch`); ``keep_slots`` keeps each
-    slice's start/end slot in :attr:`slot_columns` (for transcript tests). ``final_pass``:
-    ``"c"`` (default) or ``"numpy"`` (the Python engine's, for tests: both give the same).
+    slice's start/end slot (in :attr:`slot_columns` after :meth:`finish`; for transcript
+    tests). Stream with :meth:`take_output` and :meth:`close`, or call :meth:`finish` once.
     """
 
     def __init__(
@@ -202,15 +193,11 @@ class FastEngine:
         *,
         keep_slots: bool = False,
         max_examples: int = 5,
-        final_pass: str = "c",
         landing_pads: LandingPadLookup | None = None,
     ) -> None:
-        if final_pass not in ("c", "numpy"):
-            raise ValueError(f"final_pass must be 'c' or 'numpy', not {final_pass!r}")
-        self._final_pass = final_pass
         if _cengine is None:
             raise RuntimeError(f"the C engine is not built ({_IMPORT_ERROR})")
-        self._c = _cengine.Engine(max_examples)
+        self._c = _cengine.Engine(max_examples, keep_slots)
         # C location ids by chunk: (first id, table, first row) in id order, to answer the
         # C side's landing-pad questions about a location it knows by id only.
         self._chunks: list[tuple[int, LocationTable, int]] = []
@@ -232,8 +219,8 @@ class FastEngine:
         self._ignored = 0  # counted here, not in C (stack samples)
         self._comm_events = 0
         self._finished = False
-        # Per thread, by order of appearance: (tid, frames, slot log), for self_check.
-        self._arrays: dict[int, tuple[int, npt.NDArray[np.int64], npt.NDArray[np.int64]]] = {}
+        self._closed = False
+        self._taken: list[SliceBatch] = []  # what finish() collects
 
     # ------------------------------------------------------------------ input
 
@@ -398,50 +385,70 @@ class FastEngine:
 
     # ------------------------------------------------------------- output
 
+    @property
+    def names(self) -> list[str]:
+        """The engine's name table (a SliceBatch's ``name_id`` indexes it; it only grows)."""
+        return self._names
+
+    def memory(self) -> dict[str, int]:
+        """What the engine holds now (live frames, the slot window, held spines...)."""
+        return dict(self._c.memory())
+
+    def take_output(self) -> SliceBatch:
+        """Everything written since the last call (slices in the order they finished)."""
+        slices, instants, counters = self._c.take_output()
+        cols = [np.frombuffer(b, dtype=np.int64) for b in slices]
+        pid, tid, start, end, name, addr, insns, cycles, flags, sslot, eslot = cols
+        inst = [np.frombuffer(b, dtype=np.int64).tolist() for b in instants]
+        ctrs = [np.frombuffer(b, dtype=np.int64).tolist() for b in counters]
+        return SliceBatch(
+            names=self._names,
+            pid=pid,
+            tid=tid,
+            start=start,
+            end=end,
+            name_id=name.astype(np.int32),
+            address=addr.view(np.uint64),
+            instructions=insns,
+            cycles=cycles,
+            flags=flags.astype(np.uint8),
+            start_slot=sslot if self._keep_slots else None,
+            end_slot=eslot if self._keep_slots else None,
+            instants=[
+                (p, t, Instant(time, self._messages[m]))
+                for p, t, time, m in zip(*inst, strict=True)
+            ],
+            counters=[
+                (p, t, CounterSample(time, self._counter_names[k], v))
+                for p, t, time, k, v in zip(*ctrs, strict=True)
+            ],
+        )
+
+    def close(self) -> SliceBatch:
+        """The end of the input: close every open frame; the rest of the output."""
+        if self._closed:
+            raise RuntimeError("the engine is already closed")
+        self._closed = True
+        self._c.close_all()
+        return self.take_output()
+
+    def thread_names(self) -> dict[tuple[int, int], str]:
+        """Thread names seen in the stream (comm events), by (pid, tid)."""
+        return dict(self._comms)
+
     def finish(self) -> Timeline:
-        """Close what is still open and return the whole trace (call once)."""
+        """Close what is still open and return the whole trace (call once; for callers
+        that want one Timeline rather than a stream)."""
         if self._finished:
             raise RuntimeError("finish() called twice")
         self._finished = True
-        c = self._c
-        c.close_all()
-        names: list[str] = []
-        timeline = Timeline()
-        keys: list[tuple[int, int]] = c.thread_keys()
-        for index in sorted(range(len(keys)), key=keys.__getitem__):
-            pid, tid = keys[index]
-            fd, slots, upd, insns, cycles, instants, counters, name_ids, depths, fresh = (
-                c.take_thread(index)
-            )
-            names.extend(self._names[i] for i in fresh)
-            fd_a = np.frombuffer(fd, dtype=np.int64).reshape(-1, _FIELDS)
-            log_a = np.frombuffer(slots, dtype=np.int64)
-            inst = np.frombuffer(instants, dtype=np.int64).reshape(-1, 2).tolist()
-            ctrs = np.frombuffer(counters, dtype=np.int64).reshape(-1, 3).tolist()
-            arrays = ThreadArrays(
-                fd=fd_a,
-                log=log_a,
-                update_slots=np.frombuffer(upd, dtype=np.int64),
-                insn_counts=np.frombuffer(insns, dtype=np.int64),
-                cycle_counts=np.frombuffer(cycles, dtype=np.int64),
-                name_ids=np.frombuffer(name_ids, dtype=np.int32),
-                depths=np.frombuffer(depths, dtype=np.int32),
-            )
-            make = c_thread_timeline if self._final_pass == "c" else numpy_thread_timeline
-            thread, start_slots, end_slots = make(
-                pid,
-                tid,
-                self._comms.get((pid, tid), ""),
-                arrays,
-                [(s, self._messages[m]) for s, m in inst],
-                [(s, self._counter_names[k], v) for s, k, v in ctrs],
-                self._keep_slots,
-            )
-            timeline.threads.append(thread)
-            self._arrays[index] = (tid, fd_a, log_a)
-            if start_slots is not None and end_slots is not None:
-                self.slot_columns[(pid, tid)] = (start_slots, end_slots)
-        timeline.names = names
+        batches = (
+            [*self._taken, self.take_output()]
+            if self._closed
+            else [*self._taken, self.take_output(), self.close()]
+        )
+        timeline, slots = timeline_from_batches(batches, self._comms, self._c.thread_keys())
+        self.slot_columns = slots
         return timeline
 
     # ------------------------------------------------------------ checks
@@ -451,19 +458,12 @@ class FastEngine:
         return list(self._orphan_errors)
 
     def self_check(self, timeline: Timeline) -> None:
-        """Verify the invariants of a finished trace (see the Python engine's)."""
+        """Verify the invariants of a finished trace (see the Python engine's): every
+        slice nests, and the engine holds nothing any more."""
         if not self._finished:
             raise RuntimeError("self_check() needs finish() first")
-        for _, (tid, fd, slots) in sorted(self._arrays.items()):
-            if np.any(fd[:, 2] < 0):
-                name = self._frame_name(fd, int(np.flatnonzero(fd[:, 2] < 0)[0]))
-                raise AssertionError(f"tid {tid}: frame {name} never closed")
-            if np.any(fd[:, 2] < fd[:, 1]):
-                name = self._frame_name(fd, int(np.flatnonzero(fd[:, 2] < fd[:, 1])[0]))
-                raise AssertionError(f"tid {tid}: frame {name} ends before start")
-            if np.any(np.diff(slots >> 2) < 0):
-                raise AssertionError(f"tid {tid}: time goes backwards")
+        held = self.memory()
+        for what in ("live_frames", "window_slots", "waiters", "held_frames"):
+            if held[what]:
+                raise AssertionError(f"the engine still holds {held[what]} {what}")
         TraceSegmentEngine.check_timeline(timeline)
-
-    def _frame_name(self, fd: npt.NDArray[np.int64], index: int) -> str:
-        return self._names[int(fd[index, 4]) >> _NAME_SHIFT]
