@@ -37,7 +37,7 @@ from ptscope.model import (
     classify_flags,
 )
 from ptscope.reconstruct import fast_engine
-from ptscope.reconstruct.engine import LandingPadLookup, TraceSegmentEngine, _depths
+from ptscope.reconstruct.engine import LandingPadLookup, TraceSegmentEngine
 from ptscope.reconstruct.fast_engine import FastEngine, make_engine
 from ptscope.timeline import Timeline
 from support.engine_diff import assert_same, check_outcome, to_items
