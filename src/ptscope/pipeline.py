@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Final
 
 import numpy as np
+import numpy.typing as npt
 
 from ptscope.decode.dlfilter_stream import DlfilterRun, choose_decoder, selection_arguments
 from ptscope.decode.landing_pads import LandingPads
@@ -19,13 +20,14 @@ from ptscope.decode.parallel import (
     SegmentBreak,
     decode_parallel,
     decode_parallel_columnar,
-    feed_sink,
+    read_trace_layout,
 )
 from ptscope.decode.perf_map import PerfMap, perf_map_path, resolve_location
 from ptscope.decode.perf_script import decode_perf_data_text, decode_text_file
 from ptscope.decode.perf_text import TextStats
-from ptscope.errors import BadInputError
+from ptscope.errors import BadInputError, UsageError
 from ptscope.fxt import WriteStats, write_timeline
+from ptscope.fxt.stream import PartInfo, TraceStream
 from ptscope.model import (
     BranchBatch,
     BranchEvent,
@@ -36,6 +38,7 @@ from ptscope.model import (
     StackSample,
 )
 from ptscope.perftool import find_perf
+from ptscope.reconstruct import fast_engine
 from ptscope.reconstruct.engine import EngineStats, TraceSegmentEngine
 from ptscope.reconstruct.fast_engine import FastEngine, make_engine
 from ptscope.reconstruct.region_filter import filter_regions
@@ -71,6 +74,10 @@ class DecodeOptions:
     symfs: Path | None = None
     kallsyms: Path | None = None
     """Kernel symbols to use (perf ignores the machine's when given a symfs)."""
+    split_size: int | None = None
+    """Split the trace into parts of about this many bytes (``--split-size``)."""
+    split_time: int | None = None
+    """Split the trace into parts of this many ns of trace time (``--split-time``)."""
 
 
 @dataclass
@@ -98,10 +105,75 @@ class DecodeSummary:
     unknown_examples: list[str] = field(default_factory=list)
     top_functions: list[FunctionStat] = field(default_factory=list)
     write: WriteStats = field(default_factory=WriteStats)
+    parts: list[PartInfo] = field(default_factory=list)
+    """The files written (one unless the trace was split)."""
     seconds: float = 0.0
 
 
-Progress = Callable[[int], None]
+@dataclass
+class DecodeProgress:
+    """Where a decode is, for a progress display."""
+
+    trace_bytes: int = 0
+    """Intel PT bytes in the recording's perf.data files (0 when unknown)."""
+    decoded_bytes: int = 0
+    """How many of them are decoded, estimated from the time of the latest event."""
+    events: int = 0
+    slices: int = 0
+    """Slices written so far."""
+
+
+Progress = Callable[[DecodeProgress], None]
+
+
+class _Tracker:
+    """Keeps a :class:`DecodeProgress` up to date and reports it (at most 20 times a
+    second: a display needs no more, and each report costs a little)."""
+
+    def __init__(self, progress: Progress | None, perf_data: Sequence[Path]) -> None:
+        self._progress = progress
+        self.state = DecodeProgress()
+        self._files: list[tuple[int, int, int]] = []  # (first time, last time, bytes)
+        if progress is not None:
+            for path in perf_data:
+                layout = read_trace_layout(path)
+                span = layout.time_range if layout is not None else None
+                size = layout.trace_bytes if layout is not None else 0
+                self._files.append((*(span or (0, 0)), size))
+            self.state.trace_bytes = sum(f[2] for f in self._files)
+        self._before = 0  # bytes of the files already done
+        self._file = -1
+        self._last = 0.0
+
+    def file(self, index: int) -> None:
+        if self._file >= 0 and self._file < len(self._files):
+            self._before += self._files[self._file][2]
+        self._file = index
+        self._report(force=True)
+
+    def events(self, count: int, last_time: int | None) -> None:
+        self.state.events += count
+        if last_time is not None and 0 <= self._file < len(self._files):
+            first, last, size = self._files[self._file]
+            done = size if last <= first else size * (last_time - first) // (last - first)
+            self.state.decoded_bytes = self._before + max(0, min(size, done))
+        self._report()
+
+    def slices(self, count: int) -> None:
+        self.state.slices = count
+        self._report()
+
+    def finished(self) -> None:
+        self.state.decoded_bytes = self.state.trace_bytes
+        self._report(force=True)
+
+    def _report(self, *, force: bool = False) -> None:
+        if self._progress is None:
+            return
+        now = time.monotonic()
+        if force or now - self._last >= 0.05:
+            self._last = now
+            self._progress(self.state)
 
 
 # ---------------------------------------------------------------------- entry points
@@ -126,6 +198,19 @@ def decode_recording(
         choice = choose_decoder(options.decoder)
         log.info("decoder: %s (%s)", choice.name, choice.reason)
         summary = DecodeSummary(output, choice.name, choice.reason)
+        if _streams(options):
+            tracker = _Tracker(progress, recording.perf_data_paths())
+            _stream(
+                recording,
+                options,
+                summary,
+                tracker,
+                lambda engine, after: _feed_branches(
+                    engine, recording, options, summary, choice.name, tracker, after
+                ),
+            )
+            summary.seconds = time.perf_counter() - started
+            return summary
         timeline = _branch_timeline(recording, options, summary, choice.name, progress)
     _finish(timeline, recording, options, summary)
     summary.seconds = time.perf_counter() - started
@@ -146,12 +231,23 @@ def decode_perf_script_text(
     summary = DecodeSummary(output, "text", "perf script text given")
     stats: list[TextStats] = []
     batches = decode_text_file(source, on_stats=stats.append)
-    timeline = timeline_from_events(
-        _filtered(_counted(batches, progress), options), summary=summary
-    )
+    recording = Recording(directory=Path("."), backend="text")
+    tracker = _Tracker(progress, [])
+    events = _filtered(_counted(batches, tracker), options)
+    if _streams(options):
+
+        def feed(engine: FastEngine, after: Callable[[], None]) -> None:
+            for batch in events:
+                engine.feed_all(batch)
+                after()
+
+        _stream(recording, options, summary, tracker, feed)
+    else:
+        timeline = timeline_from_events(events, summary=summary)
     if stats:
         _take_text_stats(summary, stats[-1])
-    _finish(timeline, Recording(directory=Path("."), backend="text"), options, summary)
+    if not _streams(options):
+        _finish(timeline, recording, options, summary)
     summary.seconds = time.perf_counter() - started
     return summary
 
@@ -191,19 +287,101 @@ def _branch_timeline(
     decoder: str,
     progress: Progress | None,
 ) -> Timeline:
+    """The whole trace as one Timeline (``--filter`` needs it, and the Python engine when
+    the C engine is not built)."""
+    pads = LandingPads(_binary_resolver(options.symfs)).call_sites_landing_at
+    engine = make_engine(landing_pads=pads)
+    tracker = _Tracker(progress, recording.perf_data_paths())
+    _feed_branches(engine, recording, options, summary, decoder, tracker, lambda: None)
+    timeline = engine.finish()
+    tracker.finished()
+    _take_engine_stats(summary, engine.stats)
+    return timeline
+
+
+def _streams(options: DecodeOptions) -> bool:
+    """Decode straight into the file (flat memory), unless ``--filter`` needs the whole
+    trace first or the C engine is not built."""
+    if options.region is not None and (options.split_size or options.split_time):
+        raise UsageError("--filter cannot be combined with --split-size or --split-time")
+    return options.region is None and fast_engine.is_available()
+
+
+def _stream(
+    recording: Recording,
+    options: DecodeOptions,
+    summary: DecodeSummary,
+    tracker: _Tracker,
+    feed: Callable[[FastEngine, Callable[[], None]], None],
+) -> None:
+    """Decode straight into the trace file(s): ``feed`` gives the engine its events and
+    calls back after each batch; the C engine writes each slice once known, so memory
+    does not grow with the trace."""
+    pads = LandingPads(_binary_resolver(options.symfs)).call_sites_landing_at
+    engine = FastEngine(landing_pads=pads)
+    sink: TraceStream | None = None
+
+    def open_sink() -> TraceStream:
+        first = engine.first_time()
+        return TraceStream(
+            summary.output,
+            first if first is not None else 0,
+            split_size=options.split_size,
+            split_time=options.split_time,
+            processes=recording.processes,
+        )
+
+    def drain() -> None:
+        nonlocal sink
+        batch = engine.take_output()
+        if len(batch) or batch.instants or batch.counters:
+            if sink is None:
+                sink = open_sink()
+            sink.write(batch)
+            tracker.slices(sink.slices)
+
+    feed(engine, drain)
+    final = engine.close()
+    if sink is None:
+        sink = open_sink()
+    sink.write(final)
+    for hit in recording.hits:
+        sink.instant(HITS_PID, HITS_PID, _hit_instant(hit))
+    names = engine.thread_names()
+    threads = {key: names.get(key) or recording.threads.get(key[1], "") for key in sink.threads}
+    processes = dict(recording.processes)
+    for pid, tid in sorted(threads):
+        if pid not in processes:
+            processes[pid] = threads.get((pid, pid)) or threads[(pid, tid)] or f"pid {pid}"
+    if recording.hits:
+        processes[HITS_PID] = "trigger hits"
+        threads[(HITS_PID, HITS_PID)] = "hits"
+    summary.parts, summary.write = sink.close(processes, threads)
+    _take_engine_stats(summary, engine.stats)
+    summary.threads = len(sink.threads)
+    summary.slices = sink.slices
+    summary.top_functions = _top_from_totals(sink.names, sink.calls, sink.total_ns)
+    tracker.slices(sink.slices)
+    tracker.finished()
+
+
+def _feed_branches(
+    engine: FastEngine | TraceSegmentEngine,
+    recording: Recording,
+    options: DecodeOptions,
+    summary: DecodeSummary,
+    decoder: str,
+    tracker: _Tracker,
+    after: Callable[[], None],
+) -> None:
+    """Decode every perf.data of ``recording`` into ``engine``, calling ``after`` after each
+    batch. Both decoders feed the same engine: the dlfilter's as columns, the text
+    decoder's as events (the C engine makes them columns)."""
     perf = find_perf()
     filters = selection_arguments(options.pids, options.tids)
     if options.symfs is not None:
         filters.append(f"--symfs={options.symfs}")
     filters += _kernel_symbols(options)
-    # Exceptions caught in recursion: which activation catches is in the binaries' tables.
-    pads = LandingPads(_binary_resolver(options.symfs)).call_sites_landing_at
-    # The C engine takes the dlfilter's branches as columns (no object per event).
-    engine = (
-        make_engine(landing_pads=pads)
-        if decoder == "dlfilter"
-        else TraceSegmentEngine(landing_pads=pads)
-    )
     locations = LocationTable()
     maps = _perf_maps(recording)
     text_stats: list[TextStats] = []
@@ -211,6 +389,7 @@ def _branch_timeline(
     for index, path in enumerate(recording.perf_data_paths()):
         if index:
             engine.end_segment()  # snapshots are separate stretches of time
+        tracker.file(index)
         if decoder == "dlfilter":
             # The C engine takes columns; the Python engine, event objects.
             decode = (
@@ -226,7 +405,12 @@ def _branch_timeline(
                 run_info=runs,
                 task_events=True,
             )
-            feed_sink(engine, _mapped_stream(stream, maps, progress))
+            for item in _mapped_stream(stream, maps, tracker):
+                if isinstance(item, SegmentBreak):
+                    engine.end_segment()
+                else:
+                    engine.feed_all(item)
+                after()
         else:
             batches = decode_perf_data_text(
                 path,
@@ -238,15 +422,13 @@ def _branch_timeline(
                 perf=perf,
                 on_stats=text_stats.append,
             )
-            for batch in _counted(_with_maps(batches, maps), progress):
+            for batch in _counted(_with_maps(batches, maps), tracker):
                 engine.feed_all(batch)
-    timeline = engine.finish()
-    _take_engine_stats(summary, engine.stats)
+                after()
     for stats in text_stats:
         _take_text_stats(summary, stats)
     for run in runs:
         _take_text_stats(summary, run.stats.text)
-    return timeline
 
 
 def _sampled_timeline(
@@ -305,14 +487,10 @@ def _kernel_symbols(options: DecodeOptions) -> list[str]:
     return [] if options.kallsyms is None else [f"--kallsyms={options.kallsyms}"]
 
 
-def _counted(batches: Iterable[list[Event]], progress: Progress | None) -> Iterator[list[Event]]:
-    if progress is None:
-        yield from batches
-        return
-    total = 0
+def _counted(batches: Iterable[list[Event]], tracker: _Tracker) -> Iterator[list[Event]]:
     for batch in batches:
-        total += len(batch)
-        progress(total)
+        last = next((e.time for e in reversed(batch) if isinstance(e, BranchEvent)), None)
+        tracker.events(len(batch), last)
         yield batch
 
 
@@ -369,19 +547,27 @@ def _with_maps(batches: Iterable[list[Event]], maps: dict[int, PerfMap]) -> Iter
 def _mapped_stream(
     stream: Iterable[list[Event] | list[Event | BranchBatch] | SegmentBreak],
     maps: dict[int, PerfMap],
-    progress: Progress | None,
+    tracker: _Tracker | None = None,
 ) -> Iterator[list[Event] | list[Event | BranchBatch] | SegmentBreak]:
     """The parallel decoder's stream (batches and segment breaks) with maps and progress."""
-    total = 0
     cache: dict[tuple[int, int], int] = {}
     for item in stream:
         if isinstance(item, list):
             if maps:
                 item = [_map_batch(e, maps, cache) if type(e) is BranchBatch else e for e in item]
                 (item,) = _with_maps([item], maps)  # type: ignore[list-item]
-            if progress is not None:
-                total += sum(len(e) if type(e) is BranchBatch else 1 for e in item)
-                progress(total)
+            if tracker is None:
+                yield item
+                continue
+            count, last = 0, None
+            for e in item:
+                if type(e) is BranchBatch:
+                    count += len(e)
+                    if len(e):
+                        last = int(e.time[-1])
+                else:
+                    count += 1
+            tracker.events(count, last)
         yield item
 
 
@@ -422,12 +608,15 @@ def _name_processes(timeline: Timeline, recording: Recording) -> None:
             timeline.processes[thread.pid] = main.name or f"pid {thread.pid}"
 
 
+def _hit_instant(hit: TriggerHit) -> Instant:
+    return Instant(
+        hit.time, f"hit {hit.symbol or hex(hit.ip)}", {"tid": hit.tid, "ip": hex(hit.ip)}
+    )
+
+
 def _hits_track(hits: Sequence[TriggerHit]) -> ThreadTimeline:
     track = ThreadTimeline(pid=HITS_PID, tid=HITS_PID, name="hits")
-    track.instants = [
-        Instant(h.time, f"hit {h.symbol or hex(h.ip)}", {"tid": h.tid, "ip": hex(h.ip)})
-        for h in sorted(hits, key=lambda h: h.time)
-    ]
+    track.instants = [_hit_instant(h) for h in sorted(hits, key=lambda h: h.time)]
     return track
 
 
@@ -457,6 +646,23 @@ def top_functions(timeline: Timeline, limit: int = 10) -> list[FunctionStat]:
         for i in order
         if calls[i] and not timeline.names[i].startswith("[")
     ]
+
+
+def _top_from_totals(
+    names: Sequence[str],
+    calls: npt.NDArray[np.int64],
+    total: npt.NDArray[np.int64],
+    limit: int = 10,
+) -> list[FunctionStat]:
+    """:func:`top_functions` from per-name totals (a streamed decode keeps only those)."""
+    order = np.argsort(-total, kind="stable")
+    out: list[FunctionStat] = []
+    for i in order.tolist():
+        if len(out) == limit:
+            break
+        if calls[i] and not names[i].startswith("["):
+            out.append(FunctionStat(names[i], int(calls[i]), int(total[i])))
+    return out
 
 
 def _take_engine_stats(summary: DecodeSummary, stats: EngineStats) -> None:

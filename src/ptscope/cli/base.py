@@ -72,7 +72,56 @@ def add_decoder_arguments(parser: argparse.ArgumentParser) -> argparse._Argument
         metavar="N",
         help="decode N time windows in parallel (default: number of cores)",
     )
+    split = group.add_mutually_exclusive_group()
+    split.add_argument(
+        "--split-size",
+        type=byte_size,
+        metavar="SIZE",
+        help="write OUT-000.fxt.gz, OUT-001.fxt.gz... of about SIZE each (e.g. 500M)",
+    )
+    split.add_argument(
+        "--split-time",
+        type=duration_ns,
+        metavar="DURATION",
+        help="write one part per DURATION of trace time (e.g. 10ms, 2s)",
+    )
     return group
+
+
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_TIME_UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
+
+
+def byte_size(text: str) -> int:
+    """``500M`` → bytes (K, M, G, T are powers of 1024; a trailing B or iB is allowed)."""
+    t = text.strip().lower().removesuffix("ib").removesuffix("b")
+    number = t.rstrip("kmgt")
+    unit = t[len(number) :]
+    try:
+        value = float(number) * _SIZE_UNITS[unit]
+    except (ValueError, KeyError):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 500M, 2G)") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a size must be positive")
+    return int(value)
+
+
+def duration_ns(text: str) -> int:
+    """``10ms`` → nanoseconds (ns, us, ms, s)."""
+    t = text.strip().lower()
+    for unit in sorted(_TIME_UNITS, key=len, reverse=True):
+        if t.endswith(unit):
+            number = t[: -len(unit)]
+            break
+    else:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (e.g. 10ms, 2s)")
+    try:
+        value = float(number) * _TIME_UNITS[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (e.g. 10ms, 2s)") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a duration must be positive")
+    return int(value)
 
 
 def parse_id_list(text: str, what: str) -> tuple[int, ...]:

@@ -12,7 +12,7 @@ from ptscope.cli.serve import add_serve_option, serve_in_perfetto
 from ptscope.errors import UsageError
 
 if TYPE_CHECKING:
-    from ptscope.pipeline import DecodeOptions, DecodeSummary
+    from ptscope.pipeline import DecodeOptions, DecodeSummary, Progress
 
 # The pipeline (numpy, every stage) is imported when a command runs, not when the CLI
 # starts: `ptscope run` must start the workload as soon as perf is ready.
@@ -48,24 +48,33 @@ class DecodeCommand:
 
     def run(self, args: argparse.Namespace) -> int:
         from ptscope.cli.output import print_summary
+        from ptscope.cli.progress import decode_progress
         from ptscope.pipeline import decode_perf_script_text
 
         options = decode_options(args)
         if args.perf_script is not None:
             if args.recording is not None:
                 raise UsageError("give either a recording or --perf-script, not both")
-            summary = decode_perf_script_text(args.perf_script, args.output, options)
+            with decode_progress() as progress:
+                summary = decode_perf_script_text(
+                    args.perf_script, args.output, options, progress=progress
+                )
         else:
             if args.recording is None:
                 raise UsageError(
                     "what should I decode? give a recording, a perf.data or --perf-script FILE"
                 )
-            summary = _decode_recording_or_archive(args.recording, args.output, options)
+            with decode_progress() as progress:
+                summary = _decode_recording_or_archive(
+                    args.recording, args.output, options, progress
+                )
         print_summary(summary, sys.stdout, served=args.serve)
         return serve_in_perfetto(args.output) if args.serve else 0
 
 
-def _decode_recording_or_archive(path: Path, output: Path, options: DecodeOptions) -> DecodeSummary:
+def _decode_recording_or_archive(
+    path: Path, output: Path, options: DecodeOptions, progress: Progress | None = None
+) -> DecodeSummary:
     """Decode a recording; an archive is unpacked to a temporary directory first and
     decoded with the binaries it holds (perf's --symfs)."""
     import dataclasses
@@ -76,7 +85,7 @@ def _decode_recording_or_archive(path: Path, output: Path, options: DecodeOption
     from ptscope.recording import Recording
 
     if not is_archive(path):
-        return decode_recording(Recording.find(path), output, options)
+        return decode_recording(Recording.find(path), output, options, progress=progress)
     if options.symfs is not None:
         raise UsageError("--symfs does not apply to an archive (it brings its own binaries)")
     with tempfile.TemporaryDirectory(prefix="ptscope-archive-") as tmp:
@@ -91,7 +100,7 @@ def _decode_recording_or_archive(path: Path, output: Path, options: DecodeOption
         with_binaries = dataclasses.replace(
             options, symfs=unpacked.symfs, kallsyms=unpacked.kallsyms
         )
-        return decode_recording(unpacked.recording, output, with_binaries)
+        return decode_recording(unpacked.recording, output, with_binaries, progress=progress)
 
 
 def add_decode_options(parser: argparse.ArgumentParser) -> None:
@@ -119,4 +128,6 @@ def decode_options(args: argparse.Namespace) -> DecodeOptions:
         tids=parse_id_list(args.tid, "--tid") if args.tid else (),
         region=parse_filter(args.region) if args.region else None,
         symfs=args.symfs,
+        split_size=args.split_size,
+        split_time=args.split_time,
     )

@@ -35,6 +35,14 @@ def print_summary(
         f"{summary.slices:,} slices, {size / 1024:.0f} KiB "
         f"({summary.decoder} decoder, {summary.seconds:.1f} s)\n"
     )
+    if len(summary.parts) > 1:
+        base = summary.parts[0].start
+        out.write(f"  split into {len(summary.parts)} parts (times from the trace's start):\n")
+        for part in summary.parts:
+            out.write(
+                f"    {part.path}  {_ns(part.start - base):>9} – {_ns(part.end - base):<9}"
+                f"  {part.slices:,} slices, {part.file_bytes / 1024:.0f} KiB\n"
+            )
     if summary.decode_errors:
         out.write(
             f"  {summary.decode_errors} decode error{'s' * (summary.decode_errors != 1)}: "
@@ -51,6 +59,5 @@ def print_summary(
         for f in summary.top_functions[:top]:
             out.write(f"    {f.name[:60]:<{width}}  {_ns(f.total_ns):>9}  {f.calls:>7,}\n")
     if not served:
-        out.write(
-            f"  open it in {PERFETTO_URL} (Open trace file), or: ptscope serve {summary.output}\n"
-        )
+        first = summary.parts[0].path if summary.parts else summary.output
+        out.write(f"  open it in {PERFETTO_URL} (Open trace file), or: ptscope serve {first}\n")

@@ -250,13 +250,16 @@ def decode_step(
 ) -> int:
     """Decode a recording into ``output`` (one call into the pipeline)."""
     from ptscope import pipeline
+    from ptscope.cli.progress import decode_progress
 
-    options = pipeline.DecodeOptions(decoder=args.decoder, jobs=args.jobs, region=region_of(args))
-    with place.decoding(), status("decoding…") as update:
-
-        def progress(events: int) -> None:
-            update(f"decoding… {events:,} events")
-
+    options = pipeline.DecodeOptions(
+        decoder=args.decoder,
+        jobs=args.jobs,
+        region=region_of(args),
+        split_size=args.split_size,
+        split_time=args.split_time,
+    )
+    with place.decoding(), decode_progress() as progress:
         summary = pipeline.decode_recording(recording, output, options, progress=progress)
     from ptscope.cli.output import print_summary
 

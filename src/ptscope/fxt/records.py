@@ -22,6 +22,7 @@ from typing import Final
 
 __all__ = [
     "ARG_ADDRESS",
+    "ARG_CONTINUED",
     "ARG_COUNTER_VALUE",
     "ARG_CYCLES",
     "ARG_FLAGS",
@@ -29,6 +30,7 @@ __all__ = [
     "ARG_PROCESS",
     "ARG_TIME_BASE",
     "CATEGORY",
+    "CONTINUED_TEXT",
     "MAGIC",
     "MAX_ARGS",
     "MAX_PROVIDER_NAME_BYTES",
@@ -343,6 +345,13 @@ ARG_FLAGS: Final = "flags"
 """string arg on a slice: its ``SliceFlags`` as ``inferred_start|open_at_end`` (absent when
 none are set); unnamed bits read ``bit<N>``."""
 ARG_COUNTER_VALUE: Final = "value"
+ARG_CONTINUED: Final = "continued"
+"""string arg on a slice cut at the boundary of a split trace's part (absent otherwise)."""
+CONTINUED_TEXT: Final = {
+    1: "from previous part",
+    2: "in next part",
+    3: "from previous part, in next part",
+}
 """The one arg of a counter event (Perfetto names the track ``<counter name>:value``)."""
 
 _FLAG_NAMES: Final = {1: "inferred_start", 2: "open_at_end", 4: "synthetic"}

@@ -181,8 +181,14 @@ class _StringTable:
         self._writer._string_record(slot, text)
 
     def bind(self, names: Sequence[str]) -> None:
-        """Use ``names`` as the table that :meth:`slots_for` ids refer to."""
+        """Use ``names`` as the table that :meth:`slots_for` ids refer to (a streaming
+        engine's table grows between calls: its new names are added)."""
         if names is self._names:
+            grown = len(names) - len(self._slot_of_name)
+            if grown > 0:
+                self._slot_of_name = np.concatenate(
+                    [self._slot_of_name, np.full(grown, -1, dtype=np.int32)]
+                )
             return
         self._names = names
         self._slot_of_name = np.full(len(names), -1, dtype=np.int32)
@@ -292,6 +298,10 @@ class FxtWriter:
         self._arg_cycles = pin(rec.ARG_CYCLES)
         self._arg_flags = pin(rec.ARG_FLAGS)
         self._arg_value = pin(rec.ARG_COUNTER_VALUE)
+        self._arg_continued = pin(rec.ARG_CONTINUED)
+        self._continued_lut = np.zeros(4, dtype=np.uint64)  # continued value -> string index
+        for value, text in rec.CONTINUED_TEXT.items():
+            self._continued_lut[value] = pin(text)
         self._flag_lut = np.zeros(256, dtype=np.uint64)  # flags value -> string index
 
     @classmethod
@@ -534,11 +544,14 @@ class FxtWriter:
         instructions: npt.ArrayLike | None = None,
         cycles: npt.ArrayLike | None = None,
         flags: npt.ArrayLike | None = None,
+        continued: npt.ArrayLike | None = None,
     ) -> None:
         """Many complete events of one thread at once, from columns (see
         :class:`ptscope.timeline.ThreadTimeline`): ``names[name_id[i]]`` is slice i's
-        name; ``address`` 0, ``instructions``/``cycles`` < 0 and ``flags`` 0 are not
-        written. Encoded with numpy, a chunk at a time."""
+        name; ``address`` 0, ``instructions``/``cycles`` < 0, ``flags`` 0 and
+        ``continued`` 0 are not written (``continued``: 1 the slice continues a call of the
+        previous part of a split trace, 2 the call goes on in the next part, 3 both).
+        Encoded with numpy, a chunk at a time."""
         start_a = np.asarray(start, dtype=np.int64)
         end_a = np.asarray(end, dtype=np.int64)
         ids = np.asarray(name_id, dtype=np.int32)
@@ -553,6 +566,9 @@ class FxtWriter:
         ins_a = None if instructions is None else np.asarray(instructions, dtype=np.int64)
         cyc_a = None if cycles is None else np.asarray(cycles, dtype=np.int64)
         flags_a = None if flags is None else np.asarray(flags, dtype=np.uint8)
+        cont_a = None if continued is None else np.asarray(continued, dtype=np.uint8)
+        if cont_a is not None and int(cont_a.max(initial=0)) > 3:
+            raise ValueError("continued is 0..3")
         if flags_a is not None:
             for value in np.unique(flags_a).tolist():
                 if value and not self._flag_lut[value]:
@@ -589,6 +605,7 @@ class FxtWriter:
                 None if ins_a is None else ins_a[i:j],
                 None if cyc_a is None else cyc_a[i:j],
                 None if flags_a is None else flags_a[i:j],
+                None if cont_a is None else cont_a[i:j],
             )
             self._emit_words(words, j - i)
             i = j
@@ -604,6 +621,7 @@ class FxtWriter:
         instructions: npt.NDArray[np.int64] | None,
         cycles: npt.NDArray[np.int64] | None,
         flags: npt.NDArray[np.uint8] | None,
+        continued: npt.NDArray[np.uint8] | None = None,
     ) -> _U64:
         """Duration-complete records for a chunk, as one word array.
 
@@ -628,6 +646,10 @@ class FxtWriter:
             h = rec.arg_header(rec.ArgType.STRING, 1, self._arg_flags)
             flag_words: _U64 = np.uint64(h) | (self._flag_lut[flags] << np.uint64(32))
             args.append((flags != 0, 1, flag_words, None))
+        if continued is not None:
+            h = rec.arg_header(rec.ArgType.STRING, 1, self._arg_continued)
+            cont_words: _U64 = np.uint64(h) | (self._continued_lut[continued] << np.uint64(32))
+            args.append((continued != 0, 1, cont_words, None))
         name_word = name_slots.astype(np.uint64) << np.uint64(48)
 
         everywhere = [a for a in args if a[0].all()]

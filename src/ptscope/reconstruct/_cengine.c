@@ -278,6 +278,7 @@ typedef struct {
 	int64_t events, branches, decode_errors, segments_started, stitched, roots_inferred,
 		unexpected, ignored;
 	int64_t slices_out, live_frames, peak_frames;
+	int64_t first_time; /* the earliest first slot of any thread (valid if nthreads) */
 	Example *examples;
 	Py_ssize_t nexamples, max_examples;
 	Vec out[NOUT], inst[NINST], ctr[NCTR];
@@ -775,6 +776,8 @@ static Thread *new_thread(Engine *e, int64_t pid, int64_t tid, int64_t time)
 	th->tid = tid;
 	th->last_time = time;
 	th->first_update_slot = -1;
+	if (e->nthreads == 1 || time < e->first_time)
+		e->first_time = time;
 	/* The first slot starts the thread's first segment; the first context starts there. */
 	take_slot(e, th, time, START_SLOT);
 	push_ctx(e, th, true, 0);
@@ -1871,6 +1874,14 @@ static PyObject *engine_memory(Engine *e, PyObject *Py_UNUSED(ignored))
 			     "slices_written", (long long)e->slices_out);
 }
 
+/* The earliest time of any thread's first slot (no slice starts before it), or None. */
+static PyObject *engine_first_time(Engine *e, PyObject *Py_UNUSED(ignored))
+{
+	if (!e->nthreads)
+		Py_RETURN_NONE;
+	return PyLong_FromLongLong(e->first_time);
+}
+
 static PyObject *engine_examples(Engine *e, PyObject *Py_UNUSED(ignored))
 {
 	PyObject *list = PyList_New(e->nexamples);
@@ -2130,6 +2141,8 @@ static PyMethodDef engine_methods[] = {
 	 "unexpected, ignored)"},
 	{"memory", (PyCFunction)engine_memory, METH_NOARGS,
 	 "what the engine holds now (live frames, window, waiters, held spines...)"},
+	{"first_time", (PyCFunction)engine_first_time, METH_NOARGS,
+	 "the earliest time any slice can start (None before any event)"},
 	{"examples", (PyCFunction)engine_examples, METH_NOARGS,
 	 "[(what, tid, time, fn, fn2)] for the unexpected events kept as examples"},
 	{"thread_keys", (PyCFunction)engine_thread_keys, METH_NOARGS,

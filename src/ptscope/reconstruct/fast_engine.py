@@ -390,6 +390,11 @@ class FastEngine:
         """The engine's name table (a SliceBatch's ``name_id`` indexes it; it only grows)."""
         return self._names
 
+    def first_time(self) -> int | None:
+        """The earliest time any slice can start (None before the first event)."""
+        value = self._c.first_time()
+        return None if value is None else int(value)
+
     def memory(self) -> dict[str, int]:
         """What the engine holds now (live frames, the slot window, held spines...)."""
         return dict(self._c.memory())

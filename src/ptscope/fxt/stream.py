@@ -1,0 +1,339 @@
+"""Writing a trace as it is decoded: streamed slice batches in, one or several FXT files out.
+
+A streaming engine hands over slices as they finish (:class:`~ptscope.timeline.SliceBatch`),
+not in start order: Perfetto sorts a Fuchsia trace by time before it nests slices (the
+whole file, see docs/file-formats.md), and the engine writes an outer slice before an inner
+one that starts at the same time, so close order loads correctly.
+
+Split output (``--split-size``, ``--split-time``): the trace is cut at time boundaries into
+``OUT-000.fxt.gz``, ``OUT-001.fxt.gz``, ... each a valid trace of its own. A call that
+crosses a boundary appears in every part it overlaps, cut at the boundaries and marked with
+the arg ``continued`` ("from previous part", "in next part"); its instruction and cycle
+counts are those of the whole call, so they are left off the pieces. With ``--split-time``
+the boundaries are every DURATION from the trace's start; with ``--split-size`` a boundary
+is placed where the newest part has grown past SIZE (at the end of the latest slice written
+so far). Every part stays open until the end, since a call written late (it returned late)
+still belongs to the parts it overlaps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO, Final, cast
+
+import numpy as np
+import numpy.typing as npt
+
+from ptscope.errors import PtscopeError
+from ptscope.fxt import records as rec
+from ptscope.fxt.writer import FxtWriter, WriteStats
+from ptscope.timeline import CounterSample, Instant, SliceBatch
+
+__all__ = ["PartInfo", "TraceStream", "part_path"]
+
+FROM_PREVIOUS: Final = 1
+IN_NEXT: Final = 2
+
+
+def part_path(output: Path, index: int) -> Path:
+    """``trace.fxt.gz`` → ``trace-003.fxt.gz`` (the part's number before the suffixes)."""
+    name = output.name
+    stem, dot, rest = name.partition(".")
+    suffix = f"{dot}{rest}" if dot else ""
+    return output.with_name(f"{stem}-{index:03d}{suffix}")
+
+
+@dataclass
+class PartInfo:
+    """One file of a (split) trace."""
+
+    path: Path
+    start: int
+    """The part's time range in perf ns: [start, end)."""
+    end: int
+    slices: int = 0
+    file_bytes: int = 0
+
+
+@dataclass
+class _Part:
+    info: PartInfo
+    writer: FxtWriter
+    processes: set[int] = field(default_factory=set)
+    carried: list[tuple[SliceBatch, npt.NDArray[np.intp], npt.NDArray[np.uint8]]] = field(
+        default_factory=list
+    )
+    """Pieces of calls begun in an earlier part: they all start at this part's start, so
+    they are written at the end, outermost first (a viewer nests equal starts in file
+    order); held back, they are as many as the calls open at the boundary."""
+
+
+class TraceStream:
+    """Writes slice batches to ``output`` (or to numbered parts of it).
+
+    ``time_base`` is the trace's earliest time (every time written must be at or after it).
+    ``processes`` names the processes known upfront; others are named when first seen and
+    renamed by :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        output: Path,
+        time_base: int,
+        *,
+        split_size: int | None = None,
+        split_time: int | None = None,
+        compress: bool | None = None,
+        gzip_level: int | None = None,
+        processes: dict[int, str] | None = None,
+    ) -> None:
+        if split_size is not None and split_time is not None:
+            raise ValueError("split by size or by time, not both")
+        self.output = output
+        self.time_base = time_base
+        self._split_size = split_size
+        self._split_time = split_time
+        self._compress = compress
+        self._gzip_level = gzip_level
+        self._names: dict[int, str] = dict(processes or {})
+        self._parts: list[_Part] = []
+        self._bounds: list[int] = []  # start of parts 1, 2, ... (part 0 starts at the base)
+        self._latest_end = time_base
+        self.slices = 0
+        self.threads: set[tuple[int, int]] = set()
+        self.calls = np.zeros(0, dtype=np.int64)
+        self.total_ns = np.zeros(0, dtype=np.int64)
+        self.names: list[str] = []
+        self._open_part()
+
+    @property
+    def split(self) -> bool:
+        return self._split_size is not None or self._split_time is not None
+
+    # ------------------------------------------------------------------ parts
+
+    def _open_part(self) -> None:
+        index = len(self._parts)
+        path = part_path(self.output, index) if self.split else self.output
+        start = self._bounds[index - 1] if index else self.time_base
+        writer = FxtWriter.open(
+            path, compress=self._compress, time_base=self.time_base, gzip_level=self._gzip_level
+        )
+        part = _Part(PartInfo(path, start, start), writer)
+        self._parts.append(part)
+        for pid, name in sorted(self._names.items()):
+            self._process(part, pid, name)
+
+    def _process(self, part: _Part, pid: int, name: str) -> None:
+        part.processes.add(pid)
+        part.writer.process(pid, name)
+
+    def _part_of(self, time: int) -> int:
+        """The part a point in time falls into, opening parts as time goes on (time split)."""
+        if self._split_time is not None:
+            while time >= self.time_base + len(self._parts) * self._split_time:
+                self._bounds.append(self.time_base + len(self._parts) * self._split_time)
+                self._open_part()
+        return int(np.searchsorted(np.asarray(self._bounds, dtype=np.int64), time, "right"))
+
+    def _maybe_cut(self) -> None:
+        """Size split: a new part once the newest one is big enough."""
+        if self._split_size is None:
+            return
+        newest = self._parts[-1]
+        if _written(newest.writer) < self._split_size:
+            return
+        bound = self._latest_end
+        if bound <= (self._bounds[-1] if self._bounds else self.time_base):
+            return  # nothing finished since the last cut: wait
+        self._bounds.append(bound)
+        self._open_part()
+
+    # ---------------------------------------------------------------- writing
+
+    def write(self, batch: SliceBatch) -> None:
+        """Write a batch (any threads, any order)."""
+        self._account(batch)
+        if len(batch):
+            self._write_slices(batch)
+        for pid, tid, instant in batch.instants:
+            self.instant(pid, tid, instant)
+        for pid, tid, sample in batch.counters:
+            self.counter(pid, tid, sample)
+        self._maybe_cut()
+
+    def _account(self, batch: SliceBatch) -> None:
+        n = len(batch)
+        self.slices += n
+        self.names = batch.names
+        if not n:
+            return
+        pairs = np.unique((batch.pid << 32) | (batch.tid & 0xFFFFFFFF))
+        self.threads.update((int(k >> 32), int(k & 0xFFFFFFFF)) for k in pairs.tolist())
+        width = len(batch.names)
+        if len(self.calls) < width:
+            self.calls = np.concatenate([self.calls, np.zeros(width - len(self.calls), np.int64)])
+            self.total_ns = np.concatenate(
+                [self.total_ns, np.zeros(width - len(self.total_ns), np.int64)]
+            )
+        self.calls += np.bincount(batch.name_id, minlength=width)
+        durations = (batch.end - batch.start).astype(np.float64)
+        self.total_ns += np.bincount(batch.name_id, weights=durations, minlength=width).astype(
+            np.int64
+        )
+        self._latest_end = max(self._latest_end, int(batch.end.max()))
+
+    def _write_slices(self, batch: SliceBatch) -> None:
+        start = np.maximum(batch.start, self.time_base)
+        end = np.maximum(batch.end, start)
+        if not self.split:
+            self._write_rows(self._parts[0], batch, np.arange(len(batch)), start, end, None)
+            return
+        self._part_of(int(end.max()))  # time split: every part up to the latest end exists
+        bounds = np.asarray(self._bounds, dtype=np.int64)
+        first = np.searchsorted(bounds, start, "right")
+        # A slice ending exactly on a boundary does not reach into the next part.
+        last = np.maximum(np.searchsorted(bounds, end, "left"), first)
+        for p in range(int(first.min()), int(last.max()) + 1):
+            rows = np.flatnonzero((first <= p) & (last >= p))
+            if not len(rows):
+                continue
+            lo = self._parts[p].info.start
+            hi = self._bounds[p] if p < len(self._bounds) else None
+            s = np.maximum(start[rows], lo)
+            e = end[rows] if hi is None else np.minimum(end[rows], hi)
+            continued = ((first[rows] < p) * FROM_PREVIOUS + (last[rows] > p) * IN_NEXT).astype(
+                np.uint8
+            )
+            carried = (continued & FROM_PREVIOUS) != 0
+            if carried.any():
+                self._parts[p].carried.append((batch, rows[carried], continued[carried]))
+            here = ~carried
+            if here.any():
+                self._write_rows(
+                    self._parts[p], batch, rows[here], s[here], e[here], continued[here]
+                )
+
+    def _write_rows(
+        self,
+        part: _Part,
+        batch: SliceBatch,
+        rows: npt.NDArray[np.intp],
+        start: npt.NDArray[np.int64],
+        end: npt.NDArray[np.int64],
+        continued: npt.NDArray[np.uint8] | None,
+    ) -> None:
+        pid, tid = batch.pid[rows], batch.tid[rows]
+        order = np.lexsort((np.arange(len(rows)), tid, pid))  # stable: keeps close order
+        keys = (pid[order] << 32) | (tid[order] & 0xFFFFFFFF)
+        cuts = np.flatnonzero(np.diff(keys)) + 1
+        insns, cycles = batch.instructions[rows], batch.cycles[rows]
+        if continued is not None:
+            whole = continued == 0
+            insns = np.where(whole, insns, -1)
+            cycles = np.where(whole, cycles, -1)
+        for group in np.split(order, cuts):
+            p, t = int(pid[group[0]]), int(tid[group[0]])
+            if p not in part.processes:
+                self._process(part, p, self._names.get(p, ""))
+            part.writer.slices(
+                p,
+                t,
+                batch.names,
+                start[group],
+                end[group],
+                batch.name_id[rows][group],
+                address=batch.address[rows][group],
+                instructions=insns[group],
+                cycles=cycles[group],
+                flags=batch.flags[rows][group],
+                continued=None if continued is None else continued[group],
+            )
+            part.info.slices += len(group)
+            part.info.end = max(part.info.end, int(end[group].max()))
+
+    def instant(self, pid: int, tid: int, instant: Instant) -> None:
+        part = self._parts[self._part_of(max(instant.time, self.time_base))]
+        if pid not in part.processes:
+            self._process(part, pid, self._names.get(pid, ""))
+        part.writer.instant(pid, tid, max(instant.time, self.time_base), instant.name, instant.args)
+
+    def counter(self, pid: int, tid: int, sample: CounterSample) -> None:
+        part = self._parts[self._part_of(max(sample.time, self.time_base))]
+        if pid not in part.processes:
+            self._process(part, pid, self._names.get(pid, ""))
+        values = {rec.ARG_COUNTER_VALUE: sample.value}
+        part.writer.counter(pid, tid, max(sample.time, self.time_base), sample.name, values)
+
+    # ----------------------------------------------------------------- closing
+
+    def close(
+        self, processes: dict[int, str], threads: dict[tuple[int, int], str]
+    ) -> tuple[list[PartInfo], WriteStats]:
+        """Name every process and thread in every part, close the files."""
+        stats = WriteStats()
+        try:
+            for index, part in enumerate(self._parts):
+                self._write_carried(index, part)
+                for pid, name in sorted(processes.items()):
+                    if name and (name != self._names.get(pid) or pid not in part.processes):
+                        self._process(part, pid, name)
+                for (pid, tid), name in sorted(threads.items()):
+                    if name:
+                        part.writer.thread_name(pid, tid, name)
+                part.writer.close()
+                part.info.file_bytes = part.info.path.stat().st_size
+                if index + 1 < len(self._parts):
+                    part.info.end = self._bounds[index]
+                _add(stats, part.writer.stats)
+                stats.file_bytes += part.info.file_bytes
+        except OSError as e:
+            raise PtscopeError(
+                f"cannot write {self.output}: {e.strerror or e}",
+                hint="check the free space and the path",
+            ) from e
+        return [p.info for p in self._parts], stats
+
+    def _write_carried(self, index: int, part: _Part) -> None:
+        """The held pieces of calls begun before this part, outermost first (begun
+        earliest, then ending latest, then in the order they were written)."""
+        if not part.carried:
+            return
+        columns: tuple[str, ...] = ("pid", "tid", "start", "end", "name_id", "address")
+        columns += ("instructions", "cycles", "flags")
+        joined = SliceBatch(names=self.names)
+        for column in columns:
+            parts = [getattr(batch, column)[rows] for batch, rows, _ in part.carried]
+            setattr(joined, column, np.concatenate(parts))
+        continued = np.concatenate([c for _, _, c in part.carried])
+        part.carried.clear()
+        order = np.lexsort((np.arange(len(joined)), -joined.end, joined.start))
+        lo = part.info.start
+        hi = self._bounds[index] if index < len(self._bounds) else None
+        s = np.full(len(order), lo, dtype=np.int64)
+        e = joined.end[order] if hi is None else np.minimum(joined.end[order], hi)
+        self._write_rows(part, joined, order, s, np.maximum(e, s), continued[order])
+
+
+def _written(writer: FxtWriter) -> int:
+    """Bytes a writer has put in its file so far (compressed bytes for gzip)."""
+    writer.flush()
+    owned = cast(Sequence[BinaryIO], writer._owned)
+    raw = owned[-1] if owned else None
+    return raw.tell() if raw is not None else 0
+
+
+def _add(total: WriteStats, more: WriteStats) -> None:
+    for name in (
+        "records",
+        "bytes",
+        "slices",
+        "instants",
+        "counters",
+        "string_records",
+        "thread_records",
+        "kernel_objects",
+    ):
+        setattr(total, name, getattr(total, name) + getattr(more, name))
