@@ -60,9 +60,10 @@ def run(
                     + ", ".join(sorted({f"{o.opt} {o.oracle}/{o.engine}" for o in bad})),
                     flush=True,
                 )
-                if verbose:
-                    for o in bad:
-                        print(f"  {o}", flush=True)
+                # The first difference always (a rare failure must be diagnosable), all
+                # of them with -v.
+                for o in bad if verbose else bad[:1]:
+                    print(f"  {o}", flush=True)
             elif verbose:
                 print(f"ok   seed {outcomes[0].seed}", flush=True)
             if done % 25 == 0:
