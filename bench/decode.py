@@ -5,6 +5,8 @@ Usage::
     python bench/decode.py                    # emulated-PT recording of >= 5 M branches (cached)
     python bench/decode.py --perf-data FILE   # any Intel PT perf.data instead
     python bench/decode.py --branches 1000000 # a smaller recording
+    python bench/decode.py --workload calls   # the call-heavy program, 60,000 rounds
+    python bench/decode.py --memory           # peak RSS of `ptscope decode` vs trace length
 
 Every figure comes from one run, each measurement in a fresh child process (so that peak
 RSS is its own), and is reported as a ratio to the floor measured in the same run:
@@ -84,6 +86,26 @@ int main(int argc, char **argv) {
 }
 """
 
+CALL_HEAVY = r"""
+/* Call-heavy workload: top calls mid once per round, mid calls a tiny leaf 40-43 times;
+ * leaf writes a volatile global, so nothing is hoisted: ~42.5 calls per round, few jumps
+ * inside functions (the decoders drop those, which hides what calls cost). */
+#include <stdlib.h>
+static volatile long sink;
+__attribute__((noinline)) static void leaf(long i) { sink = i; }
+__attribute__((noinline)) static void mid(long r) {
+    long n = 40 + (r & 3);
+    for (long i = 0; i < n; i++) leaf(i);
+}
+__attribute__((noinline)) static void top(long rounds) {
+    for (long r = 0; r < rounds; r++) mid(r);
+}
+int main(int argc, char **argv) {
+    top(argc > 1 ? atol(argv[1]) : 60000);
+    return 0;
+}
+"""
+
 NULL_DLFILTER = ROOT / "bench" / "null_dlfilter.c"
 
 
@@ -118,8 +140,16 @@ def build_null_dlfilter() -> Path:
 def emulated_recording(branches: int) -> Path:
     """An emulated-PT recording of the workload with at least ``branches`` branches."""
     # About 37 branches per iteration of the workload's main loop (measured with perf).
-    iterations = max(1000, branches // 36)
-    directory = CACHE / f"decode-{_hash(PROGRAM, str(iterations))}"
+    return _recording(PROGRAM, "decode_workload", max(1000, branches // 36))
+
+
+def call_heavy_recording(rounds: int) -> Path:
+    """An emulated-PT recording of the call-heavy program running ``rounds`` rounds."""
+    return _recording(CALL_HEAVY, "call_heavy", rounds)
+
+
+def _recording(program: str, name: str, iterations: int) -> Path:
+    directory = CACHE / f"{name}-{_hash(program, str(iterations))}"
     perf_data = directory / "perf.data"
     if perf_data.exists():
         return perf_data
@@ -128,17 +158,17 @@ def emulated_recording(branches: int) -> Path:
     except ImportError:
         sys.exit("bench/decode.py: ptscope.record.emulated is not available; use --perf-data")
     CACHE.mkdir(parents=True, exist_ok=True)
-    src = CACHE / "decode_workload.c"
-    exe = CACHE / f"decode_workload-{_hash(PROGRAM)}"
+    src = CACHE / f"{name}.c"
+    exe = CACHE / f"{name}-{_hash(program)}"
     if not exe.exists():
-        src.write_text(PROGRAM)
+        src.write_text(program)
         subprocess.run(["gcc", "-O2", "-static", "-o", str(exe), str(src)], check=True)
     tmp = directory.with_name(directory.name + ".tmp")
     subprocess.run(["rm", "-rf", str(tmp)], check=True)
     print(f"recording {exe.name} {iterations} under emulated PT (once; cached in {directory})")
     t0 = time.perf_counter()
-    emulated.record([str(exe), str(iterations)], tmp)
-    print(f"  recorded in {time.perf_counter() - t0:.1f} s")
+    result = emulated.record([str(exe), str(iterations)], tmp)
+    print(f"  recorded {result.instructions:,} instructions in {time.perf_counter() - t0:.1f} s")
     tmp.rename(directory)
     return perf_data
 
@@ -353,6 +383,35 @@ def child_main(name: str, perf_data: Path, jobs: int) -> None:
     print(json.dumps(result))
 
 
+def memory_main(rounds: list[int]) -> None:
+    """Peak RSS of a whole decode (one job) as the trace grows: flat, if the engine streams."""
+    rows = []
+    for n in rounds:
+        perf_data = call_heavy_recording(n)
+        meta = json.loads((perf_data.parent / "ptscope-recording.json").read_text())
+        instructions = int(meta.get("notes", {}).get("instructions", 0))
+        r = run_child("ptscope dlfilter", perf_data, 1)
+        if r is None:
+            continue
+        rows.append((n, instructions, os.path.getsize(perf_data), r))
+    print(
+        f"\n{'rounds':>8} {'instructions':>13} {'perf.data MB':>12} {'slices':>11}"
+        f" {'seconds':>8} {'peak RSS MB':>11}"
+    )
+    for n, insns, size, r in rows:
+        print(
+            f"{n:>8,} {insns:>13,} {size / 1e6:>12.1f} {int(r['slices']):>11,}"
+            f" {r['inner_wall']:>8.1f} {r['rss_python_mb']:>11.0f}"
+        )
+    if len(rows) >= 2:
+        first, last = rows[0][3], rows[-1][3]
+        print(
+            f"peak RSS, {rows[-1][0]:,} rounds / {rows[0][0]:,} rounds:"
+            f" {last['rss_python_mb'] / first['rss_python_mb']:.2f}x"
+            f" (trace {int(last['slices']) / int(first['slices']):.1f}x longer)"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--perf-data", type=Path, help="an Intel PT perf.data to decode")
@@ -360,12 +419,35 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2, help="windows for the parallel decode")
     ap.add_argument("--repeat", type=int, default=2, help="runs per measurement (best kept)")
     ap.add_argument("--only", nargs="*", choices=list(CHILDREN), help="measure only these")
+    ap.add_argument(
+        "--workload",
+        choices=("mixed", "calls"),
+        default="mixed",
+        help="mixed: the default program; calls: the call-heavy one (--rounds)",
+    )
+    ap.add_argument("--rounds", type=int, default=60_000, help="rounds of the call-heavy one")
+    ap.add_argument(
+        "--memory",
+        nargs="*",
+        type=int,
+        metavar="ROUNDS",
+        help="peak RSS of `ptscope decode --jobs 1` on call-heavy recordings of these rounds "
+        "(default 60000 300000), and its ratio between the shortest and the longest",
+    )
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         child_main(args.child[0], Path(args.child[1]), int(args.child[2]))
         return
-    perf_data = args.perf_data or emulated_recording(args.branches)
+    if args.memory is not None:
+        memory_main(args.memory or [60_000, 300_000])
+        return
+    if args.perf_data:
+        perf_data = args.perf_data
+    elif args.workload == "calls":
+        perf_data = call_heavy_recording(args.rounds)
+    else:
+        perf_data = emulated_recording(args.branches)
     build_null_dlfilter()
     size = os.path.getsize(perf_data)
     print(
