@@ -331,8 +331,11 @@ def _stream(
             processes=recording.processes,
         )
 
-    def drain() -> None:
+    def drain(force: bool = False) -> None:
         nonlocal sink
+        # Big batches: each costs some Python work whatever its size.
+        if not force and engine.pending() < _DRAIN_SLICES:
+            return
         batch = engine.take_output()
         if len(batch) or batch.instants or batch.counters:
             if sink is None:
@@ -341,6 +344,7 @@ def _stream(
             tracker.slices(sink.slices)
 
     feed(engine, drain)
+    drain(force=True)
     final = engine.close()
     if sink is None:
         sink = open_sink()
@@ -621,6 +625,8 @@ def _hits_track(hits: Sequence[TriggerHit]) -> ThreadTimeline:
 
 
 _SUMMARY_CHUNK: Final = 8192
+_DRAIN_SLICES: Final = 1 << 16
+"""Slices a streaming engine collects before they are written (bounded memory: ~5 MB)."""
 
 
 def top_functions(timeline: Timeline, limit: int = 10) -> list[FunctionStat]:

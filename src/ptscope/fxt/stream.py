@@ -170,8 +170,15 @@ class TraceStream:
         self.names = batch.names
         if not n:
             return
-        pairs = np.unique((batch.pid << 32) | (batch.tid & 0xFFFFFFFF))
-        self.threads.update((int(k >> 32), int(k & 0xFFFFFFFF)) for k in pairs.tolist())
+        if (
+            batch.pid[0] == batch.pid[-1]
+            and batch.tid[0] == batch.tid[-1]
+            and (np.all(batch.tid == batch.tid[0]) and np.all(batch.pid == batch.pid[0]))
+        ):
+            self.threads.add((int(batch.pid[0]), int(batch.tid[0])))
+        else:
+            pairs = np.unique((batch.pid << 32) | (batch.tid & 0xFFFFFFFF))
+            self.threads.update((int(k >> 32), int(k & 0xFFFFFFFF)) for k in pairs.tolist())
         width = len(batch.names)
         if len(self.calls) < width:
             self.calls = np.concatenate([self.calls, np.zeros(width - len(self.calls), np.int64)])
@@ -226,9 +233,13 @@ class TraceStream:
         continued: npt.NDArray[np.uint8] | None,
     ) -> None:
         pid, tid = batch.pid[rows], batch.tid[rows]
-        order = np.lexsort((np.arange(len(rows)), tid, pid))  # stable: keeps close order
-        keys = (pid[order] << 32) | (tid[order] & 0xFFFFFFFF)
-        cuts = np.flatnonzero(np.diff(keys)) + 1
+        if np.all(pid == pid[0]) and np.all(tid == tid[0]):
+            order = np.arange(len(rows))  # one thread (the common case): no sort
+            cuts = np.zeros(0, dtype=np.intp)
+        else:
+            order = np.lexsort((np.arange(len(rows)), tid, pid))  # stable: keeps close order
+            keys = (pid[order] << 32) | (tid[order] & 0xFFFFFFFF)
+            cuts = np.flatnonzero(np.diff(keys)) + 1
         insns, cycles = batch.instructions[rows], batch.cycles[rows]
         if continued is not None:
             whole = continued == 0

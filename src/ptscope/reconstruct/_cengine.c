@@ -1874,6 +1874,12 @@ static PyObject *engine_memory(Engine *e, PyObject *Py_UNUSED(ignored))
 			     "slices_written", (long long)e->slices_out);
 }
 
+/* Slices written and not yet taken. */
+static PyObject *engine_pending(Engine *e, PyObject *Py_UNUSED(ignored))
+{
+	return PyLong_FromSize_t(e->out[O_PID].n + e->inst[I_PID].n + e->ctr[N_PID].n);
+}
+
 /* The earliest time of any thread's first slot (no slice starts before it), or None. */
 static PyObject *engine_first_time(Engine *e, PyObject *Py_UNUSED(ignored))
 {
@@ -2141,6 +2147,8 @@ static PyMethodDef engine_methods[] = {
 	 "unexpected, ignored)"},
 	{"memory", (PyCFunction)engine_memory, METH_NOARGS,
 	 "what the engine holds now (live frames, window, waiters, held spines...)"},
+	{"pending", (PyCFunction)engine_pending, METH_NOARGS,
+	 "slices, instants and counters written and not yet taken"},
 	{"first_time", (PyCFunction)engine_first_time, METH_NOARGS,
 	 "the earliest time any slice can start (None before any event)"},
 	{"examples", (PyCFunction)engine_examples, METH_NOARGS,

@@ -390,6 +390,10 @@ class FastEngine:
         """The engine's name table (a SliceBatch's ``name_id`` indexes it; it only grows)."""
         return self._names
 
+    def pending(self) -> int:
+        """Slices (and instants, counters) written and not yet taken."""
+        return int(self._c.pending())
+
     def first_time(self) -> int | None:
         """The earliest time any slice can start (None before the first event)."""
         value = self._c.first_time()
