@@ -63,8 +63,8 @@ if not os.environ.get("PTSCOPE_NO_DLFILTER"):
     ext_modules.append(
         SharedObject(
             "ptscope._native.dlfilter",
-            sources=["src/ptscope/_native/dlfilter.c"],
-            depends=["src/ptscope/_native/record_format.h"],
+            sources=["src/ptscope/_native/dlfilter.c", "src/ptscope/_native/x86_length.c"],
+            depends=["src/ptscope/_native/record_format.h", "src/ptscope/_native/x86_length.h"],
             extra_compile_args=["-O2", "-Wall", "-Werror", "-std=c11", "-fvisibility=hidden"],
         )
     )

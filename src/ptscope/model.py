@@ -14,6 +14,7 @@ from array import array
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import IntEnum, IntFlag
+from itertools import pairwise
 from typing import Final, TypeAlias
 
 import numpy as np
@@ -158,6 +159,14 @@ class BranchEvent:
     jump the decoder dropped (inside one function) after this thread's previous branch, when
     it was later than that branch (0: none): the earliest perf time seen in between, which
     bounds how long the previous branches' timestamp lasted.
+
+    With instruction detail (``--dlarg insns`` / the text decoder's ``insns``),
+    ``insn_count`` is exact: the instructions the thread executed after its previous
+    branch event up to and including this branch's source instruction (not included when
+    the branch is asynchronous: an interrupt, or the end of tracing, whose source is where
+    the thread would resume), jumps the decoder dropped included; and ``lines`` holds the
+    distinct 64-byte code lines (address >> 6, ascending) those instructions touched.
+    ``lines`` is None without instruction detail.
     """
 
     pid: int
@@ -171,6 +180,7 @@ class BranchEvent:
     insn_count: int = 0
     cycle_count: int = 0
     gap_time: int = 0
+    lines: tuple[int, ...] | None = None
 
 
 @dataclass(slots=True)
@@ -399,6 +409,10 @@ class BranchBatch:
     (:meth:`events` yields exactly these, with ``gap_time = time - gap_delta`` where
     ``gap_delta`` is non-zero). Column types: pid/tid/src/dst int32, time int64, flags
     uint32 (raw perf flags), insn_count/cycle_count uint64, gap_delta uint32.
+
+    With instruction detail, the code lines of row ``i`` (:attr:`BranchEvent.lines`) are
+    ``lines[line_offsets[i]:line_offsets[i + 1]]`` (CSR columns: ``line_offsets`` int32
+    of length ``n + 1``, starting at 0, and ``lines`` uint64); both are None otherwise.
     """
 
     locations: LocationTable
@@ -412,6 +426,10 @@ class BranchBatch:
     cycle_count: UInt64Array
     gap_delta: UInt32Array | None = None
     """``time - gap_time`` per row (0: no gap time), or None when no row has one."""
+    line_offsets: Int32Array | None = None
+    """Instruction detail: where each row's code lines start in ``lines`` (``n + 1``)."""
+    lines: UInt64Array | None = None
+    """Instruction detail: the code lines (address >> 6) of all rows, row after row."""
 
     def __post_init__(self) -> None:
         n = len(self.pid)
@@ -420,6 +438,17 @@ class BranchBatch:
             raise ValueError("branch batch columns differ in length")
         if self.gap_delta is not None and len(self.gap_delta) != n:
             raise ValueError("branch batch columns differ in length")
+        if (self.line_offsets is None) != (self.lines is None):
+            raise ValueError("branch batch has line offsets or lines, not both")
+        if self.line_offsets is not None and self.lines is not None:
+            offsets = self.line_offsets
+            if (
+                len(offsets) != n + 1
+                or offsets[0] != 0
+                or offsets[-1] != len(self.lines)
+                or (np.diff(offsets) < 0).any()
+            ):
+                raise ValueError("branch batch line offsets do not fit its lines")
 
     def __len__(self) -> int:
         return len(self.pid)
@@ -428,7 +457,12 @@ class BranchBatch:
         """The batch as :class:`BranchEvent` objects (slow: one object per row)."""
         locs = self.locations.locations
         gaps = self.gap_delta.tolist() if self.gap_delta is not None else [0] * len(self)
-        for pid, tid, time, flags, src, dst, insns, cycles, gap in zip(
+        lines: list[tuple[int, ...] | None] = [None] * len(self)
+        if self.line_offsets is not None and self.lines is not None:
+            every = self.lines.tolist()
+            bounds = self.line_offsets.tolist()
+            lines = [tuple(every[a:b]) for a, b in pairwise(bounds)]
+        for pid, tid, time, flags, src, dst, insns, cycles, gap, row_lines in zip(
             self.pid.tolist(),
             self.tid.tolist(),
             self.time.tolist(),
@@ -438,6 +472,7 @@ class BranchBatch:
             self.insn_count.tolist(),
             self.cycle_count.tolist(),
             gaps,
+            lines,
             strict=True,
         ):
             kind, state = classify_flags(flags)
@@ -453,11 +488,16 @@ class BranchBatch:
                 insns,
                 cycles,
                 time - gap if gap else 0,
+                row_lines,
             )
 
     @classmethod
     def from_events(cls, events: Iterable[BranchEvent], locations: LocationTable) -> BranchBatch:
-        """Columns for ``events`` (their locations are added to ``locations``)."""
+        """Columns for ``events`` (their locations are added to ``locations``).
+
+        The batch has line columns when any event has ``lines`` (an event with None gets
+        no lines there)."""
+        events = list(events)
         add = locations.add
         rows = [
             (
@@ -474,6 +514,14 @@ class BranchBatch:
             for e in events
         ]
         cols = list(zip(*rows, strict=True)) if rows else [()] * 9
+        line_offsets = lines = None
+        if any(e.lines is not None for e in events):
+            counts = [len(e.lines) if e.lines is not None else 0 for e in events]
+            line_offsets = np.zeros(len(events) + 1, dtype=np.int32)
+            np.cumsum(counts, out=line_offsets[1:])
+            lines = np.array(
+                [line for e in events if e.lines is not None for line in e.lines], dtype=np.uint64
+            )
         return cls(
             locations,
             np.array(cols[0], dtype=np.int32),
@@ -485,6 +533,8 @@ class BranchBatch:
             np.array(cols[6], dtype=np.uint64),
             np.array(cols[7], dtype=np.uint64),
             np.array(cols[8], dtype=np.uint32),
+            line_offsets,
+            lines,
         )
 
 

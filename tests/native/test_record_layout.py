@@ -65,6 +65,12 @@ def test_struct_codecs_agree_with_dtypes() -> None:
             rec[name] = value
             expected.append(value)
         assert list(codec.unpack(rec.tobytes())) == expected
+    # The lines record holds an array of (first, count) pairs.
+    lines = np.zeros(1, dtype=rf.LINES_DTYPE)
+    lines["tag"], lines["ranges"] = rf.TAG_LINES, 3
+    pairs = np.arange(1, 2 * rf.LINES_PER_RECORD + 1, dtype=np.uint64)
+    lines["range"] = pairs.reshape(rf.LINES_PER_RECORD, 2)
+    assert list(rf.LINES.unpack(lines.tobytes())) == [rf.TAG_LINES, 3, *pairs.tolist()]
 
 
 def test_constants_match_the_header() -> None:
@@ -72,10 +78,11 @@ def test_constants_match_the_header() -> None:
 #include <stdio.h>
 #include "record_format.h"
 int main(void) {
-    printf("%s %u %d %d %d %d %d %d %u %d %u\\n", PTSCOPE_STREAM_MAGIC, PTSCOPE_STREAM_VERSION,
-           PTSCOPE_TAG_HEADER, PTSCOPE_TAG_STRING, PTSCOPE_TAG_LOCATION, PTSCOPE_TAG_BRANCH,
-           PTSCOPE_TAG_POWER, PTSCOPE_TAG_TRAILER, PTSCOPE_NO_STRING, PTSCOPE_NO_OFFSET,
-           PTSCOPE_OPT_KEEP_ALL);
+    printf("%s %u %d %d %d %d %d %d %d %u %d %u %u %d\\n", PTSCOPE_STREAM_MAGIC,
+           PTSCOPE_STREAM_VERSION, PTSCOPE_TAG_HEADER, PTSCOPE_TAG_STRING,
+           PTSCOPE_TAG_LOCATION, PTSCOPE_TAG_BRANCH, PTSCOPE_TAG_POWER, PTSCOPE_TAG_TRAILER,
+           PTSCOPE_TAG_LINES, PTSCOPE_NO_STRING, PTSCOPE_NO_OFFSET, PTSCOPE_OPT_KEEP_ALL,
+           PTSCOPE_OPT_INSNS, PTSCOPE_LINES_PER_REC);
     return 0;
 }
 """
@@ -88,8 +95,8 @@ int main(void) {
         rf.MAGIC.decode(),
         str(rf.STREAM_VERSION),
         *map(str, (rf.TAG_HEADER, rf.TAG_STRING, rf.TAG_LOCATION, rf.TAG_BRANCH)),
-        *map(str, (rf.TAG_POWER, rf.TAG_TRAILER, rf.NO_STRING, rf.NO_OFFSET)),
-        str(rf.OPT_KEEP_ALL),
+        *map(str, (rf.TAG_POWER, rf.TAG_TRAILER, rf.TAG_LINES, rf.NO_STRING, rf.NO_OFFSET)),
+        *map(str, (rf.OPT_KEEP_ALL, rf.OPT_INSNS, rf.LINES_PER_RECORD)),
     ]
 
 
@@ -99,7 +106,7 @@ def test_tags_cannot_start_a_text_line() -> None:
     for tag in (rf.TAG_HEADER, rf.TAG_STRING, rf.TAG_LOCATION, rf.TAG_BRANCH):
         with pytest.raises(UnicodeDecodeError):
             bytes([tag, 0x41]).decode("utf-8")
-    for tag in (rf.TAG_POWER, rf.TAG_TRAILER):
+    for tag in (rf.TAG_POWER, rf.TAG_TRAILER, rf.TAG_LINES):
         with pytest.raises(UnicodeDecodeError):
             bytes([tag, 0x41]).decode("utf-8")
 

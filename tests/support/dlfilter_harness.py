@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ptscope.decode import record_format as rf
+from ptscope.model import BranchFlags as F
 
 ROOT = Path(__file__).resolve().parents[2]
 NATIVE_SRC = ROOT / "src" / "ptscope" / "_native"
@@ -33,7 +34,8 @@ def compile_c(
     flags = [*CFLAGS, *(["-fPIC", "-shared", "-fvisibility=hidden"] if shared else []), *extra]
     for src in sources:
         h.update(src.read_bytes())
-    h.update((NATIVE_SRC / "record_format.h").read_bytes())
+    for header in sorted(NATIVE_SRC.glob("*.h")):
+        h.update(header.read_bytes())
     h.update(" ".join(flags).encode())
     out = BUILD_DIR / f"{name}-{h.hexdigest()[:16]}{'.so' if shared else ''}"
     if not out.exists():
@@ -51,7 +53,9 @@ def compile_c(
 
 def build_dlfilter() -> Path:
     """A test build of the dlfilter, with the same flags as setup.py."""
-    return compile_c([NATIVE_SRC / "dlfilter.c"], "dlfilter-test", shared=True)
+    return compile_c(
+        [NATIVE_SRC / "dlfilter.c", NATIVE_SRC / "x86_length.c"], "dlfilter-test", shared=True
+    )
 
 
 def c_layout(includes: Sequence[str], members: dict[str, Sequence[str]]) -> dict[str, object]:
@@ -155,6 +159,9 @@ class Al(ctypes.Structure):
 
 ResolveFn = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)
 ArgsFn = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int))
+ObjectCodeFn = ctypes.CFUNCTYPE(
+    ctypes.c_int32, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_uint32
+)
 
 
 class Fns(ctypes.Structure):
@@ -201,6 +208,8 @@ class Output:
     strings: dict[int, str] = field(default_factory=dict)
     locations: dict[int, dict[str, int]] = field(default_factory=dict)
     branches: list[dict[str, int]] = field(default_factory=list)
+    """Each branch record's fields; with instruction detail also ``ranges``: the (first
+    line, count) ranges of the lines records before it."""
     power: list[dict[str, int]] = field(default_factory=list)
     trailer: dict[str, int] = field(default_factory=dict)
     order: list[str] = field(default_factory=list)
@@ -224,6 +233,7 @@ def split_stream(data: bytes) -> Output:
     h = dict(zip(hdr.names, rf.HEADER.unpack_from(data, 0), strict=True))
     out = Output(header=h)
     pos = rf.HEADER.size
+    ranges: list[tuple[int, int]] = []
     while pos < len(data):
         tag = data[pos]
         out.offsets.append(pos)
@@ -242,8 +252,17 @@ def split_stream(data: bytes) -> Output:
         elif tag == rf.TAG_BRANCH:
             vals = rf.BRANCH.unpack_from(data, pos)
             out.branches.append(dict(zip(rf.BRANCH_DTYPE.names, vals, strict=True)))
+            if h["options"] & rf.OPT_INSNS:
+                out.branches[-1]["ranges"] = ranges  # type: ignore[assignment]
+                ranges = []
             pos += rf.BRANCH.size
             out.order.append("branch")
+        elif tag == rf.TAG_LINES:
+            _, used, *pairs = rf.LINES.unpack_from(data, pos)
+            assert 1 <= used <= rf.LINES_PER_RECORD
+            ranges += [(pairs[2 * k], pairs[2 * k + 1]) for k in range(used)]
+            pos += rf.LINES.size
+            out.order.append("lines")
         elif tag == rf.TAG_POWER:
             vals = rf.POWER.unpack_from(data, pos)
             out.power.append(dict(zip(rf.POWER_DTYPE.names, vals, strict=True)))
@@ -264,8 +283,14 @@ class FakePerf:
 
     CTX = 0x5EED
 
-    def __init__(self, lib_path: Path, args: Sequence[str]) -> None:
+    def __init__(
+        self, lib_path: Path, args: Sequence[str], code: dict[int, bytes] | None = None
+    ) -> None:
+        """``code``: the process's code (start address -> bytes) that ``object_code()``
+        reads, as perf reads it from the files mapped there."""
         self.lib = ctypes.CDLL(str(lib_path))
+        self.code = code if code is not None else {}
+        self.object_code_calls: list[tuple[int, int]] = []
         self.lib.start.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
         self.lib.filter_event_early.argtypes = [
             ctypes.c_void_p,
@@ -285,8 +310,10 @@ class FakePerf:
         self.data = ctypes.c_void_p()
         fns = Fns.in_dll(self.lib, "perf_dlfilter_fns")
         self._cb = (ResolveFn(self._resolve_ip), ResolveFn(self._resolve_addr), ArgsFn(self._args))
+        self._code_cb = ObjectCodeFn(self._object_code)
         ctypes.memset(ctypes.addressof(fns), 0, ctypes.sizeof(Fns))
         fns.resolve_ip, fns.resolve_addr, fns.args = self._cb
+        fns.object_code = ctypes.cast(self._code_cb, ctypes.c_void_p).value
 
     # perf's callbacks
     def _resolve_ip(self, ctx: int) -> int:
@@ -303,6 +330,17 @@ class FakePerf:
         assert ctx == self.CTX
         argc[0] = self._argc
         return ctypes.addressof(self._argv)
+
+    def _object_code(self, ctx: int, ip: int, buf: int, length: int) -> int:
+        assert ctx == self.CTX and self.in_filter
+        self.object_code_calls.append((ip, length))
+        for start, data in self.code.items():
+            if start <= ip < start + len(data):
+                # As perf: no further than the end of the mapping.
+                chunk = data[ip - start : ip - start + length]
+                ctypes.memmove(buf, chunk, len(chunk))
+                return len(chunk)
+        return -1
 
     # helpers
     def cstr(self, text: str | None, *, fresh: bool = False) -> int | None:
@@ -376,3 +414,41 @@ class FakePerf:
 
     def stop(self) -> int:
         return int(self.lib.stop(self.data, self.CTX))
+
+
+# ------------------------------------------------- a fake program with code
+
+# Instruction detail tests: a process's code (served through object_code()) and a run of it.
+CALL = F.BRANCH | F.CALL
+RET = F.BRANCH | F.RETURN
+JCC = F.BRANCH | F.CONDITIONAL
+JMP = F.BRANCH
+START = F.BRANCH | F.TRACE_BEGIN
+END_ASYNC = F.BRANCH | F.ASYNC | F.TRACE_END
+
+EXE = "/usr/bin/prog"
+MAIN = Sym("main", EXE, 0x1000, 0x1100)
+FOO = Sym("foo", EXE, 0x1100, 0x1200)
+NOPS = Sym("nops", EXE, 0x2000, 0x2400)
+
+# main: push rbp; mov rbp, rsp; call foo; nop; ret
+MAIN_CODE = bytes.fromhex("55 4889e5 e8f7000000 90 c3")
+# foo: xor eax, eax; L: add eax, 1; cmp eax, 5; jne L; ret
+FOO_CODE = bytes.fromhex("31c0 83c001 83f805 75f8 c3")
+CODE = {0x1000: MAIN_CODE, 0x1100: FOO_CODE, 0x2000: b"\x90" * 0x400}
+
+
+def call_and_loop(tid: int = 100) -> list[dict[str, object]]:
+    """main calls foo, foo loops 5 times (4 jumps back, dropped), returns; then the trace
+    ends asynchronously at main's ret (the nop before it ran, the ret did not)."""
+    loop = dict(ip=0x1108, addr=0x1102, flags=int(JCC), ip_sym=FOO, addr_sym=FOO, tid=tid)
+    return [
+        dict(ip=0, addr=0x1000, flags=int(START), addr_sym=MAIN, tid=tid),
+        dict(ip=0x1004, addr=0x1100, flags=int(CALL), ip_sym=MAIN, addr_sym=FOO, tid=tid),
+        loop,
+        loop,
+        loop,
+        loop,
+        dict(ip=0x110A, addr=0x1009, flags=int(RET), ip_sym=FOO, addr_sym=MAIN, tid=tid),
+        dict(ip=0x100A, addr=0, flags=int(END_ASYNC), ip_sym=MAIN, tid=tid),
+    ]

@@ -11,6 +11,10 @@
  *         still running is seen to run until then (a trace cut off mid-function).
  *   pid=, tid=: only samples of these processes / threads. perf's own --pid/--tid filter
  *         samples after filter_event_early has seen them, so the filter applies them itself.
+ *   insns: instruction detail. Every kept branch's insn_cnt is the exact number of
+ *         instructions executed since the thread's previous kept branch (counted from the
+ *         basic blocks between the branches, see "Basic blocks" below), and lines records
+ *         before it give the 64-byte code lines those instructions touched.
  *
  * Records (record_format.h) are written per sample with fwrite_unlocked into the stdio
  * buffer, never buffered on the side: that is what keeps perf's text lines in order.
@@ -22,6 +26,13 @@
  * process is bumped when perf's comm for one of its threads changes (exec), checked at
  * trace boundaries (trace begin/end, syscalls, interrupts) where an exec must show; at those
  * samples a cached ip is also checked against perf's current symbol (remapped code).
+ *
+ * Basic blocks (insns): the instructions a thread ran between two consecutive branch
+ * samples are the straight run from the first one's target to the second one's source
+ * (perf synthesizes a sample for every taken branch; branches not taken fall through).
+ * The first time such a block runs its code is read through perf's object_code() and
+ * split with x86_length.c; the block cache keeps its count, keyed by (start, end, pid,
+ * generation), the same identity of code as the location cache's.
  *
  * The logic lives in functions that take plain values (ptscope_* below, also exported) so
  * that it can be unit-tested with fabricated samples and a fake perf_dlfilter_fns table.
@@ -41,6 +52,7 @@
 #include <string.h>
 
 #include "record_format.h"
+#include "x86_length.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the record stream is little-endian; this target is not"
@@ -269,6 +281,148 @@ static void id_map_free(struct id_map *m)
 	memset(m, 0, sizeof(*m));
 }
 
+/* ------------------------------------------------------------- block cache */
+
+/* One basic block: the instructions from `start` up to `end` (the source of the branch
+ * that ended it). `before` counts those before `end`; `end_len` is the length of the one
+ * at `end` (0: not decodable). BLOCK_UNKNOWN: the block could not be decoded (its code is
+ * unreadable, or splitting it does not land on `end`); it is remembered so as not to
+ * read it again. */
+struct block_slot {
+	uint64_t start;
+	uint64_t end;
+	uint64_t meta; /* as loc_meta(pid, generation, 0) */
+	uint32_t before;
+	uint8_t end_len;
+	uint8_t used;
+};
+
+#define BLOCK_UNKNOWN UINT32_MAX
+/* Longest block decoded: a straight run of code without a taken branch this long is
+ * not a block that ran (a stale start after a gap perf did not report). */
+#define BLOCK_MAX_BYTES (1u << 20)
+
+struct block_table {
+	struct block_slot *slots;
+	size_t cap;
+	size_t count;
+};
+
+static inline uint64_t block_hash(uint64_t start, uint64_t end, uint64_t meta)
+{
+	return mix64(start ^ mix64(end ^ mix64(meta)));
+}
+
+static int block_table_grow(struct block_table *t)
+{
+	size_t ncap = t->cap ? t->cap * 2 : 4096;
+	struct block_slot *ns = calloc(ncap, sizeof(*ns));
+	if (!ns)
+		return -1;
+	for (size_t i = 0; i < t->cap; i++) {
+		struct block_slot *s = &t->slots[i];
+		if (!s->used)
+			continue;
+		size_t j = block_hash(s->start, s->end, s->meta) & (ncap - 1);
+		while (ns[j].used)
+			j = (j + 1) & (ncap - 1);
+		ns[j] = *s;
+	}
+	free(t->slots);
+	t->slots = ns;
+	t->cap = ncap;
+	return 0;
+}
+
+/* The slot for the key: the matching entry or the empty slot where it goes. */
+static inline struct block_slot *block_find(struct block_table *t, uint64_t start, uint64_t end,
+					    uint64_t meta)
+{
+	size_t j = block_hash(start, end, meta) & (t->cap - 1);
+	for (;;) {
+		struct block_slot *s = &t->slots[j];
+		if (!s->used || (s->start == start && s->end == end && s->meta == meta))
+			return s;
+		j = (j + 1) & (t->cap - 1);
+	}
+}
+
+/* Split `size` bytes of code (`code` holds `avail` >= size bytes) into instructions:
+ * *before = how many start before offset `size`, *end_len = the length of the one at
+ * `size` (0 if none decodes there). -1 if the instructions do not end exactly at `size`. */
+PTSCOPE_EXPORT int ptscope_split_block(const uint8_t *code, size_t avail, size_t size,
+				       uint32_t *before, uint8_t *end_len)
+{
+	size_t pos = 0;
+	uint32_t n = 0;
+	while (pos < size) {
+		int len = ptscope_x86_length(code + pos, avail - pos);
+		if (len <= 0)
+			return -1;
+		pos += (size_t)len;
+		n++;
+	}
+	if (pos != size)
+		return -1;
+	int len = pos < avail ? ptscope_x86_length(code + pos, avail - pos) : 0;
+	*before = n;
+	*end_len = len > 0 ? (uint8_t)len : 0;
+	return 0;
+}
+
+/* ------------------------------------------------------------- line sets */
+
+/* A set of 64-byte code lines as ascending, disjoint, non-adjacent ranges [lo, hi]. */
+struct line_set {
+	struct ptscope_line_range *r; /* first, count */
+	uint32_t n;
+	uint32_t cap;
+};
+
+/* Add the lines lo..hi. 0, or -1 when out of memory. */
+PTSCOPE_EXPORT int ptscope_line_set_add(struct line_set *s, uint64_t lo, uint64_t hi)
+{
+	/* The first range that ends at or after lo - 1 (it may touch or overlap lo..hi). */
+	uint32_t a = 0, b = s->n;
+	while (a < b) {
+		uint32_t m = (a + b) / 2;
+		if (s->r[m].first + s->r[m].count < lo) /* its last line + 1 < lo */
+			a = m + 1;
+		else
+			b = m;
+	}
+	if (a < s->n && s->r[a].first <= lo && s->r[a].first + s->r[a].count > hi)
+		return 0; /* already there: the common case (a loop runs the same block) */
+	/* Ranges a..c-1 touch or overlap lo..hi: merge them into one. */
+	uint32_t c = a;
+	while (c < s->n && s->r[c].first <= hi + 1) {
+		if (s->r[c].first < lo)
+			lo = s->r[c].first;
+		uint64_t last = s->r[c].first + s->r[c].count - 1;
+		if (last > hi)
+			hi = last;
+		c++;
+	}
+	if (c == a) { /* insert at a */
+		if (s->n == s->cap) {
+			uint32_t ncap = s->cap ? s->cap * 2 : 8;
+			struct ptscope_line_range *nr = realloc(s->r, ncap * sizeof(*nr));
+			if (!nr)
+				return -1;
+			s->r = nr;
+			s->cap = ncap;
+		}
+		memmove(&s->r[a + 1], &s->r[a], (s->n - a) * sizeof(*s->r));
+		s->n++;
+	} else if (c > a + 1) {
+		memmove(&s->r[a + 1], &s->r[c], (s->n - c) * sizeof(*s->r));
+		s->n -= c - a - 1;
+	}
+	s->r[a].first = lo;
+	s->r[a].count = hi - lo + 1;
+	return 0;
+}
+
 /* ------------------------------------------------------------------ state */
 
 struct thread_state {
@@ -277,6 +431,9 @@ struct thread_state {
 	const char *comm; /* perf's comm string at the last sample: a change means exec */
 	uint64_t pending_insn; /* counts carried by dropped branches, added to the next kept */
 	uint64_t pending_cyc;
+	uint64_t block_start;  /* insns: where the thread's current block began (the last
+				* branch's target); 0 = not known */
+	struct line_set lines; /* insns: code lines run since the last kept branch */
 	uint64_t last_kept;    /* time of the thread's last kept branch */
 	uint64_t gap_time;     /* first dropped branch later than that, 0 if none yet */
 	struct ptscope_branch_rec last_dropped; /* the latest dropped jump (to-end) */
@@ -327,6 +484,7 @@ struct ptscope_filter {
 	int own_out;  /* we opened it (close in stop) */
 	int keep_all; /* do not drop same-function jumps */
 	int to_end;   /* write each thread's trailing dropped jump at the end */
+	int insns;    /* instruction detail: exact counts, code lines */
 	int failed;   /* a write failed: stop asking perf for more */
 	struct id_list only_pids; /* pid=: keep only these processes (empty: all) */
 	struct id_list only_tids; /* tid=: keep only these threads (empty: all) */
@@ -334,6 +492,9 @@ struct ptscope_filter {
 	struct str_table fnkeys; /* function keys, internal only */
 	struct loc_table locs;
 	uint32_t next_loc_id;
+	struct block_table blocks; /* insns */
+	uint8_t *code;             /* insns: buffer for object_code() */
+	size_t code_cap;
 	struct id_map thread_ids;
 	struct thread_state *threads;
 	size_t threads_cap;
@@ -416,7 +577,8 @@ static void emit_header(struct ptscope_filter *f)
 	h.string_size = sizeof(struct ptscope_string_rec);
 	h.power_size = sizeof(struct ptscope_power_rec);
 	h.trailer_size = sizeof(struct ptscope_trailer_rec);
-	h.options = f->keep_all ? PTSCOPE_OPT_KEEP_ALL : 0;
+	h.lines_size = sizeof(struct ptscope_lines_rec);
+	h.options = (f->keep_all ? PTSCOPE_OPT_KEEP_ALL : 0) | (f->insns ? PTSCOPE_OPT_INSNS : 0);
 	emit(f, &h, sizeof(h));
 }
 
@@ -615,8 +777,8 @@ static int handle_power(struct ptscope_filter *f, const struct perf_dlfilter_sam
 	 PERF_DLFILTER_FLAG_VMENTRY | PERF_DLFILTER_FLAG_VMEXIT)
 
 /* The record of a branch sample (its counts and gap added when it is kept). */
-static void branch_record(struct ptscope_branch_rec *r, const struct perf_dlfilter_sample *s,
-			  uint32_t ip_loc, uint32_t addr_loc)
+static void branch_record(struct ptscope_filter *f, struct ptscope_branch_rec *r,
+			  const struct perf_dlfilter_sample *s, uint32_t ip_loc, uint32_t addr_loc)
 {
 	memset(r, 0, sizeof(*r));
 	r->tag = PTSCOPE_TAG_BRANCH;
@@ -627,11 +789,98 @@ static void branch_record(struct ptscope_branch_rec *r, const struct perf_dlfilt
 	r->time = s->time;
 	r->ip = s->ip;
 	r->addr = s->addr;
-	r->insn_cnt = s->insn_cnt;
+	/* With instruction detail the count comes from the blocks (all in pending_insn). */
+	r->insn_cnt = f->insns ? 0 : s->insn_cnt;
 	r->cyc_cnt = s->cyc_cnt;
 	r->ip_loc = ip_loc;
 	r->addr_loc = addr_loc;
 	r->cpu = s->cpu;
+}
+
+/* The lines records of a kept branch (its line set is emptied). */
+static void emit_lines(struct ptscope_filter *f, struct line_set *set)
+{
+	for (uint32_t i = 0; i < set->n; i += PTSCOPE_LINES_PER_REC) {
+		struct ptscope_lines_rec r;
+		memset(&r, 0, sizeof(r));
+		r.tag = PTSCOPE_TAG_LINES;
+		uint32_t k = set->n - i < PTSCOPE_LINES_PER_REC ? set->n - i : PTSCOPE_LINES_PER_REC;
+		r.ranges = (uint8_t)k;
+		memcpy(r.range, &set->r[i], k * sizeof(r.range[0]));
+		emit(f, &r, sizeof(r));
+		f->counters.lines++;
+	}
+	set->n = 0;
+}
+
+/* The block cache entry of the code from `start` to `end` in the sample's process,
+ * decoded now if it is new (through perf's object_code, which reads the sample's
+ * thread's mapping of it). NULL only when out of memory. */
+static struct block_slot *block_of(struct ptscope_filter *f, uint64_t start, uint64_t end,
+				   uint64_t meta, void *ctx)
+{
+	if ((f->blocks.count + 1) * 2 > f->blocks.cap && block_table_grow(&f->blocks) < 0)
+		return NULL;
+	struct block_slot *b = block_find(&f->blocks, start, end, meta);
+	if (b->used)
+		return b;
+	*b = (struct block_slot){ .start = start, .end = end, .meta = meta, .used = 1,
+				  .before = BLOCK_UNKNOWN };
+	f->blocks.count++;
+	if (end < start || end - start > BLOCK_MAX_BYTES || !perf_dlfilter_fns.object_code)
+		return b;
+	size_t want = (size_t)(end - start) + PTSCOPE_X86_MAX_LENGTH;
+	if (want > f->code_cap) {
+		size_t ncap = f->code_cap ? f->code_cap : 4096;
+		while (ncap < want)
+			ncap *= 2;
+		uint8_t *nc = realloc(f->code, ncap);
+		if (!nc)
+			return NULL;
+		f->code = nc;
+		f->code_cap = ncap;
+	}
+	int32_t got = perf_dlfilter_fns.object_code(ctx, start, f->code, (uint32_t)want);
+	uint32_t before;
+	uint8_t end_len;
+	if (got >= (int64_t)(end - start) &&
+	    ptscope_split_block(f->code, (size_t)got, (size_t)(end - start), &before, &end_len) == 0) {
+		b->before = before;
+		b->end_len = end_len;
+		f->counters.blocks_decoded++;
+	}
+	return b;
+}
+
+/* Instruction detail: add the block the thread ran up to this branch to its pending count
+ * and lines. The block starts at the previous branch's target and ends with this branch's
+ * source, included unless the sample is asynchronous (an interrupt or the end of the
+ * trace: its ip is where the thread would resume, not an instruction that ran). */
+static int account_block(struct ptscope_filter *f, struct thread_state *th,
+			 const struct perf_dlfilter_sample *s, void *ctx, uint32_t gen)
+{
+	uint64_t start = th->block_start;
+	th->block_start = s->addr; /* 0 when tracing stops: nothing known until it restarts */
+	if (!s->ip)
+		return 0; /* tracing (re)starts: nothing ran since the previous sample */
+	if (!start) {
+		f->counters.blocks_unknown++;
+		return 0;
+	}
+	struct block_slot *b = block_of(f, start, s->ip, loc_meta(s->pid, gen, 0), ctx);
+	if (!b)
+		return -ENOMEM;
+	int inclusive = !(s->flags & PERF_DLFILTER_FLAG_ASYNC);
+	if (b->before == BLOCK_UNKNOWN || (inclusive && !b->end_len)) {
+		f->counters.blocks_unknown++;
+		return 0;
+	}
+	uint64_t count = b->before + (inclusive ? 1u : 0u);
+	if (!count)
+		return 0;
+	uint64_t last_byte = inclusive ? s->ip + b->end_len - 1 : s->ip - 1;
+	th->pending_insn += count;
+	return ptscope_line_set_add(&th->lines, start >> 6, last_byte >> 6) ? -ENOMEM : 0;
 }
 
 /* Write a kept branch, with the counts of the jumps dropped before it and the time of the
@@ -647,6 +896,8 @@ static void keep_branch(struct ptscope_filter *f, struct thread_state *th,
 		r->gap_delta = (uint32_t)(r->time - th->gap_time);
 	th->gap_time = 0;
 	th->last_kept = r->time;
+	if (f->insns)
+		emit_lines(f, &th->lines);
 	emit(f, r, sizeof(*r));
 	f->counters.branches_kept++;
 }
@@ -686,19 +937,24 @@ static int handle_branch(struct ptscope_filter *f, const struct perf_dlfilter_sa
 	struct loc_slot *dst = location(f, s, ctx, *gen, 1, NULL);
 	if (!dst)
 		return -ENOMEM;
+	if (f->insns && account_block(f, th, s, ctx, *gen) < 0) {
+		f->failed = 1;
+		return -ENOMEM;
+	}
 	if (!f->keep_all && ptscope_droppable_flags(s->flags) && src_fn == dst->fn) {
-		th->pending_insn += s->insn_cnt;
+		if (!f->insns)
+			th->pending_insn += s->insn_cnt;
 		th->pending_cyc += s->cyc_cnt;
 		/* Its time still tells how long the previous branches' timestamp lasted. */
 		if (!th->gap_time && s->time > th->last_kept)
 			th->gap_time = s->time;
 		if (f->to_end)
-			branch_record(&th->last_dropped, s, src_id, dst->id);
+			branch_record(f, &th->last_dropped, s, src_id, dst->id);
 		f->counters.branches_dropped++;
 		return 1;
 	}
 	struct ptscope_branch_rec r;
-	branch_record(&r, s, src_id, dst->id);
+	branch_record(f, &r, s, src_id, dst->id);
 	keep_branch(f, th, &r);
 	return 1;
 }
@@ -782,6 +1038,8 @@ PTSCOPE_EXPORT int start(void **data, void *ctx)
 			f->keep_all = 1;
 		else if (strcmp(argv[i], "to-end") == 0)
 			f->to_end = 1;
+		else if (strcmp(argv[i], "insns") == 0)
+			f->insns = 1;
 		else if (strncmp(argv[i], "pid=", 4) == 0)
 			bad = id_list_parse(argv[i] + 4, &f->only_pids);
 		else if (strncmp(argv[i], "tid=", 4) == 0)
@@ -857,6 +1115,10 @@ PTSCOPE_EXPORT int stop(void *data, void *ctx)
 	str_table_free(&f->names);
 	str_table_free(&f->fnkeys);
 	free(f->locs.slots);
+	free(f->blocks.slots);
+	free(f->code);
+	for (size_t i = 0; i < f->thread_ids.count; i++)
+		free(f->threads[i].lines.r);
 	id_map_free(&f->thread_ids);
 	free(f->threads);
 	id_map_free(&f->pid_ids);
@@ -872,6 +1134,7 @@ PTSCOPE_EXPORT const char *filter_description(const char **long_description)
 	if (long_description)
 		*long_description =
 			"Drops jumps inside one function and writes the other branches as binary "
-			"records for ptscope (args: OUT [keep-all]; OUT = - | fd:N | PATH).";
+			"records for ptscope (args: OUT [keep-all] [to-end] [insns] [pid=P,...] "
+			"[tid=T,...]; OUT = - | fd:N | PATH).";
 	return "ptscope: compact branch record stream";
 }

@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #define PTSCOPE_STREAM_MAGIC "PTSCOPE" /* 7 bytes after the header's tag byte */
-#define PTSCOPE_STREAM_VERSION 2u
+#define PTSCOPE_STREAM_VERSION 3u
 
 enum ptscope_tag {
 	PTSCOPE_TAG_HEADER = 0xF8,   /* first record of every stream */
@@ -24,6 +24,7 @@ enum ptscope_tag {
 	PTSCOPE_TAG_BRANCH = 0xFB,   /* one kept branch sample */
 	PTSCOPE_TAG_POWER = 0xFC,    /* one cbr (core-to-bus ratio) sample */
 	PTSCOPE_TAG_TRAILER = 0xFD,  /* last record: counters; its absence means truncation */
+	PTSCOPE_TAG_LINES = 0xFE,    /* code lines of the branch record that follows (insns) */
 };
 
 /* Sentinel ids: string id 0 = no name (unknown symbol / no DSO). Real ids count from 1. */
@@ -43,10 +44,13 @@ struct ptscope_header_rec { /* 32 bytes */
 	uint16_t power_size;       /* sizeof(struct ptscope_power_rec) */
 	uint16_t trailer_size;     /* sizeof(struct ptscope_trailer_rec) */
 	uint16_t options;          /* PTSCOPE_OPT_* the filter ran with */
-	uint32_t reserved[2];
+	uint16_t lines_size;       /* sizeof(struct ptscope_lines_rec) (= branch_size) */
+	uint16_t reserved;
+	uint32_t reserved2;
 };
 
 #define PTSCOPE_OPT_KEEP_ALL 1u /* same-function jumps were not dropped */
+#define PTSCOPE_OPT_INSNS 2u    /* instruction detail: exact counts and code lines */
 
 struct ptscope_string_rec { /* 12 bytes, then `length` bytes (no NUL) */
 	uint8_t tag;     /* PTSCOPE_TAG_STRING */
@@ -77,7 +81,10 @@ struct ptscope_branch_rec { /* 72 bytes */
 	uint64_t time;      /* perf time, ns */
 	uint64_t ip;        /* branch source */
 	uint64_t addr;      /* branch target */
-	uint64_t insn_cnt;  /* instructions since the thread's previous kept branch's count */
+	uint64_t insn_cnt;  /* instructions since the thread's previous kept branch's count
+			     * (with PTSCOPE_OPT_INSNS: the exact number of instructions
+			     * executed after the thread's previous kept branch instruction, up
+			     * to and including this one; see docs/file-formats.md) */
 	uint64_t cyc_cnt;   /* cycles, likewise (both include those of dropped branches) */
 	uint32_t ip_loc;    /* location id of ip */
 	uint32_t addr_loc;  /* location id of addr */
@@ -98,7 +105,28 @@ struct ptscope_power_rec { /* 32 bytes */
 	uint32_t freq_mhz; /* the frequency perf computed from it */
 };
 
-struct ptscope_trailer_rec { /* 64 bytes */
+/* One range of 64-byte code lines (address >> 6): first .. first + count - 1. */
+struct ptscope_line_range {
+	uint64_t first;
+	uint64_t count;
+};
+
+#define PTSCOPE_LINES_PER_REC 4
+
+/* Written only with PTSCOPE_OPT_INSNS, right before the branch record it belongs to (one
+ * or more of them; a branch without any executed no instruction that could be counted).
+ * The same size as a branch record, so that a run of branch and lines records is read
+ * as one array of equal-sized rows. The union of the ranges of the lines records before
+ * a branch is the set of code lines its insn_cnt instructions touched; the ranges are
+ * ascending, disjoint and not adjacent. */
+struct ptscope_lines_rec { /* 72 bytes */
+	uint8_t tag;       /* PTSCOPE_TAG_LINES */
+	uint8_t ranges;    /* 1..PTSCOPE_LINES_PER_REC ranges used */
+	uint8_t reserved[6];
+	struct ptscope_line_range range[4]; /* PTSCOPE_LINES_PER_REC */
+};
+
+struct ptscope_trailer_rec { /* 88 bytes */
 	uint8_t tag;       /* PTSCOPE_TAG_TRAILER */
 	uint8_t reserved[7];
 	uint64_t samples;          /* every sample perf handed to the filter */
@@ -109,6 +137,11 @@ struct ptscope_trailer_rec { /* 64 bytes */
 				    * threads left out by pid=/tid=, ignored */
 	uint64_t locations;        /* location records written */
 	uint64_t strings;          /* string records written */
+	uint64_t lines;            /* lines records written */
+	uint64_t blocks_decoded;   /* basic blocks decoded into the block cache */
+	uint64_t blocks_unknown;   /* blocks whose instructions could not be counted (no
+				    * start known, code unreadable or not decodable to the
+				    * branch): their instructions are missing from insn_cnt */
 };
 
 #pragma pack(pop)
@@ -118,6 +151,8 @@ _Static_assert(sizeof(struct ptscope_string_rec) == 12, "string layout");
 _Static_assert(sizeof(struct ptscope_location_rec) == 40, "location layout");
 _Static_assert(sizeof(struct ptscope_branch_rec) == 72, "branch layout");
 _Static_assert(sizeof(struct ptscope_power_rec) == 32, "power layout");
-_Static_assert(sizeof(struct ptscope_trailer_rec) == 64, "trailer layout");
+_Static_assert(sizeof(struct ptscope_lines_rec) == sizeof(struct ptscope_branch_rec),
+	       "lines layout");
+_Static_assert(sizeof(struct ptscope_trailer_rec) == 88, "trailer layout");
 
 #endif /* PTSCOPE_RECORD_FORMAT_H */

@@ -75,6 +75,7 @@ DEFAULT_ITRACE: Final = "bep"
 CHUNK_SIZE: Final = 1 << 20
 _LOOKAHEAD: Final = 16384  # branch records checked per vectorised run search
 _TAGS: Final = frozenset(range(0xF8, 0x100))
+_MAX_LINES: Final = 1 << 24  # code lines of one run of records: 1 GiB of code at most
 _IN_TX: Final = int(BranchFlags.IN_TX)
 
 
@@ -119,6 +120,9 @@ class StreamStats:
     bytes: int = 0
     trailer: dict[str, int] | None = None
     """The dlfilter's own counters (samples, dropped branches...), once the stream ended."""
+    insns: bool = False
+    """The stream has instruction detail (``--dlarg insns``): exact counts and lines."""
+    lines_records: int = 0
 
 
 class CountFix(NamedTuple):
@@ -133,6 +137,21 @@ class CountFix(NamedTuple):
     """The decode had seen an earlier branch of the thread, so the counts are complete."""
     gap_delta: int = 0
     """Its ``gap_delta`` as that decode saw it (complete under the same condition)."""
+    lines: tuple[int, ...] | None = None
+    """Its code lines (instruction detail), likewise."""
+
+
+class _Rows(NamedTuple):
+    """A run's branch records, with their code lines as CSR columns (instruction detail)."""
+
+    recs: np.ndarray[Any, np.dtype[np.void]]
+    line_offsets: np.ndarray[Any, np.dtype[np.int64]] | None
+    lines: np.ndarray[Any, np.dtype[np.uint64]] | None
+
+    def lines_of(self, i: int) -> tuple[int, ...] | None:
+        if self.line_offsets is None or self.lines is None:
+            return None
+        return tuple(self.lines[self.line_offsets[i] : self.line_offsets[i + 1]].tolist())
 
 
 class RecordStreamParser:
@@ -230,18 +249,28 @@ class RecordStreamParser:
         end = len(buf)
         while pos < end:
             tag = buf[pos]
-            if tag == rf.TAG_BRANCH:
+            if tag == rf.TAG_BRANCH or tag == rf.TAG_LINES:
                 if not self._header_seen:
                     self._fail("does not start with a header record", pos)
                 size = rf.BRANCH.size
                 n = min((end - pos) // size, _LOOKAHEAD)
                 if n == 0:
                     break
-                # A run of branch records: the first byte of every record-sized step.
+                # A run of branch records (and the lines records before each of them, of
+                # the same size): the first byte of every record-sized step.
                 tags = np.frombuffer(buf, dtype=np.uint8, count=n * size, offset=pos)[::size]
-                other = np.flatnonzero(tags != rf.TAG_BRANCH)
-                if other.size:
+                other = np.flatnonzero((tags != rf.TAG_BRANCH) & (tags != rf.TAG_LINES))
+                ended = other.size > 0
+                if ended:
                     n = int(other[0])
+                if tags[n - 1] != rf.TAG_BRANCH:
+                    # Lines records belong to the branch after them: wait for it.
+                    last = np.flatnonzero(tags[:n] == rf.TAG_BRANCH)
+                    if ended or n == _LOOKAHEAD and not last.size:
+                        self._fail("has a lines record not followed by a branch record", pos)
+                    if not last.size:
+                        break
+                    n = int(last[-1]) + 1
                 branches(buf, pos, n, events)
                 pos += n * size
             elif tag not in _TAGS:
@@ -322,7 +351,7 @@ class RecordStreamParser:
         self._fail(f"is corrupted (unknown record tag {tag:#04x})", pos)
 
     def _header(self, fields: tuple[Any, ...], pos: int) -> None:
-        _, magic, version, branch, location, string, power, trailer, _options = fields
+        _, magic, version, branch, location, string, power, trailer, options, lines = fields
         if magic != rf.MAGIC:
             self._fail("is corrupted (bad header magic)", pos)
         if self._header_seen:
@@ -334,10 +363,18 @@ class RecordStreamParser:
                 hint="the dlfilter and the Python package come from different ptscope "
                 "versions: reinstall ptscope",
             )
-        sizes = (branch, location, string, power, trailer)
-        expected = (rf.BRANCH.size, rf.LOCATION.size, rf.STRING.size, rf.POWER.size)
-        if sizes != (*expected, rf.TRAILER.size):
-            self._fail(f"declares record sizes {sizes}, expected {(*expected, rf.TRAILER.size)}")
+        sizes = (branch, location, string, power, trailer, lines)
+        expected = (
+            rf.BRANCH.size,
+            rf.LOCATION.size,
+            rf.STRING.size,
+            rf.POWER.size,
+            rf.TRAILER.size,
+            rf.LINES.size,
+        )
+        if sizes != expected:
+            self._fail(f"declares record sizes {sizes}, expected {expected}")
+        self.stats.insns = bool(options & rf.OPT_INSNS)
         self._header_seen = True
 
     def _trailer(self, counters: dict[str, int], pos: int) -> None:
@@ -347,6 +384,7 @@ class RecordStreamParser:
             "power": st.power,
             "locations": st.locations,
             "strings": st.strings,
+            "lines": st.lines_records,
         }
         for name, count in seen.items():
             if counters[name] != count:
@@ -375,9 +413,10 @@ class RecordStreamParser:
         return self._loc_array
 
     def _branches(self, buf: bytes, pos: int, n: int, events: list[Event]) -> None:
-        recs = self._branch_records(buf, pos, n)
-        if recs is None:
+        rows = self._branch_records(buf, pos, n)
+        if rows is None:
             return
+        recs = rows.recs
         locs = self._location_array()
         flags = recs["flags"]
         uniq, inverse = np.unique(flags, return_inverse=True)
@@ -389,6 +428,10 @@ class RecordStreamParser:
         times = recs["time"]
         delta = recs["gap_delta"]
         gap_time = np.where(delta != 0, times - delta, 0)
+        if rows.line_offsets is not None:
+            lines = [rows.lines_of(i) for i in range(len(recs))]
+        else:
+            lines = [None] * len(recs)
         events.extend(
             map(
                 BranchEvent,
@@ -403,13 +446,15 @@ class RecordStreamParser:
                 recs["insn_cnt"].tolist(),
                 recs["cyc_cnt"].tolist(),
                 gap_time.tolist(),
+                lines,
             )
         )
 
     def _branch_batch(self, buf: bytes, pos: int, n: int, items: list[Any]) -> None:
-        recs = self._branch_records(buf, pos, n)
-        if recs is None:
+        rows = self._branch_records(buf, pos, n)
+        if rows is None:
             return
+        recs = rows.recs
         if len(self._table_id_array) != len(self._table_ids):
             self._table_id_array = np.array(self._table_ids, dtype=np.int32)
         ids = self._table_id_array
@@ -426,16 +471,28 @@ class RecordStreamParser:
                 insn_count=recs["insn_cnt"],
                 cycle_count=recs["cyc_cnt"],
                 gap_delta=recs["gap_delta"],
+                line_offsets=(
+                    rows.line_offsets.astype(np.int32) if rows.line_offsets is not None else None
+                ),
+                lines=rows.lines,
             )
         )
 
-    def _branch_records(
-        self, buf: bytes, pos: int, n: int
-    ) -> np.ndarray[Any, np.dtype[np.void]] | None:
-        """The ``n`` branch records at ``pos``, checked, without those outside the window."""
+    def _branch_records(self, buf: bytes, pos: int, n: int) -> _Rows | None:
+        """The branch records of the ``n`` rows at ``pos`` (branch and lines records) with
+        their lines, checked, without those outside the window."""
         if self._ended:
             self._fail("holds records after its trailer", pos)
         recs = np.frombuffer(buf, dtype=rf.BRANCH_DTYPE, count=n, offset=pos)
+        offsets = lines = None
+        if self.stats.insns:
+            is_branch = recs["tag"] == rf.TAG_BRANCH
+            offsets, lines = self._lines(buf, pos, n, is_branch)
+            if len(offsets) - 1 != n:
+                recs = recs[is_branch]
+            n = len(recs)
+        elif (recs["tag"] != rf.TAG_BRANCH).any():
+            self._fail("has a lines record but no instruction detail", pos)
         self.stats.branches += n
         if self._lo is not None or self._hi is not None:
             times = recs["time"]
@@ -447,12 +504,12 @@ class RecordStreamParser:
                 keep &= ~late
                 if late.any():
                     self._note_threads(recs[~late])
-                    self._note_first_after_end(recs[late])
+                    self._note_first_after_end(_select(_Rows(recs, offsets, lines), late))
                 else:
                     self._note_threads(recs)
             if not keep.all():
                 self.stats.outside_window += n - int(keep.sum())
-                recs = recs[keep]
+                recs, offsets, lines = _select(_Rows(recs, offsets, lines), keep)
                 if not len(recs):
                     return None
         ip_loc = recs["ip_loc"]
@@ -462,33 +519,66 @@ class RecordStreamParser:
             self._fail("is corrupted (a branch names an unknown location)", pos)
         if int(ip_loc.min()) == 0 or int(addr_loc.min()) == 0:
             self._fail("is corrupted (a branch names location 0)", pos)
-        return recs
+        return _Rows(recs, offsets, lines)
+
+    def _lines(
+        self, buf: bytes, pos: int, n: int, is_branch: np.ndarray[Any, np.dtype[np.bool_]]
+    ) -> tuple[np.ndarray[Any, np.dtype[np.int64]], np.ndarray[Any, np.dtype[np.uint64]]]:
+        """The lines of the branches among ``n`` rows as CSR (offsets, lines): each lines
+        record's ranges go to the branch after it (the run ends with a branch)."""
+        nb = int(is_branch.sum())
+        is_lines = ~is_branch
+        if not is_lines.any():
+            return np.zeros(nb + 1, dtype=np.int64), np.zeros(0, dtype=np.uint64)
+        self.stats.lines_records += int(is_lines.sum())
+        rows = np.frombuffer(buf, dtype=rf.LINES_DTYPE, count=n, offset=pos)[is_lines]
+        owner = np.cumsum(is_branch)[is_lines]  # branches before it: its branch's index
+        used = rows["ranges"].astype(np.int64)
+        if int(used.min()) < 1 or int(used.max()) > rf.LINES_PER_RECORD:
+            self._fail("is corrupted (a lines record with a bad range count)", pos)
+        valid = np.arange(rf.LINES_PER_RECORD) < used[:, None]
+        ranges = rows["range"][valid]  # (ranges, 2): first line, line count
+        first, count = ranges[:, 0], ranges[:, 1]
+        if len(count) and (int(count.min()) == 0 or int(count.sum()) > _MAX_LINES):
+            self._fail("is corrupted (a lines record with a bad line count)", pos)
+        range_owner = np.repeat(owner, used)
+        per_branch = np.bincount(range_owner, weights=count, minlength=nb).astype(np.int64)
+        offsets = np.zeros(nb + 1, dtype=np.int64)
+        np.cumsum(per_branch, out=offsets[1:])
+        counts = count.astype(np.int64)
+        starts = np.cumsum(counts) - counts  # where each range's lines go
+        total = int(counts.sum())
+        within = np.arange(total, dtype=np.int64) - np.repeat(starts, counts)
+        return offsets, np.repeat(first, counts) + within.astype(np.uint64)
 
     def _note_threads(self, recs: np.ndarray[Any, np.dtype[np.void]]) -> None:
         if len(recs):
             keys = (recs["pid"].astype(np.int64) << 32) | recs["tid"].astype(np.uint32)
             self._threads_seen.update(np.unique(keys).tolist())
 
-    def _note_first_after_end(self, late: np.ndarray[Any, np.dtype[np.void]]) -> None:
+    def _note_first_after_end(self, rows: _Rows) -> None:
         """Remember each thread's first kept branch after the window (see ``first_after_end``)."""
         seen = self.first_after_end
         decoded = self._threads_seen
-        for pid, tid, time, ip, addr, insn, cyc, gap in zip(
-            late["pid"].tolist(),
-            late["tid"].tolist(),
-            late["time"].tolist(),
-            late["ip"].tolist(),
-            late["addr"].tolist(),
-            late["insn_cnt"].tolist(),
-            late["cyc_cnt"].tolist(),
-            late["gap_delta"].tolist(),
-            strict=True,
+        late = rows.recs
+        for i, (pid, tid, time, ip, addr, insn, cyc, gap) in enumerate(
+            zip(
+                late["pid"].tolist(),
+                late["tid"].tolist(),
+                late["time"].tolist(),
+                late["ip"].tolist(),
+                late["addr"].tolist(),
+                late["insn_cnt"].tolist(),
+                late["cyc_cnt"].tolist(),
+                late["gap_delta"].tolist(),
+                strict=True,
+            )
         ):
             if (pid, tid) not in seen:
                 # Exact only if this decode saw an earlier branch of the thread (perf's and
                 # the filter's counts start from there).
                 exact = ((pid << 32) | (tid & 0xFFFFFFFF)) in decoded
-                seen[(pid, tid)] = CountFix(time, ip, addr, insn, cyc, exact, gap)
+                seen[(pid, tid)] = CountFix(time, ip, addr, insn, cyc, exact, gap, rows.lines_of(i))
 
     def _text_line(self, line: str, events: list[Any]) -> None:
         """A line perf printed between our records: parsed as the text decoder does."""
@@ -508,6 +598,17 @@ class RecordStreamParser:
         return (self._lo is not None and time < self._lo) or (
             self._hi is not None and time > self._hi
         )
+
+
+def _select(rows: _Rows, keep: np.ndarray[Any, np.dtype[np.bool_]]) -> _Rows:
+    """The rows where ``keep`` is true, their lines with them."""
+    if rows.line_offsets is None or rows.lines is None:
+        return _Rows(rows.recs[keep], None, None)
+    counts = np.diff(rows.line_offsets)
+    kept = counts[keep]
+    offsets = np.zeros(len(kept) + 1, dtype=np.int64)
+    np.cumsum(kept, out=offsets[1:])
+    return _Rows(rows.recs[keep], offsets, rows.lines[np.repeat(keep, counts)])
 
 
 def read_record_stream(
@@ -533,6 +634,7 @@ def dlfilter_command(
     itrace: str = DEFAULT_ITRACE,
     keep_all: bool = False,
     to_end: bool = True,
+    insns: bool = False,
     extra: Sequence[str] = (),
 ) -> list[str]:
     """The ``perf script`` argv that decodes ``perf_data`` through the dlfilter to stdout.
@@ -541,6 +643,8 @@ def dlfilter_command(
     events with ``--show-task-events`` in ``extra``) look as it does for the text decoder.
     ``to_end``: the decode reaches the end of the trace (not a time window before it), so
     each thread's trailing dropped jump is written (as the text decoder does at its end).
+    ``insns``: instruction detail (exact instruction counts and code lines, ``--dlarg
+    insns``).
     """
     so = dlfilter if dlfilter is not None else _native.dlfilter_path()
     argv = [perf, "script", "-i", str(perf_data), f"--itrace={itrace}", "--ns"]
@@ -549,6 +653,8 @@ def dlfilter_command(
         argv += ["--dlarg", "keep-all"]
     if to_end:
         argv += ["--dlarg", "to-end"]
+    if insns:
+        argv += ["--dlarg", "insns"]
     argv += list(extra)
     return argv
 
@@ -586,6 +692,7 @@ class DlfilterProcess:
     adds perf's thread names (``CommEvent``), as the text decoder's option does.
     :meth:`columnar_batches` is :meth:`batches` with each run of branches as one
     :class:`~ptscope.model.BranchBatch` over ``locations`` (a new table if None).
+    ``insns``: instruction detail (see :func:`dlfilter_command`).
     """
 
     def __init__(
@@ -594,6 +701,7 @@ class DlfilterProcess:
         *,
         itrace: str = DEFAULT_ITRACE,
         keep_all: bool = False,
+        insns: bool = False,
         extra: Sequence[str] = (),
         perf: PerfTool | None = None,
         stdout_path: Path | None = None,
@@ -610,6 +718,7 @@ class DlfilterProcess:
             itrace=itrace,
             keep_all=keep_all,
             to_end=time_window is None or time_window[1] is None,
+            insns=insns,
             extra=[*(["--show-task-events"] if task_events else []), *extra],
         )
         self.parser = RecordStreamParser(
@@ -696,6 +805,7 @@ def decode_with_dlfilter(
     *,
     itrace: str = DEFAULT_ITRACE,
     keep_all: bool = False,
+    insns: bool = False,
     extra: Sequence[str] = (),
     perf: PerfTool | None = None,
     run_info: list[DlfilterRun] | None = None,
@@ -704,13 +814,14 @@ def decode_with_dlfilter(
     """Run perf with the dlfilter on ``perf_data`` and yield its events in batches.
 
     ``extra`` is added to perf's argv (``--time``, ``--symfs``...). ``run_info``, when given,
-    receives a :class:`DlfilterRun` at the end. ``task_events``: see
+    receives a :class:`DlfilterRun` at the end. ``task_events``, ``insns``: see
     :class:`DlfilterProcess`.
     """
     proc = DlfilterProcess(
         perf_data,
         itrace=itrace,
         keep_all=keep_all,
+        insns=insns,
         extra=extra,
         perf=perf,
         task_events=task_events,
@@ -725,6 +836,7 @@ def decode_with_dlfilter_columnar(
     *,
     itrace: str = DEFAULT_ITRACE,
     keep_all: bool = False,
+    insns: bool = False,
     extra: Sequence[str] = (),
     perf: PerfTool | None = None,
     run_info: list[DlfilterRun] | None = None,
@@ -739,6 +851,7 @@ def decode_with_dlfilter_columnar(
         perf_data,
         itrace=itrace,
         keep_all=keep_all,
+        insns=insns,
         extra=extra,
         perf=perf,
         task_events=task_events,

@@ -305,6 +305,8 @@ def _apply_count_fixes(batch: list[Event], fixes: dict[tuple[int, int], CountFix
                 ev.insn_count = fix.insn_count
                 ev.cycle_count = fix.cycle_count
                 ev.gap_time = ev.time - fix.gap_delta if fix.gap_delta else 0
+                if fix.lines is not None:
+                    ev.lines = fix.lines
         if not fixes:
             return
 
@@ -336,8 +338,22 @@ def _apply_count_fixes_columnar(
                     gaps.copy() if gaps is not None else np.zeros(len(batch), dtype=np.uint32)
                 )
                 batch.gap_delta[i] = fix.gap_delta
+                if fix.lines is not None:
+                    _replace_lines(batch, i, fix.lines)
         if not fixes:
             return
+
+
+def _replace_lines(batch: BranchBatch, row: int, lines: tuple[int, ...]) -> None:
+    """Give ``row`` of ``batch`` these code lines (its CSR columns are rebuilt)."""
+    if batch.line_offsets is None or batch.lines is None:
+        return
+    a, b = int(batch.line_offsets[row]), int(batch.line_offsets[row + 1])
+    new = np.array(lines, dtype=np.uint64)
+    batch.lines = np.concatenate([batch.lines[:a], new, batch.lines[b:]])
+    offsets = batch.line_offsets.astype(np.int64)
+    offsets[row + 1 :] += len(new) - (b - a)
+    batch.line_offsets = offsets.astype(np.int32)
 
 
 def _fmt(ns: int) -> str:
@@ -414,13 +430,15 @@ def decode_parallel(
     windows: Sequence[TimeWindow] | None = None,
     run_info: list[DlfilterRun] | None = None,
     task_events: bool = False,
+    insns: bool = False,
 ) -> Iterator[list[Event] | SegmentBreak]:
     """Decode ``perf_data`` in time windows with concurrent perf processes.
 
     Yields event batches in time order, with :data:`SEGMENT_BREAK` between windows. With
     one window this is exactly :func:`~ptscope.decode.dlfilter_stream.decode_with_dlfilter`.
     ``windows`` overrides the automatic plan (tests use it); ``task_events`` adds thread
-    names (see :class:`~ptscope.decode.dlfilter_stream.DlfilterProcess`).
+    names, ``insns`` instruction detail (see
+    :class:`~ptscope.decode.dlfilter_stream.DlfilterProcess`).
     """
     return _decode_windows(
         perf_data,
@@ -431,6 +449,7 @@ def decode_parallel(
         windows=windows,
         run_info=run_info,
         task_events=task_events,
+        insns=insns,
         locations=None,
     )
 
@@ -445,6 +464,7 @@ def decode_parallel_columnar(
     windows: Sequence[TimeWindow] | None = None,
     run_info: list[DlfilterRun] | None = None,
     task_events: bool = False,
+    insns: bool = False,
     locations: LocationTable | None = None,
 ) -> Iterator[list[Event | BranchBatch] | SegmentBreak]:
     """:func:`decode_parallel` with each run of branches as one :class:`BranchBatch`.
@@ -461,6 +481,7 @@ def decode_parallel_columnar(
         windows=windows,
         run_info=run_info,
         task_events=task_events,
+        insns=insns,
         locations=locations if locations is not None else LocationTable(),
     )
 
@@ -475,6 +496,7 @@ def _decode_windows(
     windows: Sequence[TimeWindow] | None,
     run_info: list[DlfilterRun] | None,
     task_events: bool,
+    insns: bool,
     locations: LocationTable | None,
 ) -> Iterator[Any]:
     """Both decodes: events (``locations`` None) or columnar batches over ``locations``."""
@@ -491,6 +513,7 @@ def _decode_windows(
                 perf=tool,
                 run_info=run_info,
                 task_events=task_events,
+                insns=insns,
                 locations=locations,
             )
         else:
@@ -501,6 +524,7 @@ def _decode_windows(
                 perf=tool,
                 run_info=run_info,
                 task_events=task_events,
+                insns=insns,
             )
         return
     with tempfile.TemporaryDirectory(prefix="ptscope-decode-") as tmp:
@@ -517,6 +541,7 @@ def _decode_windows(
                         stdout_path=Path(tmp) / f"window-{i}.bin" if i else None,
                         time_window=(w.start, w.end),
                         task_events=task_events,
+                        insns=insns,
                         locations=locations,
                     )
                 )

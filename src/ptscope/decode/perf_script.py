@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Final
 
+from ptscope.decode.blocks import CodeMap, InstructionDetail
 from ptscope.decode.perf_text import TextStats, parse_text
 from ptscope.errors import BadInputError, PtscopeError, ToolMissingError
 from ptscope.model import Event
@@ -29,6 +30,7 @@ __all__ = [
     "BRANCH_FIELDS",
     "BRANCH_ITRACE",
     "SAMPLING_FIELDS",
+    "binary_resolver",
     "TimeWindow",
     "branch_script_argv",
     "decode_perf_data_text",
@@ -104,6 +106,7 @@ def branch_script_argv(
     demangle: bool = True,
     ipc: bool = False,
     task_events: bool = False,
+    mmap_events: bool = False,
     extra: Sequence[str] = (),
 ) -> list[str]:
     """The ``perf script`` argv printing the branch trace of ``perf_data`` as text.
@@ -112,7 +115,8 @@ def branch_script_argv(
     for ``time_window``, ``--pid`` / ``--tid``, ``itrace_extra`` appended to the itrace
     letters, ``--symfs``, ``--no-demangle`` when ``demangle`` is false, ``-F +ipc``
     (instruction and cycle counts, printed by cycle-accurate recordings),
-    ``--show-task-events`` (thread names), then ``extra`` verbatim.
+    ``--show-task-events`` (thread names), ``--show-mmap-events`` (where code is mapped),
+    then ``extra`` verbatim.
     """
     fields = BRANCH_FIELDS + (",ipc" if ipc else "")
     return [
@@ -132,6 +136,7 @@ def branch_script_argv(
             demangle=demangle,
             task_events=task_events,
         ),
+        *(["--show-mmap-events"] if mmap_events else []),
         *extra,
     ]
 
@@ -340,10 +345,12 @@ def decode_perf_data_text(
     symfs: Path | str | None = None,
     task_events: bool = False,
     ipc: bool = True,
+    insns: bool = False,
     extra: Sequence[str] = (),
     perf: PerfTool | None = None,
     on_stats: Callable[[TextStats], None] | None = None,
     on_stderr: Callable[[str], None] | None = None,
+    on_detail: Callable[[InstructionDetail], None] | None = None,
 ) -> Iterator[list[Event]]:
     """Decode ``perf_data`` through ``perf script`` text: batches of events as perf prints.
 
@@ -351,7 +358,11 @@ def decode_perf_data_text(
     ``sampling`` (:func:`sampling_script_argv`); the options are theirs. ``keep_all``
     keeps jumps inside one function (dropped by default, as the dlfilter decoder does);
     ``ipc`` asks perf for instruction and cycle counts (printed only by cycle-accurate
-    recordings), so that events carry them as the dlfilter decoder's do.
+    recordings), so that events carry them as the dlfilter decoder's do. ``insns``:
+    instruction detail, as the dlfilter's (:mod:`ptscope.decode.blocks`: perf also prints
+    its mmap and task lines, and the code is read from the files it names, under
+    ``symfs`` when given); ``on_detail`` receives its :class:`InstructionDetail` at the
+    end (counts of blocks that could not be counted).
     ``on_stats`` receives the parser's :class:`TextStats` at the end.
     """
     path = Path(perf_data)
@@ -377,12 +388,30 @@ def decode_perf_data_text(
             pids=pids,
             tids=tids,
             symfs=symfs,
-            task_events=task_events,
+            task_events=task_events or insns,
+            mmap_events=insns,
             ipc=ipc,
             extra=extra,
         )
+    detail = InstructionDetail(CodeMap(binary_resolver(symfs))) if insns else None
     lines = stream_perf_script(argv, perf_data=path, on_stderr=on_stderr)
-    yield from parse_text(lines, keep_all=keep_all, on_stats=on_stats)
+    yield from parse_text(
+        lines, keep_all=keep_all, on_stats=on_stats, detail=detail, comm_events=task_events
+    )
+    if detail is not None and on_detail is not None:
+        on_detail(detail)
+
+
+def binary_resolver(symfs: Path | str | None) -> Callable[[str], Path | None]:
+    """Where to read a file that perf names (under ``symfs`` when given, as perf does)."""
+
+    def resolve(name: str) -> Path | None:
+        if not name.startswith("/"):
+            return None
+        path = Path(symfs) / name.lstrip("/") if symfs is not None else Path(name)
+        return path if path.is_file() else None
+
+    return resolve
 
 
 def decode_text_file(

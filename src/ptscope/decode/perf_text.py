@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
+from ptscope.decode.blocks import InstructionDetail
 from ptscope.model import (
     NOWHERE,
     UNKNOWN_SYMBOL,
@@ -97,6 +98,7 @@ _SUFFIX_LETTERS: Final[dict[str, int]] = {"x": _F.IN_TX, "D": _F.INTR_DISABLE, "
 _TRACE_PREFIXES: Final = (("tr strt", int(_F.TRACE_BEGIN)), ("tr end", int(_F.TRACE_END)))
 _JUMP_FLAGS: Final = (int(_F.BRANCH), int(_F.BRANCH | _F.CONDITIONAL))
 _IN_TX: Final = int(_F.IN_TX)
+_ASYNC: Final = int(_F.ASYNC)
 _U32: Final = (1 << 32) - 1
 _NS: Final = 1_000_000_000
 
@@ -454,11 +456,25 @@ class PerfTextParser:
     :meth:`feed` takes any batch of lines and returns the events they completed;
     :meth:`finish` returns what the end of the input completes (a pending stack sample).
     ``keep_all=False`` drops jumps whose source and target are in the same function, like
-    the dlfilter does; ``True`` keeps every branch.
+    the dlfilter does; ``True`` keeps every branch. With ``detail`` (instruction detail:
+    the text must hold perf's mmap and task lines), each kept branch's ``insn_count`` and
+    ``lines`` come from the basic blocks run since the thread's previous kept branch, as
+    the dlfilter's ``insns`` gives them; ``comm_events=False`` then parses thread-name lines
+    (``exec``) without turning them into events.
     """
 
-    def __init__(self, *, keep_all: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        keep_all: bool = False,
+        detail: InstructionDetail | None = None,
+        comm_events: bool = True,
+    ) -> None:
         self.keep_all = keep_all
+        self.detail = detail
+        self.comm_events = comm_events
+        # Branch body -> (source ip, target ip, asynchronous), for the instruction detail.
+        self._body_blocks: dict[str, tuple[int, int, bool] | None] = {}
         self.stats = TextStats()
         # Text -> parsed value. A branch line's body (flags, source and target) maps to
         # the event's (kind, state, src, dst, in_tx), to _DROP, or to None (not a branch).
@@ -514,11 +530,14 @@ class PerfTextParser:
             (_flags, kind, state, in_tx, src), dst = branch
             pid, tid = thread
             insn, cycles = self._pending_counts.pop(thread, (0, 0))
+            lines = None
+            if self.detail is not None:
+                insn, lines = self.detail.take(thread)
             gap = self._gaps.pop(thread, 0)
             if gap and not (gap < time and time - gap <= 0xFFFFFFFF):
                 gap = 0
             trailing.append(
-                BranchEvent(pid, tid, time, kind, state, src, dst, in_tx, insn, cycles, gap)
+                BranchEvent(pid, tid, time, kind, state, src, dst, in_tx, insn, cycles, gap, lines)
             )
             self._last_kept[thread] = time
             self.stats.branches += 1
@@ -540,6 +559,8 @@ class PerfTextParser:
         last_kept = self._last_kept
         gaps = self._gaps
         last_dropped = self._last_dropped
+        detail = self.detail
+        blocks_get = self._body_blocks.get
         branches = dropped = 0
         thread: tuple[int, int] = (0, 0)
         last_time_text = last_thread_text = last_event_text = ""
@@ -599,6 +620,13 @@ class PerfTextParser:
                 thread = found
                 pid, tid = thread
                 last_thread_text = thread_text
+            if detail is not None:
+                block = blocks_get(body, missing)
+                if block is missing:
+                    block = self._body_block(body)
+                if block is not None:
+                    detail.branch(thread, *block)
+                insn = 0  # perf's count (IPC) is replaced by the blocks'
             if info is drop:
                 dropped += 1
                 last_dropped[thread] = (time, body)
@@ -619,7 +647,14 @@ class PerfTextParser:
             gap = gaps.pop(thread, 0) if gaps else 0
             if gap and not (gap < time and time - gap <= 0xFFFFFFFF):
                 gap = 0
-            if insn or cycles or gap:
+            if detail is not None:
+                insn, code_lines = detail.take(thread)
+                append(
+                    BranchEvent(
+                        pid, tid, time, kind, state, src, dst, in_tx, insn, cycles, gap, code_lines
+                    )
+                )
+            elif insn or cycles or gap:
                 append(BranchEvent(pid, tid, time, kind, state, src, dst, in_tx, insn, cycles, gap))
             else:
                 append(BranchEvent(pid, tid, time, kind, state, src, dst, in_tx))
@@ -657,6 +692,18 @@ class PerfTextParser:
             else:
                 value = (kind, state, src_loc, dst_loc, in_tx)
         self._bodies[body] = value
+        return value
+
+    def _body_block(self, body: str) -> tuple[int, int, bool] | None:
+        """A branch body's (source ip, target ip, asynchronous) for the instruction detail."""
+        if len(self._body_blocks) >= _BODY_CACHE_LIMIT:
+            self._body_blocks.clear()
+        branch = self._parse_branch(body) if " IPC: " not in body else None
+        value = None
+        if branch is not None:
+            (flags, _kind, _state, _in_tx, src), dst = branch
+            value = (src.ip, dst.ip, bool(flags & _ASYNC))
+        self._body_blocks[body] = value
         return value
 
     def _parse_branch(self, body: str) -> tuple[_Source, Location] | None:
@@ -853,6 +900,11 @@ class PerfTextParser:
         if info is None:
             return False
         key = (header.pid, header.tid)
+        if self.detail is not None:
+            block = self._body_block(body.strip())
+            if block is not None:
+                self.detail.branch(key, *block)
+            insn = 0
         if info is _DROP:
             self.stats.branches_dropped += 1
             self._last_dropped[key] = (header.time, body.strip())
@@ -867,9 +919,22 @@ class PerfTextParser:
             cycles += old_cycles
         kind, state, src, dst, in_tx = info
         self._last_kept[key] = header.time
+        lines = None
+        if self.detail is not None:
+            insn, lines = self.detail.take(key)
         out.append(
             BranchEvent(
-                header.pid, header.tid, header.time, kind, state, src, dst, in_tx, insn, cycles
+                header.pid,
+                header.tid,
+                header.time,
+                kind,
+                state,
+                src,
+                dst,
+                in_tx,
+                insn,
+                cycles,
+                lines=lines,
             )
         )
         self.stats.branches += 1
@@ -895,8 +960,10 @@ class PerfTextParser:
 
     def _task_line(self, line: str, out: list[Event]) -> None:
         # "PID/TID TIME: PERF_RECORD_COMM[ exec]: NAME:PID/TID"
+        if self.detail is not None:
+            self.detail.code.task_line(line)
         at = line.find("PERF_RECORD_COMM")
-        if at < 0:
+        if at < 0 or not self.comm_events:
             self.stats.task_events += 1
             return
         head, _, rest = line[at:].partition(": ")
@@ -924,9 +991,11 @@ class PerfTextParser:
 # ------------------------------------------------------------------ conveniences
 
 
-def parse_lines(lines: Iterable[str], *, keep_all: bool = False) -> tuple[list[Event], TextStats]:
+def parse_lines(
+    lines: Iterable[str], *, keep_all: bool = False, detail: InstructionDetail | None = None
+) -> tuple[list[Event], TextStats]:
     """Parse a whole (small) text at once (lines may keep their newline): events and stats."""
-    parser = PerfTextParser(keep_all=keep_all)
+    parser = PerfTextParser(keep_all=keep_all, detail=detail)
     events = parser.feed(line.rstrip("\r\n") for line in lines)
     events += parser.finish()
     return events, parser.stats
@@ -937,12 +1006,15 @@ def parse_text(
     *,
     keep_all: bool = False,
     on_stats: Callable[[TextStats], None] | None = None,
+    detail: InstructionDetail | None = None,
+    comm_events: bool = True,
 ) -> Iterator[list[Event]]:
     """Parse batches of lines as they come (from a pipe or a file) into batches of events.
 
-    ``on_stats`` receives the final :class:`TextStats` once the input is exhausted.
+    ``on_stats`` receives the final :class:`TextStats` once the input is exhausted;
+    ``detail``, ``comm_events``: see :class:`PerfTextParser`.
     """
-    parser = PerfTextParser(keep_all=keep_all)
+    parser = PerfTextParser(keep_all=keep_all, detail=detail, comm_events=comm_events)
     for batch in batches:
         events = parser.feed(batch)
         if events:

@@ -19,11 +19,16 @@ __all__ = [
     "HEADER",
     "HEADER_DTYPE",
     "LAYOUTS",
+    "LINES",
+    "LINES_DTYPE",
+    "LINES_PER_RECORD",
+    "LINE_RANGE_DTYPE",
     "LOCATION",
     "LOCATION_DTYPE",
     "MAGIC",
     "NO_OFFSET",
     "NO_STRING",
+    "OPT_INSNS",
     "OPT_KEEP_ALL",
     "POWER",
     "POWER_DTYPE",
@@ -32,6 +37,7 @@ __all__ = [
     "STRING_DTYPE",
     "TAG_BRANCH",
     "TAG_HEADER",
+    "TAG_LINES",
     "TAG_LOCATION",
     "TAG_POWER",
     "TAG_STRING",
@@ -42,7 +48,7 @@ __all__ = [
 ]
 
 MAGIC: Final = b"PTSCOPE"
-STREAM_VERSION: Final = 2
+STREAM_VERSION: Final = 3
 
 # Tag bytes: never the first byte of a UTF-8 character, so no text line starts with one.
 TAG_HEADER: Final = 0xF8
@@ -51,6 +57,7 @@ TAG_LOCATION: Final = 0xFA
 TAG_BRANCH: Final = 0xFB
 TAG_POWER: Final = 0xFC
 TAG_TRAILER: Final = 0xFD
+TAG_LINES: Final = 0xFE
 
 NO_STRING: Final = 0
 """String id meaning "no name" (unknown symbol, no DSO)."""
@@ -58,6 +65,10 @@ NO_OFFSET: Final = -1
 """Symbol offset of an address whose symbol is unknown."""
 OPT_KEEP_ALL: Final = 1
 """Header option bit: the filter kept same-function jumps."""
+OPT_INSNS: Final = 2
+"""Header option bit: instruction detail (exact counts, lines records)."""
+LINES_PER_RECORD: Final = 4
+"""Line ranges a lines record holds."""
 
 
 def _dtype(fields: list[tuple[str, str]], size: int) -> np.dtype[np.void]:
@@ -88,7 +99,8 @@ HEADER_DTYPE: Final = _dtype(
         ("power_size", "<u2"),
         ("trailer_size", "<u2"),
         ("options", "<u2"),
-        ("_pad0", "V8"),
+        ("lines_size", "<u2"),
+        ("_pad0", "V6"),
     ],
     32,
 )
@@ -143,6 +155,17 @@ POWER_DTYPE: Final = _dtype(
     ],
     32,
 )
+LINE_RANGE_DTYPE: Final = _dtype([("first", "<u8"), ("count", "<u8")], 16)
+LINES_DTYPE: Final = _dtype(
+    [
+        ("tag", "u1"),
+        ("ranges", "u1"),
+        ("_pad0", "V6"),
+        # range[k] = (first line, line count); only the first `ranges` are used
+        ("range", f"({LINES_PER_RECORD},2)<u8"),
+    ],
+    72,
+)
 TRAILER_FIELDS: Final = (
     "samples",
     "branches_kept",
@@ -151,10 +174,13 @@ TRAILER_FIELDS: Final = (
     "other",
     "locations",
     "strings",
+    "lines",
+    "blocks_decoded",
+    "blocks_unknown",
 )
 TRAILER_DTYPE: Final = _dtype(
     [("tag", "u1"), ("_pad0", "V7"), *((name, "<u8") for name in TRAILER_FIELDS)],
-    64,
+    88,
 )
 
 LAYOUTS: Final[dict[str, np.dtype[np.void]]] = {
@@ -164,16 +190,19 @@ LAYOUTS: Final[dict[str, np.dtype[np.void]]] = {
     "ptscope_branch_rec": BRANCH_DTYPE,
     "ptscope_power_rec": POWER_DTYPE,
     "ptscope_trailer_rec": TRAILER_DTYPE,
+    "ptscope_line_range": LINE_RANGE_DTYPE,
+    "ptscope_lines_rec": LINES_DTYPE,
 }
 """C struct name -> its dtype (the layout test walks this)."""
 
 # Single-record codecs: field order as in the dtypes, padding skipped.
-HEADER: Final = struct.Struct("<B7sIHHHHHH8x")
+HEADER: Final = struct.Struct("<B7sIHHHHHHH6x")
 STRING: Final = struct.Struct("<B3xII")
 LOCATION: Final = struct.Struct("<B3xIQqIIi4x")
 BRANCH: Final = struct.Struct("<BB2xIiiQQQQQIIiI")
 POWER: Final = struct.Struct("<B3xiiiQII")
-TRAILER: Final = struct.Struct("<B7x7Q")
+LINES: Final = struct.Struct(f"<BB6x{2 * LINES_PER_RECORD}Q")
+TRAILER: Final = struct.Struct("<B7x10Q")
 
 for _codec, _dt in (
     (HEADER, HEADER_DTYPE),
@@ -182,6 +211,7 @@ for _codec, _dt in (
     (BRANCH, BRANCH_DTYPE),
     (POWER, POWER_DTYPE),
     (TRAILER, TRAILER_DTYPE),
+    (LINES, LINES_DTYPE),
 ):
     if _codec.size != _dt.itemsize:
         raise AssertionError(f"{_codec.format} is {_codec.size} bytes, dtype {_dt.itemsize}")
