@@ -266,7 +266,7 @@ class RecordStreamParser:
                 if tags[n - 1] != rf.TAG_BRANCH:
                     # Lines records belong to the branch after them: wait for it.
                     last = np.flatnonzero(tags[:n] == rf.TAG_BRANCH)
-                    if ended or n == _LOOKAHEAD and not last.size:
+                    if ended or (n == _LOOKAHEAD and not last.size):
                         self._fail("has a lines record not followed by a branch record", pos)
                     if not last.size:
                         break

@@ -1,0 +1,170 @@
+"""Reading instruction detail (lines records, exact counts) from streams the real filter
+writes with ``--dlarg insns``: events, columnar batches, chunking, windows, damage."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from decode.test_dlfilter_columnar import expand, parse_columnar
+from decode.test_dlfilter_stream import ERROR_LINE, parse
+from ptscope.decode import record_format as rf
+from ptscope.decode.dlfilter_stream import RecordStreamParser
+from ptscope.errors import BadInputError
+from ptscope.model import BranchBatch, BranchEvent, LocationTable
+from support.dlfilter_harness import CODE, FakePerf, build_dlfilter, call_and_loop, split_stream
+
+FOO_LINE = 0x1100 >> 6
+MAIN_LINE = 0x1000 >> 6
+
+
+@pytest.fixture(scope="module")
+def insns_stream(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    """Two threads running main -> foo (a loop) -> back, twenty times each."""
+    out = tmp_path_factory.mktemp("insns") / "s.bin"
+    perf = FakePerf(build_dlfilter(), [str(out), "insns"], code=dict(CODE))
+    assert perf.start() == 0
+    time = 1000
+    for _ in range(20):
+        for tid in (100, 200):
+            for sample in call_and_loop(tid):
+                time += 1
+                assert perf.sample(time=time, **sample) == 1  # type: ignore[arg-type]
+    assert perf.stop() == 0
+    return out.read_bytes()
+
+
+def with_error_line(data: bytes, before_branch: int) -> bytes:
+    """perf's error text before the n-th branch and its lines records (perf prints
+    between samples; the filter writes a branch's records in one go)."""
+    out = split_stream(data)
+    at = None
+    seen = 0
+    for offset, kind in zip(out.offsets, out.order, strict=True):
+        if kind == "lines" and at is None:
+            at = offset
+        elif kind == "branch":
+            if seen == before_branch:
+                at = offset if at is None else at
+                break
+            seen += 1
+            at = None
+        else:
+            at = None
+    assert at is not None
+    return data[:at] + ERROR_LINE.encode() + data[at:]
+
+
+def _branches(events: list[object]) -> list[BranchEvent]:
+    return [e for e in events if isinstance(e, BranchEvent)]
+
+
+def test_events_carry_exact_counts_and_lines(insns_stream: bytes) -> None:
+    parser = RecordStreamParser("test")
+    events = _branches(parser.feed(insns_stream))
+    parser.close()
+    assert parser.stats.insns
+    assert parser.stats.trailer is not None and parser.stats.trailer["blocks_unknown"] == 0
+    assert [(e.insn_count, e.lines) for e in events[:4]] == [
+        (0, ()),
+        (3, (MAIN_LINE,)),
+        (17, (FOO_LINE,)),
+        (1, (MAIN_LINE,)),
+    ]
+    assert len(events) == 2 * 20 * 4
+
+
+def test_plain_streams_have_no_lines(tmp_path: Path) -> None:
+    out = tmp_path / "s.bin"
+    perf = FakePerf(build_dlfilter(), [str(out)], code=dict(CODE))
+    assert perf.start() == 0
+    for i, sample in enumerate(call_and_loop()):
+        perf.sample(time=10 + i, **sample)  # type: ignore[arg-type]
+    assert perf.stop() == 0
+    events = _branches(parse(out.read_bytes()))
+    assert events and all(e.lines is None for e in events)
+    batches = [i for i in parse_columnar(out.read_bytes()) if isinstance(i, BranchBatch)]
+    assert batches and all(b.line_offsets is None and b.lines is None for b in batches)
+
+
+@pytest.mark.parametrize("chunk", [None, 1, 7, 72, 144, 1000])
+def test_any_chunking_and_columns_give_the_same_events(
+    insns_stream: bytes, chunk: int | None
+) -> None:
+    data = with_error_line(insns_stream, 9)
+    events = parse(data, chunk)
+    assert _branches(events) == _branches(parse(insns_stream))
+    items = parse_columnar(data, chunk)
+    batches = [i for i in items if isinstance(i, BranchBatch)]
+    assert batches and all(b.line_offsets is not None for b in batches)
+    assert expand(items) == events
+
+
+def test_batch_columns(insns_stream: bytes) -> None:
+    batches = [i for i in parse_columnar(insns_stream) if isinstance(i, BranchBatch)]
+    batch = max(batches, key=len)
+    assert len(batch) > 100
+    assert batch.line_offsets is not None and batch.lines is not None
+    assert batch.line_offsets.dtype == np.int32 and batch.lines.dtype == np.uint64
+    # Every row but the trace starts ran one line of code: main's or foo's.
+    counts = np.diff(batch.line_offsets)
+    assert set(counts.tolist()) == {0, 1}
+    expected = np.where(batch.insn_count[counts == 1] == 17, FOO_LINE, MAIN_LINE)
+    assert batch.lines.tolist() == expected.tolist()
+    # Round trip through events.
+    again = BranchBatch.from_events(batch.events(), LocationTable())
+    assert list(again.events()) == list(batch.events())
+
+
+def test_time_window_keeps_each_branchs_lines(insns_stream: bytes) -> None:
+    whole = _branches(parse(insns_stream))
+    lo, hi = whole[10].time, whole[50].time
+    parser = RecordStreamParser("test", time_window=(lo, hi))
+    inside = _branches(parser.feed(insns_stream))
+    parser.close()
+    assert inside == [e for e in whole if lo <= e.time <= hi]
+    assert (
+        parse_columnar(insns_stream, window=(lo, hi))
+        and expand(parse_columnar(insns_stream, window=(lo, hi))) == inside
+    )
+    # The first branch after the window, per thread, keeps its lines for the next window.
+    fix = parser.first_after_end[(100, 200)]
+    after = next(e for e in whole if e.tid == 200 and e.time > hi)
+    assert (fix.insn_count, fix.lines) == (after.insn_count, after.lines)
+
+
+def test_lines_record_without_its_branch_is_an_error(insns_stream: bytes) -> None:
+    at = insns_stream.index(bytes([rf.TAG_LINES]) + b"\x01")
+    # Drop the branch record that follows a lines record: another record comes next.
+    damaged = (
+        insns_stream[: at + rf.LINES.size] + insns_stream[at + rf.LINES.size + rf.BRANCH.size :]
+    )
+    with pytest.raises(BadInputError, match="lines record not followed"):
+        parse(damaged)
+
+
+def test_lines_records_in_a_plain_stream_are_an_error(insns_stream: bytes) -> None:
+    header = bytearray(insns_stream[: rf.HEADER.size])
+    options_at = rf.HEADER_DTYPE.fields["options"][1]
+    header[options_at] = 0
+    with pytest.raises(BadInputError, match="no instruction detail"):
+        parse(bytes(header) + insns_stream[rf.HEADER.size :])
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_corruption_is_an_error_or_harmless(insns_stream: bytes, data: st.DataObject) -> None:
+    raw = bytearray(insns_stream)
+    for _ in range(data.draw(st.integers(1, 4))):
+        raw[data.draw(st.integers(rf.HEADER.size, len(raw) - 1))] = data.draw(st.integers(0, 255))
+    with contextlib.suppress(BadInputError):
+        events = parse(bytes(raw))
+        for e in _branches(events):
+            assert e.lines is not None and list(e.lines) == sorted(set(e.lines))
