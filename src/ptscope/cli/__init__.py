@@ -24,13 +24,25 @@ log = logging.getLogger("ptscope")
 def _commands() -> list[Command]:
     # Imported here so that `ptscope --help` stays fast and a broken optional module
     # cannot stop the others from working.
-    from ptscope.cli import archive, attach, decode, demo, doctor, dump, flame, run, serve, stats
+    from ptscope.cli import (
+        archive,
+        attach,
+        decode,
+        demo,
+        doctor,
+        dump,
+        flame,
+        insns,
+        run,
+        serve,
+        stats,
+    )
 
     return [
         *(decode.DecodeCommand(), dump.DumpCommand(), demo.DemoCommand()),
         *(run.RunCommand(), attach.AttachCommand(), doctor.DoctorCommand()),
         *(serve.ServeCommand(), stats.StatsCommand(), flame.FlameCommand()),
-        archive.ArchiveCommand(),
+        *(archive.ArchiveCommand(), insns.InsnsCommand()),
     ]
 
 

@@ -137,9 +137,9 @@ class CodeMap:
     def _changed(self, pid: int) -> None:
         self.generation[pid] = self.generation.get(pid, 0) + 1
 
-    def code(self, pid: int, address: int, size: int) -> bytes | None:
-        """Up to ``size`` bytes of code at ``address`` in ``pid`` (fewer at the end of its
-        mapping); None if no readable file is mapped there."""
+    def locate(self, pid: int, address: int) -> tuple[str, int, int] | None:
+        """(file path, file offset, bytes mapped from there on) of ``address`` in ``pid``;
+        None if no file is mapped executable there."""
         starts = self._starts.get(pid)
         if not starts:
             return None
@@ -149,11 +149,26 @@ class CodeMap:
         start, end, offset, path = self._maps[pid][i]
         if address >= end:
             return None
+        return path, offset + address - start, end - address
+
+    def code(self, pid: int, address: int, size: int) -> bytes | None:
+        """Up to ``size`` bytes of code at ``address`` in ``pid`` (fewer at the end of its
+        mapping); None if no readable file is mapped there."""
+        found = self.locate(pid, address)
+        if found is None:
+            return None
+        path, at, mapped = found
         data = self._file(path)
         if data is None:
             return None
-        at = offset + address - start
-        return bytes(data[at : at + min(size, end - address)])
+        return bytes(data[at : at + min(size, mapped)])
+
+    def close(self) -> None:
+        """Release the files read so far."""
+        for data in self._files.values():
+            if isinstance(data, mmap.mmap):
+                data.close()
+        self._files.clear()
 
     def _file(self, path: str) -> mmap.mmap | bytes | None:
         if path in self._files:
