@@ -22,7 +22,16 @@ RSS is its own), and is reported as a ratio to the floor measured in the same ru
 * columnar / +C engine: the dlfilter reader yielding branch batches, and those through the
   C engine (``FastEngine``), which ``ptscope decode`` uses on the dlfilter path;
 * engines alone: the decoded trace held in memory, fed to the Python engine (events) and
-  to the C engine (batches): feed and final-pass times, events/s.
+  to the C engine (batches): feed and final-pass times, events/s;
+* instruction detail (``--dlarg insns``: exact instruction counts and code lines from the
+  basic-block cache): perf+dlfilter insns, dlfilter insns, columnar insns, text insns,
+  against their plain twins (target: at most 1.15x the plain decode);
+* perf's own per-instruction path, the way to exact counts without a block cache
+  (perf2perfetto's ``--itrace=i0ns``): perf i0ns floor (every instruction synthesized and
+  handed to the null dlfilter) and perf i0ns text (printed, ``-F ...,insn``, thrown away).
+
+``--only`` picks measurements by name; ``--insns`` is a shortcut for the floor, the plain
+and instruction-detail dlfilter decodes and perf's i0ns paths.
 """
 
 from __future__ import annotations
@@ -186,29 +195,67 @@ def _child_floor(perf_data: Path, _jobs: int) -> dict[str, float]:
     return {"events": 0}
 
 
-def _child_perf_dlfilter(perf_data: Path, _jobs: int) -> dict[str, float]:
+def _perf_dlfilter(perf_data: Path, insns: bool) -> dict[str, float]:
     """perf running ptscope's dlfilter with its stream discarded: the filter's own cost."""
     from ptscope.decode.dlfilter_stream import dlfilter_command
     from ptscope.perftool import find_perf, perf_env
 
-    argv = dlfilter_command(perf_data, perf=find_perf().path, itrace=ITRACE)
+    argv = dlfilter_command(perf_data, perf=find_perf().path, itrace=ITRACE, insns=insns)
     subprocess.run(argv, check=True, env=perf_env(), stdout=subprocess.DEVNULL)
     return {"events": 0}
 
 
-def _child_dlfilter(perf_data: Path, _jobs: int) -> dict[str, float]:
+def _child_perf_dlfilter(perf_data: Path, _jobs: int) -> dict[str, float]:
+    return _perf_dlfilter(perf_data, False)
+
+
+def _child_perf_dlfilter_insns(perf_data: Path, _jobs: int) -> dict[str, float]:
+    return _perf_dlfilter(perf_data, True)
+
+
+def _dlfilter(perf_data: Path, insns: bool) -> dict[str, float]:
     from ptscope.decode.dlfilter_stream import DlfilterRun, decode_with_dlfilter
 
     n = 0
     info: list[DlfilterRun] = []
-    for batch in decode_with_dlfilter(perf_data, itrace=ITRACE, run_info=info):
+    for batch in decode_with_dlfilter(perf_data, itrace=ITRACE, run_info=info, insns=insns):
         n += len(batch)
     trailer = info[0].stats.trailer or {}
     return {
         "events": n,
         "samples": trailer.get("samples", 0),
         "dropped": trailer.get("branches_dropped", 0),
+        "blocks": trailer.get("blocks_decoded", 0),
+        "unknown": trailer.get("blocks_unknown", 0),
     }
+
+
+def _child_dlfilter(perf_data: Path, _jobs: int) -> dict[str, float]:
+    return _dlfilter(perf_data, False)
+
+
+def _child_dlfilter_insns(perf_data: Path, _jobs: int) -> dict[str, float]:
+    return _dlfilter(perf_data, True)
+
+
+def _child_perf_i0ns_floor(perf_data: Path, _jobs: int) -> dict[str, float]:
+    """perf synthesizing every instruction, handed to a filter that drops it."""
+    from ptscope.perftool import find_perf, perf_env
+
+    null = build_null_dlfilter()
+    argv = [find_perf().path, "script", "-i", str(perf_data), "--itrace=i0ns"]
+    subprocess.run([*argv, "--dlfilter", str(null)], check=True, env=perf_env())
+    return {"events": 0}
+
+
+def _child_perf_i0ns_text(perf_data: Path, _jobs: int) -> dict[str, float]:
+    """perf printing every instruction (its text thrown away): perf2perfetto's input."""
+    from ptscope.perftool import find_perf, perf_env
+
+    argv = [find_perf().path, "script", "-i", str(perf_data), "--itrace=i0ns", "--ns"]
+    argv += ["-F", "tid,time,ip,sym,symoff,dso,insn,flags"]
+    subprocess.run(argv, check=True, env=perf_env(), stdout=subprocess.DEVNULL)
+    return {"events": 0}
 
 
 def _child_parallel(perf_data: Path, jobs: int) -> dict[str, float]:
@@ -221,13 +268,21 @@ def _child_parallel(perf_data: Path, jobs: int) -> dict[str, float]:
     return {"events": n}
 
 
-def _child_text(perf_data: Path, _jobs: int) -> dict[str, float]:
+def _text(perf_data: Path, insns: bool) -> dict[str, float]:
     from ptscope.decode.perf_script import decode_perf_data_text
 
     n = 0
-    for batch in decode_perf_data_text(perf_data, ipc=True):
+    for batch in decode_perf_data_text(perf_data, ipc=True, insns=insns):
         n += len(batch)
     return {"events": n}
+
+
+def _child_text(perf_data: Path, _jobs: int) -> dict[str, float]:
+    return _text(perf_data, False)
+
+
+def _child_text_insns(perf_data: Path, _jobs: int) -> dict[str, float]:
+    return _text(perf_data, True)
 
 
 def _child_text_engine(perf_data: Path, _jobs: int) -> dict[str, float]:
@@ -246,14 +301,22 @@ def _engine_run(stream: object) -> dict[str, float]:
     return {"events": engine.stats.events, "slices": sum(len(t) for t in timeline.threads)}
 
 
-def _child_columnar(perf_data: Path, _jobs: int) -> dict[str, float]:
+def _columnar(perf_data: Path, insns: bool) -> dict[str, float]:
     from ptscope.decode.dlfilter_stream import decode_with_dlfilter_columnar
     from ptscope.model import BranchBatch
 
     n = 0
-    for items in decode_with_dlfilter_columnar(perf_data, itrace=ITRACE):
+    for items in decode_with_dlfilter_columnar(perf_data, itrace=ITRACE, insns=insns):
         n += sum(len(x) if type(x) is BranchBatch else 1 for x in items)
     return {"events": n}
+
+
+def _child_columnar(perf_data: Path, _jobs: int) -> dict[str, float]:
+    return _columnar(perf_data, False)
+
+
+def _child_columnar_insns(perf_data: Path, _jobs: int) -> dict[str, float]:
+    return _columnar(perf_data, True)
 
 
 def _child_columnar_c_engine(perf_data: Path, _jobs: int) -> dict[str, float]:
@@ -347,7 +410,26 @@ CHILDREN: dict[str, Callable[[Path, int], dict[str, float]]] = {
     "ptscope dlfilter": _child_pipeline_dlfilter,
     "ptscope --jobs": _child_pipeline_parallel,
     "ptscope text": _child_pipeline_text,
+    "perf+dlfilter insns": _child_perf_dlfilter_insns,
+    "dlfilter insns": _child_dlfilter_insns,
+    "columnar insns": _child_columnar_insns,
+    "text insns": _child_text_insns,
+    "perf i0ns floor": _child_perf_i0ns_floor,
+    "perf i0ns text": _child_perf_i0ns_text,
 }
+INSNS_SET = [
+    "floor",
+    "perf+dlfilter",
+    "perf+dlfilter insns",
+    "dlfilter",
+    "dlfilter insns",
+    "columnar",
+    "columnar insns",
+    "perf i0ns floor",
+    "perf i0ns text",
+]
+# Measurements only --only or --insns ask for (perf's per-instruction paths are slow).
+NOT_BY_DEFAULT = {"perf i0ns floor", "perf i0ns text", "text insns"}
 
 
 def run_child(name: str, perf_data: Path, jobs: int) -> dict[str, float] | None:
@@ -420,6 +502,11 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2, help="runs per measurement (best kept)")
     ap.add_argument("--only", nargs="*", choices=list(CHILDREN), help="measure only these")
     ap.add_argument(
+        "--insns",
+        action="store_true",
+        help="instruction detail: the plain and insns dlfilter decodes and perf's i0ns paths",
+    )
+    ap.add_argument(
         "--workload",
         choices=("mixed", "calls"),
         default="mixed",
@@ -454,7 +541,9 @@ def main() -> None:
         f"recording: {perf_data} ({size / 1e6:.1f} MB), {os.cpu_count()} CPUs, --jobs {args.jobs}"
     )
     results: dict[str, dict[str, float]] = {}
-    for name in args.only or list(CHILDREN):
+    names = args.only or (INSNS_SET if args.insns else [])
+    names = names or [n for n in CHILDREN if n not in NOT_BY_DEFAULT]
+    for name in names:
         best: dict[str, float] | None = None
         for _ in range(args.repeat):
             r = run_child(name, perf_data, args.jobs)
@@ -497,14 +586,26 @@ def main() -> None:
             f"\nperf samples: {int(d['samples']):,}; the dlfilter dropped {int(d['dropped']):,}"
             f" same-function jumps ({d['dropped'] / d['samples']:.0%})"
         )
+    if "dlfilter insns" in results:
+        d = results["dlfilter insns"]
+        print(
+            f"instruction detail: {int(d['blocks']):,} basic blocks decoded,"
+            f" {int(d['unknown']):,} not countable"
+        )
     for a, b in (
         ("text", "dlfilter"),
         ("text+engine", "dlfilter+engine"),
         ("ptscope text", "ptscope dlfilter"),
         ("dlfilter+engine", "columnar+C engine"),
+        ("perf+dlfilter insns", "perf+dlfilter"),
+        ("dlfilter insns", "dlfilter"),
+        ("columnar insns", "columnar"),
+        ("text insns", "text"),
+        ("perf i0ns floor", "dlfilter insns"),
+        ("perf i0ns text", "dlfilter insns"),
     ):
         if a in results and b in results:
-            print(f"{a} / {b}: {results[a]['inner_wall'] / results[b]['inner_wall']:.1f}x")
+            print(f"{a} / {b}: {results[a]['inner_wall'] / results[b]['inner_wall']:.2f}x")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,14 @@ from ptscope.decode import record_format as rf
 from ptscope.decode.dlfilter_stream import RecordStreamParser
 from ptscope.errors import BadInputError
 from ptscope.model import BranchBatch, BranchEvent, LocationTable
-from support.dlfilter_harness import CODE, FakePerf, build_dlfilter, call_and_loop, split_stream
+from support.dlfilter_harness import (
+    CODE,
+    FakePerf,
+    build_dlfilter,
+    call_and_loop,
+    scattered_jumps,
+    split_stream,
+)
 
 FOO_LINE = 0x1100 >> 6
 MAIN_LINE = 0x1000 >> 6
@@ -25,7 +32,8 @@ MAIN_LINE = 0x1000 >> 6
 
 @pytest.fixture(scope="module")
 def insns_stream(tmp_path_factory: pytest.TempPathFactory) -> bytes:
-    """Two threads running main -> foo (a loop) -> back, twenty times each."""
+    """Two threads running main -> foo (a loop) -> back, twenty times each, and a third
+    one's branches with seven line ranges (lines records)."""
     out = tmp_path_factory.mktemp("insns") / "s.bin"
     perf = FakePerf(build_dlfilter(), [str(out), "insns"], code=dict(CODE))
     assert perf.start() == 0
@@ -35,6 +43,9 @@ def insns_stream(tmp_path_factory: pytest.TempPathFactory) -> bytes:
             for sample in call_and_loop(tid):
                 time += 1
                 assert perf.sample(time=time, **sample) == 1  # type: ignore[arg-type]
+        for sample in scattered_jumps(300):
+            time += 1
+            assert perf.sample(time=time, **sample) == 1  # type: ignore[arg-type]
     assert perf.stop() == 0
     return out.read_bytes()
 
@@ -46,8 +57,8 @@ def with_error_line(data: bytes, before_branch: int) -> bytes:
     at = None
     seen = 0
     for offset, kind in zip(out.offsets, out.order, strict=True):
-        if kind == "lines" and at is None:
-            at = offset
+        if kind == "lines":
+            at = offset if at is None else at
         elif kind == "branch":
             if seen == before_branch:
                 at = offset if at is None else at
@@ -70,13 +81,17 @@ def test_events_carry_exact_counts_and_lines(insns_stream: bytes) -> None:
     parser.close()
     assert parser.stats.insns
     assert parser.stats.trailer is not None and parser.stats.trailer["blocks_unknown"] == 0
-    assert [(e.insn_count, e.lines) for e in events[:4]] == [
+    assert [(e.insn_count, e.lines) for e in events if e.tid == 100][:4] == [
         (0, ()),
         (3, (MAIN_LINE,)),
         (17, (FOO_LINE,)),
         (1, (MAIN_LINE,)),
     ]
-    assert len(events) == 2 * 20 * 4
+    scattered = [e for e in events if e.tid == 300 and e.insn_count]
+    assert len(scattered) == 20
+    assert {e.lines for e in scattered} == {tuple((0x2000 >> 6) + 2 * k for k in range(7))}
+    assert len(events) == 2 * 20 * 4 + 20 * 2
+    assert parser.stats.lines_records == 20 * 2
 
 
 def test_plain_streams_have_no_lines(tmp_path: Path) -> None:
@@ -111,11 +126,19 @@ def test_batch_columns(insns_stream: bytes) -> None:
     assert len(batch) > 100
     assert batch.line_offsets is not None and batch.lines is not None
     assert batch.line_offsets.dtype == np.int32 and batch.lines.dtype == np.uint64
-    # Every row but the trace starts ran one line of code: main's or foo's.
     counts = np.diff(batch.line_offsets)
-    assert set(counts.tolist()) == {0, 1}
-    expected = np.where(batch.insn_count[counts == 1] == 17, FOO_LINE, MAIN_LINE)
-    assert batch.lines.tolist() == expected.tolist()
+    # The threads running main and foo: one line of code per branch but the trace starts.
+    loops = batch.tid != 300
+    assert set(counts[loops].tolist()) == {0, 1}
+    rows = [list(e.lines or ()) for e in batch.events()]
+    expected = [
+        [FOO_LINE if insns == 17 else MAIN_LINE] if n else []
+        for insns, n in zip(batch.insn_count.tolist(), counts.tolist(), strict=True)
+    ]
+    got_loops = [r for r, keep in zip(rows, loops.tolist(), strict=True) if keep]
+    assert got_loops == [e for e, keep in zip(expected, loops.tolist(), strict=True) if keep]
+    # The seven-range branches.
+    assert set(counts[~loops].tolist()) <= {0, 7}
     # Round trip through events.
     again = BranchBatch.from_events(batch.events(), LocationTable())
     assert list(again.events()) == list(batch.events())
@@ -139,21 +162,35 @@ def test_time_window_keeps_each_branchs_lines(insns_stream: bytes) -> None:
 
 
 def test_lines_record_without_its_branch_is_an_error(insns_stream: bytes) -> None:
-    at = insns_stream.index(bytes([rf.TAG_LINES]) + b"\x01")
-    # Drop the branch record that follows a lines record: another record comes next.
-    damaged = (
-        insns_stream[: at + rf.LINES.size] + insns_stream[at + rf.LINES.size + rf.BRANCH.size :]
-    )
+    out = split_stream(insns_stream)
+    at = out.offsets[out.order.index("lines")]
+    # Text between lines records and their branch: perf cannot print there.
+    end = at + 2 * rf.LINES.size
+    damaged = insns_stream[:end] + ERROR_LINE.encode() + insns_stream[end:]
     with pytest.raises(BadInputError, match="lines record not followed"):
         parse(damaged)
 
 
-def test_lines_records_in_a_plain_stream_are_an_error(insns_stream: bytes) -> None:
+def test_lines_records_in_a_plain_stream_are_an_error(insns_stream: bytes, tmp_path: Path) -> None:
+    # The header says what it holds: without its insns bit, the records' sizes are wrong.
     header = bytearray(insns_stream[: rf.HEADER.size])
     options_at = rf.HEADER_DTYPE.fields["options"][1]
     header[options_at] = 0
-    with pytest.raises(BadInputError, match="no instruction detail"):
+    with pytest.raises(BadInputError, match="record sizes"):
         parse(bytes(header) + insns_stream[rf.HEADER.size :])
+    # A lines record among a plain stream's branch records.
+    out = tmp_path / "s.bin"
+    perf = FakePerf(build_dlfilter(), [str(out)], code=dict(CODE))
+    assert perf.start() == 0
+    for i, sample in enumerate(call_and_loop()):
+        perf.sample(time=10 + i, **sample)  # type: ignore[arg-type]
+    assert perf.stop() == 0
+    plain = out.read_bytes()
+    records = split_stream(plain)
+    at = records.offsets[records.order.index("branch")]
+    fake = bytes([rf.TAG_LINES, 1]) + bytes(rf.BRANCH.size - 2)
+    with pytest.raises(BadInputError, match="no instruction detail"):
+        parse(plain[:at] + fake + plain[at:])
 
 
 @settings(
@@ -166,5 +203,4 @@ def test_corruption_is_an_error_or_harmless(insns_stream: bytes, data: st.DataOb
         raw[data.draw(st.integers(rf.HEADER.size, len(raw) - 1))] = data.draw(st.integers(0, 255))
     with contextlib.suppress(BadInputError):
         events = parse(bytes(raw))
-        for e in _branches(events):
-            assert e.lines is not None and list(e.lines) == sorted(set(e.lines))
+        assert all(e.lines is not None for e in _branches(events))

@@ -209,7 +209,7 @@ class Output:
     locations: dict[int, dict[str, int]] = field(default_factory=dict)
     branches: list[dict[str, int]] = field(default_factory=list)
     """Each branch record's fields; with instruction detail also ``ranges``: the (first
-    line, count) ranges of the lines records before it."""
+    line, count) ranges of the lines records before it and its own last range."""
     power: list[dict[str, int]] = field(default_factory=list)
     trailer: dict[str, int] = field(default_factory=dict)
     order: list[str] = field(default_factory=list)
@@ -234,6 +234,7 @@ def split_stream(data: bytes) -> Output:
     out = Output(header=h)
     pos = rf.HEADER.size
     ranges: list[tuple[int, int]] = []
+    insns = bool(h["options"] & rf.OPT_INSNS)
     while pos < len(data):
         tag = data[pos]
         out.offsets.append(pos)
@@ -249,12 +250,17 @@ def split_stream(data: bytes) -> Output:
             out.locations[rec["id"]] = rec
             pos += rf.LOCATION.size
             out.order.append("location")
+        elif tag == rf.TAG_BRANCH and insns:
+            vals = rf.INSNS_BRANCH.unpack_from(data, pos)
+            *fields, first, count = vals
+            out.branches.append(dict(zip(rf.BRANCH_DTYPE.names, fields, strict=True)))
+            out.branches[-1]["ranges"] = ranges + ([(first, count)] if count else [])  # type: ignore[assignment]
+            ranges = []
+            pos += rf.INSNS_BRANCH.size
+            out.order.append("branch")
         elif tag == rf.TAG_BRANCH:
             vals = rf.BRANCH.unpack_from(data, pos)
             out.branches.append(dict(zip(rf.BRANCH_DTYPE.names, vals, strict=True)))
-            if h["options"] & rf.OPT_INSNS:
-                out.branches[-1]["ranges"] = ranges  # type: ignore[assignment]
-                ranges = []
             pos += rf.BRANCH.size
             out.order.append("branch")
         elif tag == rf.TAG_LINES:
@@ -452,3 +458,18 @@ def call_and_loop(tid: int = 100) -> list[dict[str, object]]:
         dict(ip=0x110A, addr=0x1009, flags=int(RET), ip_sym=FOO, addr_sym=MAIN, tid=tid),
         dict(ip=0x100A, addr=0, flags=int(END_ASYNC), ip_sym=MAIN, tid=tid),
     ]
+
+
+def scattered_jumps(tid: int = 100) -> list[dict[str, object]]:
+    """Seven one-nop blocks on every other code line of ``nops`` (jumps inside it,
+    dropped), then a call out: seven line ranges for one kept branch."""
+    samples: list[dict[str, object]] = [
+        dict(ip=0, addr=0x2000, flags=int(START), addr_sym=NOPS, tid=tid)
+    ]
+    for k in range(6):
+        src, dst = 0x2000 + 0x80 * k, 0x2000 + 0x80 * (k + 1)
+        samples.append(dict(ip=src, addr=dst, flags=int(JMP), ip_sym=NOPS, addr_sym=NOPS, tid=tid))
+    samples.append(
+        dict(ip=0x2300, addr=0x1000, flags=int(CALL), ip_sym=NOPS, addr_sym=MAIN, tid=tid)
+    )
+    return samples

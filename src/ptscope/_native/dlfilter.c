@@ -572,7 +572,8 @@ static void emit_header(struct ptscope_filter *f)
 	h.tag = PTSCOPE_TAG_HEADER;
 	memcpy(h.magic, PTSCOPE_STREAM_MAGIC, sizeof(h.magic));
 	h.version = PTSCOPE_STREAM_VERSION;
-	h.branch_size = sizeof(struct ptscope_branch_rec);
+	h.branch_size = f->insns ? sizeof(struct ptscope_insns_branch_rec)
+				 : sizeof(struct ptscope_branch_rec);
 	h.location_size = sizeof(struct ptscope_location_rec);
 	h.string_size = sizeof(struct ptscope_string_rec);
 	h.power_size = sizeof(struct ptscope_power_rec);
@@ -797,20 +798,27 @@ static void branch_record(struct ptscope_filter *f, struct ptscope_branch_rec *r
 	r->cpu = s->cpu;
 }
 
-/* The lines records of a kept branch (its line set is emptied). */
-static void emit_lines(struct ptscope_filter *f, struct line_set *set)
+/* Instruction detail: write a kept branch's lines records (all its line ranges but the
+ * last) and return the last range, which goes into its branch record. The set is emptied. */
+static struct ptscope_line_range take_lines(struct ptscope_filter *f, struct line_set *set)
 {
-	for (uint32_t i = 0; i < set->n; i += PTSCOPE_LINES_PER_REC) {
+	struct ptscope_line_range last = { 0, 0 };
+	if (!set->n)
+		return last;
+	uint32_t before = set->n - 1;
+	for (uint32_t i = 0; i < before; i += PTSCOPE_LINES_PER_REC) {
 		struct ptscope_lines_rec r;
 		memset(&r, 0, sizeof(r));
 		r.tag = PTSCOPE_TAG_LINES;
-		uint32_t k = set->n - i < PTSCOPE_LINES_PER_REC ? set->n - i : PTSCOPE_LINES_PER_REC;
+		uint32_t k = before - i < PTSCOPE_LINES_PER_REC ? before - i : PTSCOPE_LINES_PER_REC;
 		r.ranges = (uint8_t)k;
 		memcpy(r.range, &set->r[i], k * sizeof(r.range[0]));
 		emit(f, &r, sizeof(r));
 		f->counters.lines++;
 	}
+	last = set->r[before];
 	set->n = 0;
+	return last;
 }
 
 /* The block cache entry of the code from `start` to `end` in the sample's process,
@@ -896,9 +904,13 @@ static void keep_branch(struct ptscope_filter *f, struct thread_state *th,
 		r->gap_delta = (uint32_t)(r->time - th->gap_time);
 	th->gap_time = 0;
 	th->last_kept = r->time;
-	if (f->insns)
-		emit_lines(f, &th->lines);
-	emit(f, r, sizeof(*r));
+	if (f->insns) {
+		struct ptscope_insns_branch_rec ir = { .branch = *r };
+		ir.last = take_lines(f, &th->lines);
+		emit(f, &ir, sizeof(ir));
+	} else {
+		emit(f, r, sizeof(*r));
+	}
 	f->counters.branches_kept++;
 }
 

@@ -24,7 +24,7 @@ enum ptscope_tag {
 	PTSCOPE_TAG_BRANCH = 0xFB,   /* one kept branch sample */
 	PTSCOPE_TAG_POWER = 0xFC,    /* one cbr (core-to-bus ratio) sample */
 	PTSCOPE_TAG_TRAILER = 0xFD,  /* last record: counters; its absence means truncation */
-	PTSCOPE_TAG_LINES = 0xFE,    /* code lines of the branch record that follows (insns) */
+	PTSCOPE_TAG_LINES = 0xFE,    /* more code lines of the branch record that follows */
 };
 
 /* Sentinel ids: string id 0 = no name (unknown symbol / no DSO). Real ids count from 1. */
@@ -38,13 +38,14 @@ struct ptscope_header_rec { /* 32 bytes */
 	uint8_t tag;               /* PTSCOPE_TAG_HEADER */
 	char magic[7];             /* "PTSCOPE" */
 	uint32_t version;          /* PTSCOPE_STREAM_VERSION */
-	uint16_t branch_size;      /* sizeof(struct ptscope_branch_rec) */
+	uint16_t branch_size;      /* sizeof(struct ptscope_branch_rec), or with
+				    * PTSCOPE_OPT_INSNS sizeof(struct ptscope_insns_branch_rec) */
 	uint16_t location_size;    /* sizeof(struct ptscope_location_rec) */
 	uint16_t string_size;      /* sizeof(struct ptscope_string_rec), without the bytes */
 	uint16_t power_size;       /* sizeof(struct ptscope_power_rec) */
 	uint16_t trailer_size;     /* sizeof(struct ptscope_trailer_rec) */
 	uint16_t options;          /* PTSCOPE_OPT_* the filter ran with */
-	uint16_t lines_size;       /* sizeof(struct ptscope_lines_rec) (= branch_size) */
+	uint16_t lines_size;       /* sizeof(struct ptscope_lines_rec) */
 	uint16_t reserved;
 	uint32_t reserved2;
 };
@@ -111,19 +112,24 @@ struct ptscope_line_range {
 	uint64_t count;
 };
 
-#define PTSCOPE_LINES_PER_REC 4
+/* With PTSCOPE_OPT_INSNS every branch record comes with the code lines its insn_cnt
+ * instructions touched, as ascending, disjoint, non-adjacent ranges: the last (highest)
+ * range follows the branch record in the same record (count 0: no code ran, or none could
+ * be counted); the others, in the rare case of more than one, are in lines records right
+ * before it. A lines record has the size of this record, so that a run of branch and
+ * lines records is read as one array of equal-sized rows. */
+struct ptscope_insns_branch_rec { /* 88 bytes */
+	struct ptscope_branch_rec branch;
+	struct ptscope_line_range last;
+};
 
-/* Written only with PTSCOPE_OPT_INSNS, right before the branch record it belongs to (one
- * or more of them; a branch without any executed no instruction that could be counted).
- * The same size as a branch record, so that a run of branch and lines records is read
- * as one array of equal-sized rows. The union of the ranges of the lines records before
- * a branch is the set of code lines its insn_cnt instructions touched; the ranges are
- * ascending, disjoint and not adjacent. */
-struct ptscope_lines_rec { /* 72 bytes */
+#define PTSCOPE_LINES_PER_REC 5
+
+struct ptscope_lines_rec { /* 88 bytes */
 	uint8_t tag;       /* PTSCOPE_TAG_LINES */
 	uint8_t ranges;    /* 1..PTSCOPE_LINES_PER_REC ranges used */
 	uint8_t reserved[6];
-	struct ptscope_line_range range[4]; /* PTSCOPE_LINES_PER_REC */
+	struct ptscope_line_range range[5]; /* PTSCOPE_LINES_PER_REC */
 };
 
 struct ptscope_trailer_rec { /* 88 bytes */
@@ -151,7 +157,8 @@ _Static_assert(sizeof(struct ptscope_string_rec) == 12, "string layout");
 _Static_assert(sizeof(struct ptscope_location_rec) == 40, "location layout");
 _Static_assert(sizeof(struct ptscope_branch_rec) == 72, "branch layout");
 _Static_assert(sizeof(struct ptscope_power_rec) == 32, "power layout");
-_Static_assert(sizeof(struct ptscope_lines_rec) == sizeof(struct ptscope_branch_rec),
+_Static_assert(sizeof(struct ptscope_insns_branch_rec) == 88, "insns branch layout");
+_Static_assert(sizeof(struct ptscope_lines_rec) == sizeof(struct ptscope_insns_branch_rec),
 	       "lines layout");
 _Static_assert(sizeof(struct ptscope_trailer_rec) == 88, "trailer layout");
 

@@ -26,6 +26,7 @@ import tempfile
 from array import array
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from time import sleep
 from typing import Any, Final, NamedTuple, NoReturn
@@ -193,6 +194,9 @@ class RecordStreamParser:
         self._loc_dedup: dict[tuple[int, str, int, str], Location] = {}
         self.locations = locations if locations is not None else LocationTable()
         self._table_ids = array("i", [-1])  # stream location id -> id in `locations`
+        # Branch records grow a line range with instruction detail (see the header).
+        self._branch_dtype: np.dtype[np.void] = rf.BRANCH_DTYPE
+        self._branch_size = rf.BRANCH.size
         self._table_id_array = np.zeros(0, dtype=np.int32)
 
     # ---------------------------------------------------------------- public
@@ -252,7 +256,7 @@ class RecordStreamParser:
             if tag == rf.TAG_BRANCH or tag == rf.TAG_LINES:
                 if not self._header_seen:
                     self._fail("does not start with a header record", pos)
-                size = rf.BRANCH.size
+                size = self._branch_size
                 n = min((end - pos) // size, _LOOKAHEAD)
                 if n == 0:
                     break
@@ -363,9 +367,10 @@ class RecordStreamParser:
                 hint="the dlfilter and the Python package come from different ptscope "
                 "versions: reinstall ptscope",
             )
+        insns = bool(options & rf.OPT_INSNS)
         sizes = (branch, location, string, power, trailer, lines)
         expected = (
-            rf.BRANCH.size,
+            rf.INSNS_BRANCH.size if insns else rf.BRANCH.size,
             rf.LOCATION.size,
             rf.STRING.size,
             rf.POWER.size,
@@ -374,7 +379,9 @@ class RecordStreamParser:
         )
         if sizes != expected:
             self._fail(f"declares record sizes {sizes}, expected {expected}")
-        self.stats.insns = bool(options & rf.OPT_INSNS)
+        self.stats.insns = insns
+        if insns:
+            self._branch_dtype, self._branch_size = rf.INSNS_BRANCH_DTYPE, rf.INSNS_BRANCH.size
         self._header_seen = True
 
     def _trailer(self, counters: dict[str, int], pos: int) -> None:
@@ -428,10 +435,10 @@ class RecordStreamParser:
         times = recs["time"]
         delta = recs["gap_delta"]
         gap_time = np.where(delta != 0, times - delta, 0)
-        if rows.line_offsets is not None:
-            lines = [rows.lines_of(i) for i in range(len(recs))]
-        else:
-            lines = [None] * len(recs)
+        lines: list[tuple[int, ...] | None] = [None] * len(recs)
+        if rows.line_offsets is not None and rows.lines is not None:
+            every = rows.lines.tolist()
+            lines = [tuple(every[a:b]) for a, b in pairwise(rows.line_offsets.tolist())]
         events.extend(
             map(
                 BranchEvent,
@@ -483,13 +490,10 @@ class RecordStreamParser:
         their lines, checked, without those outside the window."""
         if self._ended:
             self._fail("holds records after its trailer", pos)
-        recs = np.frombuffer(buf, dtype=rf.BRANCH_DTYPE, count=n, offset=pos)
+        recs = np.frombuffer(buf, dtype=self._branch_dtype, count=n, offset=pos)
         offsets = lines = None
         if self.stats.insns:
-            is_branch = recs["tag"] == rf.TAG_BRANCH
-            offsets, lines = self._lines(buf, pos, n, is_branch)
-            if len(offsets) - 1 != n:
-                recs = recs[is_branch]
+            recs, offsets, lines = self._lines(buf, pos, recs)
             n = len(recs)
         elif (recs["tag"] != rf.TAG_BRANCH).any():
             self._fail("has a lines record but no instruction detail", pos)
@@ -521,35 +525,61 @@ class RecordStreamParser:
             self._fail("is corrupted (a branch names location 0)", pos)
         return _Rows(recs, offsets, lines)
 
-    def _lines(
-        self, buf: bytes, pos: int, n: int, is_branch: np.ndarray[Any, np.dtype[np.bool_]]
-    ) -> tuple[np.ndarray[Any, np.dtype[np.int64]], np.ndarray[Any, np.dtype[np.uint64]]]:
-        """The lines of the branches among ``n`` rows as CSR (offsets, lines): each lines
-        record's ranges go to the branch after it (the run ends with a branch)."""
-        nb = int(is_branch.sum())
-        is_lines = ~is_branch
-        if not is_lines.any():
-            return np.zeros(nb + 1, dtype=np.int64), np.zeros(0, dtype=np.uint64)
+    def _lines(self, buf: bytes, pos: int, rows: np.ndarray[Any, np.dtype[np.void]]) -> _Rows:
+        """The branch records among ``rows`` (at ``pos``) and their code lines as CSR
+        columns: each branch's own (last) range, after the ranges of the lines records
+        right before it (a run of rows ends with a branch)."""
+        is_lines = rows["tag"] == rf.TAG_LINES
+        if not is_lines.any():  # the common case: one range per branch, in the branch
+            first, count = rows["line_first"], rows["line_count"]
+            offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+            np.cumsum(count, out=offsets[1:])
+            return _Rows(rows, offsets, self._expand(first, count, pos))
+        n = len(rows)
         self.stats.lines_records += int(is_lines.sum())
-        rows = np.frombuffer(buf, dtype=rf.LINES_DTYPE, count=n, offset=pos)[is_lines]
-        owner = np.cumsum(is_branch)[is_lines]  # branches before it: its branch's index
-        used = rows["ranges"].astype(np.int64)
+        is_branch = ~is_lines
+        recs = rows[is_branch]
+        extra = np.frombuffer(buf, dtype=rf.LINES_DTYPE, count=n, offset=pos)
+        used = extra["ranges"][is_lines].astype(np.int64)
         if int(used.min()) < 1 or int(used.max()) > rf.LINES_PER_RECORD:
             self._fail("is corrupted (a lines record with a bad range count)", pos)
-        valid = np.arange(rf.LINES_PER_RECORD) < used[:, None]
-        ranges = rows["range"][valid]  # (ranges, 2): first line, line count
-        first, count = ranges[:, 0], ranges[:, 1]
-        if len(count) and (int(count.min()) == 0 or int(count.sum()) > _MAX_LINES):
-            self._fail("is corrupted (a lines record with a bad line count)", pos)
-        range_owner = np.repeat(owner, used)
-        per_branch = np.bincount(range_owner, weights=count, minlength=nb).astype(np.int64)
-        offsets = np.zeros(nb + 1, dtype=np.int64)
-        np.cumsum(per_branch, out=offsets[1:])
+        # Every row's ranges in stream order: a lines record's, then a branch's own in the
+        # last column; the branch a range belongs to is the first one at or after its row.
+        k = rf.LINES_PER_RECORD
+        first = np.zeros((n, k + 1), dtype=np.uint64)
+        count = np.zeros((n, k + 1), dtype=np.uint64)
+        valid = np.arange(k) < used[:, None]
+        first[is_lines, :k] = np.where(valid, extra["range"][is_lines, :, 0], 0)
+        count[is_lines, :k] = np.where(valid, extra["range"][is_lines, :, 1], 0)
+        first[is_branch, k] = recs["line_first"]
+        count[is_branch, k] = recs["line_count"]
+        owner = np.repeat(np.cumsum(is_branch) - is_branch, k + 1)
+        first_all, count_all = first.ravel(), count.ravel()
+        present = count_all > 0
+        first_all, count_all, owner = first_all[present], count_all[present], owner[present]
+        if int(count_all.max(initial=0)) > _MAX_LINES:
+            self._fail("is corrupted (a branch with a bad line count)", pos)
+        per_branch = np.bincount(owner, weights=count_all, minlength=len(recs))
+        offsets = np.zeros(len(recs) + 1, dtype=np.int64)
+        np.cumsum(per_branch.astype(np.int64), out=offsets[1:])
+        return _Rows(recs, offsets, self._expand(first_all, count_all, pos))
+
+    def _expand(
+        self,
+        first: np.ndarray[Any, np.dtype[np.uint64]],
+        count: np.ndarray[Any, np.dtype[np.uint64]],
+        pos: int,
+    ) -> np.ndarray[Any, np.dtype[np.uint64]]:
+        """The lines of consecutive ranges (``first``, ``count``), one after the other."""
         counts = count.astype(np.int64)
-        starts = np.cumsum(counts) - counts  # where each range's lines go
         total = int(counts.sum())
+        if total > _MAX_LINES or (len(counts) and int(counts.min()) < 0):
+            self._fail("is corrupted (a branch with a bad line count)", pos)
+        starts = np.cumsum(counts) - counts  # where each range's lines go
         within = np.arange(total, dtype=np.int64) - np.repeat(starts, counts)
-        return offsets, np.repeat(first, counts) + within.astype(np.uint64)
+        lines: np.ndarray[Any, np.dtype[np.uint64]] = np.repeat(first, counts)
+        lines += within.astype(np.uint64)
+        return lines
 
     def _note_threads(self, recs: np.ndarray[Any, np.dtype[np.void]]) -> None:
         if len(recs):

@@ -18,6 +18,9 @@ __all__ = [
     "BRANCH_DTYPE",
     "HEADER",
     "HEADER_DTYPE",
+    "INSNS_BRANCH",
+    "INSNS_BRANCH_DTYPE",
+    "INSNS_BRANCH_LAYOUT",
     "LAYOUTS",
     "LINES",
     "LINES_DTYPE",
@@ -67,7 +70,7 @@ OPT_KEEP_ALL: Final = 1
 """Header option bit: the filter kept same-function jumps."""
 OPT_INSNS: Final = 2
 """Header option bit: instruction detail (exact counts, lines records)."""
-LINES_PER_RECORD: Final = 4
+LINES_PER_RECORD: Final = 5
 """Line ranges a lines record holds."""
 
 
@@ -122,26 +125,24 @@ LOCATION_DTYPE: Final = _dtype(
     ],
     40,
 )
-BRANCH_DTYPE: Final = _dtype(
-    [
-        ("tag", "u1"),
-        ("cpumode", "u1"),
-        ("_pad0", "V2"),
-        ("flags", "<u4"),
-        ("pid", "<i4"),
-        ("tid", "<i4"),
-        ("time", "<u8"),
-        ("ip", "<u8"),
-        ("addr", "<u8"),
-        ("insn_cnt", "<u8"),
-        ("cyc_cnt", "<u8"),
-        ("ip_loc", "<u4"),
-        ("addr_loc", "<u4"),
-        ("cpu", "<i4"),
-        ("gap_delta", "<u4"),
-    ],
-    72,
-)
+_BRANCH_FIELDS: Final = [
+    ("tag", "u1"),
+    ("cpumode", "u1"),
+    ("_pad0", "V2"),
+    ("flags", "<u4"),
+    ("pid", "<i4"),
+    ("tid", "<i4"),
+    ("time", "<u8"),
+    ("ip", "<u8"),
+    ("addr", "<u8"),
+    ("insn_cnt", "<u8"),
+    ("cyc_cnt", "<u8"),
+    ("ip_loc", "<u4"),
+    ("addr_loc", "<u4"),
+    ("cpu", "<i4"),
+    ("gap_delta", "<u4"),
+]
+BRANCH_DTYPE: Final = _dtype(_BRANCH_FIELDS, 72)
 POWER_DTYPE: Final = _dtype(
     [
         ("tag", "u1"),
@@ -156,6 +157,13 @@ POWER_DTYPE: Final = _dtype(
     32,
 )
 LINE_RANGE_DTYPE: Final = _dtype([("first", "<u8"), ("count", "<u8")], 16)
+INSNS_BRANCH_LAYOUT: Final = _dtype([("branch", "V72"), ("last", "V16")], 88)
+"""``ptscope_insns_branch_rec`` as C declares it: a branch record, then a line range."""
+INSNS_BRANCH_DTYPE: Final = _dtype(
+    [*_BRANCH_FIELDS, ("line_first", "<u8"), ("line_count", "<u8")], 88
+)
+"""The same, flat: the branch record's fields and the last range of its code lines
+(``line_count`` 0: none) -- how a stream with instruction detail is read."""
 LINES_DTYPE: Final = _dtype(
     [
         ("tag", "u1"),
@@ -164,7 +172,7 @@ LINES_DTYPE: Final = _dtype(
         # range[k] = (first line, line count); only the first `ranges` are used
         ("range", f"({LINES_PER_RECORD},2)<u8"),
     ],
-    72,
+    88,
 )
 TRAILER_FIELDS: Final = (
     "samples",
@@ -191,6 +199,7 @@ LAYOUTS: Final[dict[str, np.dtype[np.void]]] = {
     "ptscope_power_rec": POWER_DTYPE,
     "ptscope_trailer_rec": TRAILER_DTYPE,
     "ptscope_line_range": LINE_RANGE_DTYPE,
+    "ptscope_insns_branch_rec": INSNS_BRANCH_LAYOUT,
     "ptscope_lines_rec": LINES_DTYPE,
 }
 """C struct name -> its dtype (the layout test walks this)."""
@@ -202,6 +211,7 @@ LOCATION: Final = struct.Struct("<B3xIQqIIi4x")
 BRANCH: Final = struct.Struct("<BB2xIiiQQQQQIIiI")
 POWER: Final = struct.Struct("<B3xiiiQII")
 LINES: Final = struct.Struct(f"<BB6x{2 * LINES_PER_RECORD}Q")
+INSNS_BRANCH: Final = struct.Struct(BRANCH.format + "QQ")
 TRAILER: Final = struct.Struct("<B7x10Q")
 
 for _codec, _dt in (
@@ -212,6 +222,7 @@ for _codec, _dt in (
     (POWER, POWER_DTYPE),
     (TRAILER, TRAILER_DTYPE),
     (LINES, LINES_DTYPE),
+    (INSNS_BRANCH, INSNS_BRANCH_DTYPE),
 ):
     if _codec.size != _dt.itemsize:
         raise AssertionError(f"{_codec.format} is {_codec.size} bytes, dtype {_dt.itemsize}")
