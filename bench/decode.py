@@ -186,11 +186,12 @@ def _recording(program: str, name: str, iterations: int) -> Path:
 # Each runs in a child process: `python bench/decode.py --child NAME PERF_DATA [JOBS]`.
 
 
-def _child_floor(perf_data: Path, _jobs: int) -> dict[str, float]:
+def _null_filter(perf_data: Path, itrace: str) -> dict[str, float]:
+    """perf synthesizing its samples, handed to a filter that drops them."""
     from ptscope.perftool import find_perf, perf_env
 
     null = build_null_dlfilter()
-    argv = [find_perf().path, "script", "-i", str(perf_data), f"--itrace={ITRACE}"]
+    argv = [find_perf().path, "script", "-i", str(perf_data), f"--itrace={itrace}"]
     subprocess.run([*argv, "--dlfilter", str(null)], check=True, env=perf_env())
     return {"events": 0}
 
@@ -203,14 +204,6 @@ def _perf_dlfilter(perf_data: Path, insns: bool) -> dict[str, float]:
     argv = dlfilter_command(perf_data, perf=find_perf().path, itrace=ITRACE, insns=insns)
     subprocess.run(argv, check=True, env=perf_env(), stdout=subprocess.DEVNULL)
     return {"events": 0}
-
-
-def _child_perf_dlfilter(perf_data: Path, _jobs: int) -> dict[str, float]:
-    return _perf_dlfilter(perf_data, False)
-
-
-def _child_perf_dlfilter_insns(perf_data: Path, _jobs: int) -> dict[str, float]:
-    return _perf_dlfilter(perf_data, True)
 
 
 def _dlfilter(perf_data: Path, insns: bool) -> dict[str, float]:
@@ -228,24 +221,6 @@ def _dlfilter(perf_data: Path, insns: bool) -> dict[str, float]:
         "blocks": trailer.get("blocks_decoded", 0),
         "unknown": trailer.get("blocks_unknown", 0),
     }
-
-
-def _child_dlfilter(perf_data: Path, _jobs: int) -> dict[str, float]:
-    return _dlfilter(perf_data, False)
-
-
-def _child_dlfilter_insns(perf_data: Path, _jobs: int) -> dict[str, float]:
-    return _dlfilter(perf_data, True)
-
-
-def _child_perf_i0ns_floor(perf_data: Path, _jobs: int) -> dict[str, float]:
-    """perf synthesizing every instruction, handed to a filter that drops it."""
-    from ptscope.perftool import find_perf, perf_env
-
-    null = build_null_dlfilter()
-    argv = [find_perf().path, "script", "-i", str(perf_data), "--itrace=i0ns"]
-    subprocess.run([*argv, "--dlfilter", str(null)], check=True, env=perf_env())
-    return {"events": 0}
 
 
 def _child_perf_i0ns_text(perf_data: Path, _jobs: int) -> dict[str, float]:
@@ -277,14 +252,6 @@ def _text(perf_data: Path, insns: bool) -> dict[str, float]:
     return {"events": n}
 
 
-def _child_text(perf_data: Path, _jobs: int) -> dict[str, float]:
-    return _text(perf_data, False)
-
-
-def _child_text_insns(perf_data: Path, _jobs: int) -> dict[str, float]:
-    return _text(perf_data, True)
-
-
 def _child_text_engine(perf_data: Path, _jobs: int) -> dict[str, float]:
     from ptscope.decode.perf_script import decode_perf_data_text
 
@@ -309,14 +276,6 @@ def _columnar(perf_data: Path, insns: bool) -> dict[str, float]:
     for items in decode_with_dlfilter_columnar(perf_data, itrace=ITRACE, insns=insns):
         n += sum(len(x) if type(x) is BranchBatch else 1 for x in items)
     return {"events": n}
-
-
-def _child_columnar(perf_data: Path, _jobs: int) -> dict[str, float]:
-    return _columnar(perf_data, False)
-
-
-def _child_columnar_insns(perf_data: Path, _jobs: int) -> dict[str, float]:
-    return _columnar(perf_data, True)
 
 
 def _child_columnar_c_engine(perf_data: Path, _jobs: int) -> dict[str, float]:
@@ -396,12 +355,12 @@ def _child_pipeline_text(perf_data: Path, _jobs: int) -> dict[str, float]:
 
 
 CHILDREN: dict[str, Callable[[Path, int], dict[str, float]]] = {
-    "floor": _child_floor,
-    "perf+dlfilter": _child_perf_dlfilter,
-    "dlfilter": _child_dlfilter,
+    "floor": lambda p, _j: _null_filter(p, ITRACE),
+    "perf+dlfilter": lambda p, _j: _perf_dlfilter(p, False),
+    "dlfilter": lambda p, _j: _dlfilter(p, False),
     "parallel": _child_parallel,
-    "text": _child_text,
-    "columnar": _child_columnar,
+    "text": lambda p, _j: _text(p, False),
+    "columnar": lambda p, _j: _columnar(p, False),
     "dlfilter+engine": _child_dlfilter_engine,
     "columnar+C engine": _child_columnar_c_engine,
     "engines alone": _child_engines,
@@ -410,11 +369,11 @@ CHILDREN: dict[str, Callable[[Path, int], dict[str, float]]] = {
     "ptscope dlfilter": _child_pipeline_dlfilter,
     "ptscope --jobs": _child_pipeline_parallel,
     "ptscope text": _child_pipeline_text,
-    "perf+dlfilter insns": _child_perf_dlfilter_insns,
-    "dlfilter insns": _child_dlfilter_insns,
-    "columnar insns": _child_columnar_insns,
-    "text insns": _child_text_insns,
-    "perf i0ns floor": _child_perf_i0ns_floor,
+    "perf+dlfilter insns": lambda p, _j: _perf_dlfilter(p, True),
+    "dlfilter insns": lambda p, _j: _dlfilter(p, True),
+    "columnar insns": lambda p, _j: _columnar(p, True),
+    "text insns": lambda p, _j: _text(p, True),
+    "perf i0ns floor": lambda p, _j: _null_filter(p, "i0ns"),
     "perf i0ns text": _child_perf_i0ns_text,
 }
 INSNS_SET = [

@@ -4,7 +4,6 @@ writes with ``--dlarg insns``: events, columnar batches, chunking, windows, dama
 from __future__ import annotations
 
 import contextlib
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -94,16 +93,22 @@ def test_events_carry_exact_counts_and_lines(insns_stream: bytes) -> None:
     assert parser.stats.lines_records == 20 * 2
 
 
-def test_plain_streams_have_no_lines(tmp_path: Path) -> None:
-    out = tmp_path / "s.bin"
+@pytest.fixture(scope="module")
+def plain_stream(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    """The same program, without instruction detail."""
+    out = tmp_path_factory.mktemp("plain") / "s.bin"
     perf = FakePerf(build_dlfilter(), [str(out)], code=dict(CODE))
     assert perf.start() == 0
     for i, sample in enumerate(call_and_loop()):
         perf.sample(time=10 + i, **sample)  # type: ignore[arg-type]
     assert perf.stop() == 0
-    events = _branches(parse(out.read_bytes()))
+    return out.read_bytes()
+
+
+def test_plain_streams_have_no_lines(plain_stream: bytes) -> None:
+    events = _branches(parse(plain_stream))
     assert events and all(e.lines is None for e in events)
-    batches = [i for i in parse_columnar(out.read_bytes()) if isinstance(i, BranchBatch)]
+    batches = [i for i in parse_columnar(plain_stream) if isinstance(i, BranchBatch)]
     assert batches and all(b.line_offsets is None and b.lines is None for b in batches)
 
 
@@ -171,7 +176,9 @@ def test_lines_record_without_its_branch_is_an_error(insns_stream: bytes) -> Non
         parse(damaged)
 
 
-def test_lines_records_in_a_plain_stream_are_an_error(insns_stream: bytes, tmp_path: Path) -> None:
+def test_lines_records_in_a_plain_stream_are_an_error(
+    insns_stream: bytes, plain_stream: bytes
+) -> None:
     # The header says what it holds: without its insns bit, the records' sizes are wrong.
     header = bytearray(insns_stream[: rf.HEADER.size])
     options_at = rf.HEADER_DTYPE.fields["options"][1]
@@ -179,13 +186,7 @@ def test_lines_records_in_a_plain_stream_are_an_error(insns_stream: bytes, tmp_p
     with pytest.raises(BadInputError, match="record sizes"):
         parse(bytes(header) + insns_stream[rf.HEADER.size :])
     # A lines record among a plain stream's branch records.
-    out = tmp_path / "s.bin"
-    perf = FakePerf(build_dlfilter(), [str(out)], code=dict(CODE))
-    assert perf.start() == 0
-    for i, sample in enumerate(call_and_loop()):
-        perf.sample(time=10 + i, **sample)  # type: ignore[arg-type]
-    assert perf.stop() == 0
-    plain = out.read_bytes()
+    plain = plain_stream
     records = split_stream(plain)
     at = records.offsets[records.order.index("branch")]
     fake = bytes([rf.TAG_LINES, 1]) + bytes(rf.BRANCH.size - 2)

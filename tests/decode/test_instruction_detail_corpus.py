@@ -5,40 +5,21 @@ code lines; a parallel decode gives each branch the same counts and lines as a s
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 
-from decode.test_dlfilter_corpus import _events, _windows
-from ptscope import _native
+from decode import test_dlfilter_corpus as corpus
+from decode.test_dlfilter_corpus import _events, _windows, pytestmark, recordings
 from ptscope.decode.dlfilter_stream import DlfilterRun, decode_with_dlfilter
 from ptscope.decode.parallel import decode_parallel
 from ptscope.decode.perf_script import decode_perf_data_text
 from ptscope.model import BranchEvent
-from support.emulated_corpus import decode_case_recording
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(not _native.is_available(), reason="the dlfilter is not built"),
-    pytest.mark.skipif(shutil.which("qemu-x86_64") is None, reason="qemu-x86_64 is missing"),
-]
+__all__ = ["pytestmark", "recordings"]  # shared with the plain decoders' corpus tests
 
-IDS = [
-    "tailcall-static",
-    "longjmp-static",
-    "signals-static",
-    "exceptions-pie",
-    "threads-pie",
-    "rep-static",
-    "fork-pie",
-    "dlopen-pie",
-]
-
-
-@pytest.fixture(scope="module")
-def recordings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    return {key: decode_case_recording(key, tmp_path_factory) for key in IDS}
+# The corpus recordings but the two largest (basics: a quarter million branches each).
+IDS = [key for key in corpus.IDS if not key.startswith("basics")]
 
 
 @pytest.mark.parametrize("key", IDS)

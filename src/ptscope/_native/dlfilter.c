@@ -156,6 +156,34 @@ static void str_table_free(struct str_table *t)
 	memset(t, 0, sizeof(*t));
 }
 
+/* ------------------------------------------------------- open addressing */
+
+/* The location and block caches are open-addressing tables (linear probing, a power of two
+ * slots, at most half full). Double one: `*slots` holds `*cap` elements of `size` bytes;
+ * every used one is placed again by its hash. Rare, so the callbacks cost nothing. */
+static int table_grow(void **slots, size_t *cap, size_t size, size_t first_cap,
+		      int (*used)(const void *), uint64_t (*hash)(const void *))
+{
+	size_t ncap = *cap ? *cap * 2 : first_cap;
+	char *ns = calloc(ncap, size);
+	if (!ns)
+		return -1;
+	const char *old = *slots;
+	for (size_t i = 0; i < *cap; i++) {
+		const void *s = old + i * size;
+		if (!used(s))
+			continue;
+		size_t j = hash(s) & (ncap - 1);
+		while (used(ns + j * size))
+			j = (j + 1) & (ncap - 1);
+		memcpy(ns + j * size, s, size);
+	}
+	free(*slots);
+	*slots = ns;
+	*cap = ncap;
+	return 0;
+}
+
 /* ------------------------------------------------------------ location cache */
 
 /* One resolved address. The key is (address, pid, generation, side): the ip and addr of a
@@ -186,25 +214,21 @@ static inline uint64_t loc_hash(uint64_t addr, uint64_t meta)
 	return mix64(addr ^ mix64(meta));
 }
 
+static int loc_used(const void *slot)
+{
+	return ((const struct loc_slot *)slot)->id != 0;
+}
+
+static uint64_t loc_slot_hash(const void *slot)
+{
+	const struct loc_slot *s = slot;
+	return loc_hash(s->addr, s->meta);
+}
+
 static int loc_table_grow(struct loc_table *t)
 {
-	size_t ncap = t->cap ? t->cap * 2 : 4096;
-	struct loc_slot *ns = calloc(ncap, sizeof(*ns));
-	if (!ns)
-		return -1;
-	for (size_t i = 0; i < t->cap; i++) {
-		struct loc_slot *s = &t->slots[i];
-		if (!s->id)
-			continue;
-		size_t j = loc_hash(s->addr, s->meta) & (ncap - 1);
-		while (ns[j].id)
-			j = (j + 1) & (ncap - 1);
-		ns[j] = *s;
-	}
-	free(t->slots);
-	t->slots = ns;
-	t->cap = ncap;
-	return 0;
+	return table_grow((void **)&t->slots, &t->cap, sizeof(*t->slots), 4096, loc_used,
+			  loc_slot_hash);
 }
 
 /* The slot for the key: either the matching entry or the empty slot where it goes. */
@@ -313,25 +337,21 @@ static inline uint64_t block_hash(uint64_t start, uint64_t end, uint64_t meta)
 	return mix64(start ^ mix64(end ^ mix64(meta)));
 }
 
+static int block_used(const void *slot)
+{
+	return ((const struct block_slot *)slot)->used;
+}
+
+static uint64_t block_slot_hash(const void *slot)
+{
+	const struct block_slot *s = slot;
+	return block_hash(s->start, s->end, s->meta);
+}
+
 static int block_table_grow(struct block_table *t)
 {
-	size_t ncap = t->cap ? t->cap * 2 : 4096;
-	struct block_slot *ns = calloc(ncap, sizeof(*ns));
-	if (!ns)
-		return -1;
-	for (size_t i = 0; i < t->cap; i++) {
-		struct block_slot *s = &t->slots[i];
-		if (!s->used)
-			continue;
-		size_t j = block_hash(s->start, s->end, s->meta) & (ncap - 1);
-		while (ns[j].used)
-			j = (j + 1) & (ncap - 1);
-		ns[j] = *s;
-	}
-	free(t->slots);
-	t->slots = ns;
-	t->cap = ncap;
-	return 0;
+	return table_grow((void **)&t->slots, &t->cap, sizeof(*t->slots), 4096, block_used,
+			  block_slot_hash);
 }
 
 /* The slot for the key: the matching entry or the empty slot where it goes. */

@@ -13,6 +13,7 @@ from ptscope.errors import BadInputError, UsageError
 __all__ = [
     "Command",
     "add_decoder_arguments",
+    "add_recording_argument",
     "int_at_least",
     "non_negative_int",
     "parse_id_list",
@@ -53,6 +54,18 @@ def int_at_least(minimum: int) -> Callable[[str], int]:
 
 positive_int = int_at_least(1)
 non_negative_int = int_at_least(0)
+
+
+def add_recording_argument(parser: argparse.ArgumentParser, *, optional: bool = False) -> None:
+    """The RECORDING positional of `decode` and `insns`."""
+    parser.add_argument(
+        "recording",
+        metavar="RECORDING",
+        nargs="?" if optional else None,
+        type=Path,
+        help="a recording directory (from run/attach --keep-recording), a perf.data, "
+        "or an archive from `ptscope archive`",
+    )
 
 
 def add_decoder_arguments(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:

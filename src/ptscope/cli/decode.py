@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ptscope.cli.base import add_decoder_arguments, parse_id_list
+from ptscope.cli.base import add_decoder_arguments, add_recording_argument, parse_id_list
 from ptscope.cli.serve import add_serve_option, serve_in_perfetto
 from ptscope.errors import UsageError
 
@@ -23,13 +23,7 @@ class DecodeCommand:
     help = "decode a recording (or perf script text) into a Fuchsia trace"
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument(
-            "recording",
-            nargs="?",
-            type=Path,
-            help="a recording directory (from run/attach --keep-recording), a perf.data, "
-            "or an archive from `ptscope archive`",
-        )
+        add_recording_argument(parser, optional=True)
         parser.add_argument(
             "--perf-script",
             metavar="FILE",

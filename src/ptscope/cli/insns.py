@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ptscope.cli.base import add_recording_argument
 from ptscope.errors import BadInputError, UsageError
 
 if TYPE_CHECKING:
@@ -50,11 +51,7 @@ class InsnsCommand:
     help = "print every instruction a thread executed in a time range (drill-down)"
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument(
-            "recording",
-            metavar="RECORDING",
-            help="a recording directory, a perf.data, or an archive from `ptscope archive`",
-        )
+        add_recording_argument(parser)
         parser.add_argument("--tid", type=int, required=True, help="the thread")
         parser.add_argument(
             "--time",
