@@ -24,8 +24,9 @@ RSS is its own), and is reported as a ratio to the floor measured in the same ru
 * engines alone: the decoded trace held in memory, fed to the Python engine (events) and
   to the C engine (batches): feed and final-pass times, events/s;
 * instruction detail (``--dlarg insns``: exact instruction counts and code lines from the
-  basic-block cache): perf+dlfilter insns, dlfilter insns, columnar insns, text insns,
-  against their plain twins (target: at most 1.15x the plain decode);
+  basic-block cache): perf+dlfilter insns, dlfilter insns, columnar insns, columnar+C
+  engine insns (the engine does not use the lines yet), text insns, against their plain
+  twins (target: at most 1.15x the plain decode);
 * perf's own per-instruction path, the way to exact counts without a block cache
   (perf2perfetto's ``--itrace=i0ns``): perf i0ns floor (every instruction synthesized and
   handed to the null dlfilter) and perf i0ns text (printed, ``-F ...,insn``, thrown away).
@@ -278,12 +279,13 @@ def _columnar(perf_data: Path, insns: bool) -> dict[str, float]:
     return {"events": n}
 
 
-def _child_columnar_c_engine(perf_data: Path, _jobs: int) -> dict[str, float]:
+def _columnar_c_engine(perf_data: Path, insns: bool) -> dict[str, float]:
     from ptscope.decode.parallel import decode_parallel_columnar, feed_sink
     from ptscope.reconstruct.fast_engine import FastEngine
 
     engine = FastEngine()
-    feed_sink(engine, decode_parallel_columnar(perf_data, jobs=1, itrace=ITRACE))
+    stream = decode_parallel_columnar(perf_data, jobs=1, itrace=ITRACE, insns=insns)
+    feed_sink(engine, stream)
     timeline = engine.finish()
     return {"events": engine.stats.events, "slices": timeline.slice_count()}
 
@@ -362,7 +364,7 @@ CHILDREN: dict[str, Callable[[Path, int], dict[str, float]]] = {
     "text": lambda p, _j: _text(p, False),
     "columnar": lambda p, _j: _columnar(p, False),
     "dlfilter+engine": _child_dlfilter_engine,
-    "columnar+C engine": _child_columnar_c_engine,
+    "columnar+C engine": lambda p, _j: _columnar_c_engine(p, False),
     "engines alone": _child_engines,
     "parallel+engine": _child_parallel_engine,
     "text+engine": _child_text_engine,
@@ -372,6 +374,7 @@ CHILDREN: dict[str, Callable[[Path, int], dict[str, float]]] = {
     "perf+dlfilter insns": lambda p, _j: _perf_dlfilter(p, True),
     "dlfilter insns": lambda p, _j: _dlfilter(p, True),
     "columnar insns": lambda p, _j: _columnar(p, True),
+    "columnar+C engine insns": lambda p, _j: _columnar_c_engine(p, True),
     "text insns": lambda p, _j: _text(p, True),
     "perf i0ns floor": lambda p, _j: _null_filter(p, "i0ns"),
     "perf i0ns text": _child_perf_i0ns_text,
@@ -384,6 +387,8 @@ INSNS_SET = [
     "dlfilter insns",
     "columnar",
     "columnar insns",
+    "columnar+C engine",
+    "columnar+C engine insns",
     "perf i0ns floor",
     "perf i0ns text",
 ]
@@ -559,6 +564,7 @@ def main() -> None:
         ("perf+dlfilter insns", "perf+dlfilter"),
         ("dlfilter insns", "dlfilter"),
         ("columnar insns", "columnar"),
+        ("columnar+C engine insns", "columnar+C engine"),
         ("text insns", "text"),
         ("perf i0ns floor", "dlfilter insns"),
         ("perf i0ns text", "dlfilter insns"),

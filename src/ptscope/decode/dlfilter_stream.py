@@ -531,10 +531,8 @@ class RecordStreamParser:
         right before it (a run of rows ends with a branch)."""
         is_lines = rows["tag"] == rf.TAG_LINES
         if not is_lines.any():  # the common case: one range per branch, in the branch
-            first, count = rows["line_first"], rows["line_count"]
-            offsets = np.zeros(len(rows) + 1, dtype=np.int64)
-            np.cumsum(count, out=offsets[1:])
-            return _Rows(rows, offsets, self._expand(first, count, pos))
+            offsets, lines = self._expand(rows["line_first"], rows["line_count"], pos)
+            return _Rows(rows, offsets, lines)
         n = len(rows)
         self.stats.lines_records += int(is_lines.sum())
         is_branch = ~is_lines
@@ -562,24 +560,28 @@ class RecordStreamParser:
         per_branch = np.bincount(owner, weights=count_all, minlength=len(recs))
         offsets = np.zeros(len(recs) + 1, dtype=np.int64)
         np.cumsum(per_branch.astype(np.int64), out=offsets[1:])
-        return _Rows(recs, offsets, self._expand(first_all, count_all, pos))
+        return _Rows(recs, offsets, self._expand(first_all, count_all, pos)[1])
 
     def _expand(
         self,
         first: np.ndarray[Any, np.dtype[np.uint64]],
         count: np.ndarray[Any, np.dtype[np.uint64]],
         pos: int,
-    ) -> np.ndarray[Any, np.dtype[np.uint64]]:
-        """The lines of consecutive ranges (``first``, ``count``), one after the other."""
-        counts = count.astype(np.int64)
-        total = int(counts.sum())
-        if total > _MAX_LINES or (len(counts) and int(counts.min()) < 0):
+    ) -> tuple[np.ndarray[Any, np.dtype[np.int64]], np.ndarray[Any, np.dtype[np.uint64]]]:
+        """The lines of consecutive ranges (``first``, ``count``), one after the other, and
+        where each range's lines start (``len + 1`` offsets)."""
+        if len(count) and int(count.max()) > _MAX_LINES:
             self._fail("is corrupted (a branch with a bad line count)", pos)
-        starts = np.cumsum(counts) - counts  # where each range's lines go
-        within = np.arange(total, dtype=np.int64) - np.repeat(starts, counts)
-        lines: np.ndarray[Any, np.dtype[np.uint64]] = np.repeat(first, counts)
-        lines += within.astype(np.uint64)
-        return lines
+        offsets = np.zeros(len(count) + 1, dtype=np.int64)
+        np.cumsum(count, out=offsets[1:])
+        total = int(offsets[-1])
+        if total > _MAX_LINES:
+            self._fail("is corrupted (a branch with a bad line count)", pos)
+        # Line k of range i is first[i] + (k - offsets[i]): one repeat, then the index.
+        base = first - offsets[:-1].astype(np.uint64)  # wraps around, and back below
+        lines: np.ndarray[Any, np.dtype[np.uint64]] = np.repeat(base, count.astype(np.int64))
+        lines += np.arange(total, dtype=np.uint64)
+        return offsets, lines
 
     def _note_threads(self, recs: np.ndarray[Any, np.dtype[np.void]]) -> None:
         if len(recs):
