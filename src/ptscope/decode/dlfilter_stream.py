@@ -197,6 +197,7 @@ class RecordStreamParser:
         # Branch records grow a line range with instruction detail (see the header).
         self._branch_dtype: np.dtype[np.void] = rf.BRANCH_DTYPE
         self._branch_size = rf.BRANCH.size
+        self._run_has_lines = False  # the current run of rows holds lines records
         self._table_id_array = np.zeros(0, dtype=np.int32)
 
     # ---------------------------------------------------------------- public
@@ -256,25 +257,24 @@ class RecordStreamParser:
             if tag == rf.TAG_BRANCH or tag == rf.TAG_LINES:
                 if not self._header_seen:
                     self._fail("does not start with a header record", pos)
+                insns = self.stats.insns
+                if tag == rf.TAG_LINES and not insns:
+                    self._fail("has a lines record but no instruction detail", pos)
                 size = self._branch_size
                 n = min((end - pos) // size, _LOOKAHEAD)
                 if n == 0:
                     break
-                # A run of branch records (and the lines records before each of them, of
+                # A run of branch records (and the lines records before some of them, of
                 # the same size): the first byte of every record-sized step.
                 tags = np.frombuffer(buf, dtype=np.uint8, count=n * size, offset=pos)[::size]
-                other = np.flatnonzero((tags != rf.TAG_BRANCH) & (tags != rf.TAG_LINES))
-                ended = other.size > 0
-                if ended:
-                    n = int(other[0])
-                if tags[n - 1] != rf.TAG_BRANCH:
-                    # Lines records belong to the branch after them: wait for it.
-                    last = np.flatnonzero(tags[:n] == rf.TAG_BRANCH)
-                    if ended or (n == _LOOKAHEAD and not last.size):
-                        self._fail("has a lines record not followed by a branch record", pos)
-                    if not last.size:
+                if not insns:
+                    other = np.flatnonzero(tags != rf.TAG_BRANCH)
+                    if other.size:
+                        n = int(other[0])
+                else:
+                    n = self._insns_run(tags, n, pos)
+                    if n == 0:
                         break
-                    n = int(last[-1]) + 1
                 branches(buf, pos, n, events)
                 pos += n * size
             elif tag not in _TAGS:
@@ -295,6 +295,27 @@ class RecordStreamParser:
                     break
                 pos += used
         return pos
+
+    def _insns_run(self, tags: np.ndarray[Any, np.dtype[np.uint8]], n: int, pos: int) -> int:
+        """How many of the ``n`` rows with these ``tags`` make a run (0: wait for more
+        data): it stops before another record and ends with a branch, since lines records
+        belong to the branch after them. Notes whether the run holds lines records."""
+        is_lines = tags == rf.TAG_LINES
+        other = np.flatnonzero(tags != rf.TAG_BRANCH)
+        if not other.size:
+            self._run_has_lines = False
+            return n
+        stop = np.flatnonzero(~is_lines[other])
+        ended = stop.size > 0
+        if ended:
+            n = int(other[stop[0]])
+        if tags[n - 1] != rf.TAG_BRANCH:
+            last = np.flatnonzero(tags[:n] == rf.TAG_BRANCH)
+            if ended or (n == _LOOKAHEAD and not last.size):
+                self._fail("has a lines record not followed by a branch record", pos)
+            n = int(last[-1]) + 1 if last.size else 0
+        self._run_has_lines = bool(is_lines[:n].any())
+        return n
 
     def _record(self, buf: bytes, pos: int, tag: int, events: list[Any]) -> int:
         """Parse one non-branch record at ``pos``; return its size, 0 if incomplete."""
@@ -495,8 +516,6 @@ class RecordStreamParser:
         if self.stats.insns:
             recs, offsets, lines = self._lines(buf, pos, recs)
             n = len(recs)
-        elif (recs["tag"] != rf.TAG_BRANCH).any():
-            self._fail("has a lines record but no instruction detail", pos)
         self.stats.branches += n
         if self._lo is not None or self._hi is not None:
             times = recs["time"]
@@ -529,11 +548,11 @@ class RecordStreamParser:
         """The branch records among ``rows`` (at ``pos``) and their code lines as CSR
         columns: each branch's own (last) range, after the ranges of the lines records
         right before it (a run of rows ends with a branch)."""
-        is_lines = rows["tag"] == rf.TAG_LINES
-        if not is_lines.any():  # the common case: one range per branch, in the branch
+        if not self._run_has_lines:  # the common case: one range per branch, in the branch
             offsets, lines = self._expand(rows["line_first"], rows["line_count"], pos)
             return _Rows(rows, offsets, lines)
         n = len(rows)
+        is_lines = rows["tag"] == rf.TAG_LINES
         self.stats.lines_records += int(is_lines.sum())
         is_branch = ~is_lines
         recs = rows[is_branch]
