@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from decode.test_dlfilter_columnar import expand, parse_columnar
 from decode.test_dlfilter_stream import ERROR_LINE, parse
 from ptscope.decode import record_format as rf
-from ptscope.decode.dlfilter_stream import RecordStreamParser
+from ptscope.decode.dlfilter_stream import RecordStreamParser, make_location
 from ptscope.errors import BadInputError
-from ptscope.model import BranchBatch, BranchEvent, LocationTable
+from ptscope.model import BranchBatch, BranchEvent, BranchKind, LocationTable, TraceState
 from support.dlfilter_harness import (
     CODE,
     FakePerf,
@@ -25,6 +25,17 @@ from support.dlfilter_harness import (
     split_stream,
 )
 
+BRANCH_COLUMNS = (
+    "pid",
+    "tid",
+    "time",
+    "flags",
+    "src",
+    "dst",
+    "insn_count",
+    "cycle_count",
+    "gap_delta",
+)
 FOO_LINE = 0x1100 >> 6
 MAIN_LINE = 0x1000 >> 6
 
@@ -205,3 +216,34 @@ def test_corruption_is_an_error_or_harmless(insns_stream: bytes, data: st.DataOb
     with contextlib.suppress(BadInputError):
         events = parse(bytes(raw))
         assert all(e.lines is not None for e in _branches(events))
+
+
+def test_branch_batch_line_columns_round_trip() -> None:
+    table = LocationTable()
+    src, dst = make_location(0x1004, "main", 4, "/p"), make_location(0x1100, "foo", 0, "/p")
+    events = [
+        BranchEvent(
+            1, 1, 10, BranchKind.CALL, TraceState.NONE, src, dst, insn_count=3, lines=(64,)
+        ),
+        BranchEvent(1, 1, 11, BranchKind.CALL, TraceState.NONE, src, dst, lines=()),
+        BranchEvent(1, 1, 12, BranchKind.CALL, TraceState.NONE, src, dst, lines=(7, 8, 9)),
+    ]
+    batch = BranchBatch.from_events(events, table)
+    assert batch.line_offsets is not None and batch.lines is not None
+    assert batch.line_offsets.tolist() == [0, 1, 1, 4]
+    assert batch.lines.tolist() == [64, 7, 8, 9]
+    assert list(batch.events()) == events
+    # Without lines anywhere: no line columns, and events say None.
+    plain = [BranchEvent(1, 1, 10, BranchKind.CALL, TraceState.NONE, src, dst)]
+    assert BranchBatch.from_events(plain, table).lines is None
+    assert next(BranchBatch.from_events(plain, table).events()).lines is None
+    # Columns that do not fit are refused.
+    with pytest.raises(ValueError, match="line offsets"):
+        BranchBatch(
+            table,
+            *(getattr(batch, c) for c in BRANCH_COLUMNS),
+            line_offsets=batch.line_offsets[:-1],
+            lines=batch.lines,
+        )
+    with pytest.raises(ValueError, match="not both"):
+        BranchBatch(table, *(getattr(batch, c) for c in BRANCH_COLUMNS), lines=batch.lines)

@@ -13,8 +13,9 @@
  *         samples after filter_event_early has seen them, so the filter applies them itself.
  *   insns: instruction detail. Every kept branch's insn_cnt is the exact number of
  *         instructions executed since the thread's previous kept branch (counted from the
- *         basic blocks between the branches, see "Basic blocks" below), and lines records
- *         before it give the 64-byte code lines those instructions touched.
+ *         basic blocks between the branches, see "Basic blocks" below), and its record
+ *         (with lines records before it when there are several ranges) gives the 64-byte
+ *         code lines those instructions touched.
  *
  * Records (record_format.h) are written per sample with fwrite_unlocked into the stdio
  * buffer, never buffered on the side: that is what keeps perf's text lines in order.
@@ -159,16 +160,17 @@ static void str_table_free(struct str_table *t)
 /* ------------------------------------------------------- open addressing */
 
 /* The location and block caches are open-addressing tables (linear probing, a power of two
- * slots, at most half full). Double one: `*slots` holds `*cap` elements of `size` bytes;
- * every used one is placed again by its hash. Rare, so the callbacks cost nothing. */
-static int table_grow(void **slots, size_t *cap, size_t size, size_t first_cap,
-		      int (*used)(const void *), uint64_t (*hash)(const void *))
+ * slots, at most half full). Double one: `slots` holds `*cap` elements of `size` bytes;
+ * every used one is placed again by its hash into a new array, returned (the old one is
+ * freed, `*cap` updated), or NULL when out of memory. Rare: the callbacks cost nothing. */
+static void *table_grow(void *slots, size_t *cap, size_t size, size_t first_cap,
+			int (*used)(const void *), uint64_t (*hash)(const void *))
 {
 	size_t ncap = *cap ? *cap * 2 : first_cap;
 	char *ns = calloc(ncap, size);
 	if (!ns)
-		return -1;
-	const char *old = *slots;
+		return NULL;
+	const char *old = slots;
 	for (size_t i = 0; i < *cap; i++) {
 		const void *s = old + i * size;
 		if (!used(s))
@@ -178,10 +180,9 @@ static int table_grow(void **slots, size_t *cap, size_t size, size_t first_cap,
 			j = (j + 1) & (ncap - 1);
 		memcpy(ns + j * size, s, size);
 	}
-	free(*slots);
-	*slots = ns;
+	free(slots);
 	*cap = ncap;
-	return 0;
+	return ns;
 }
 
 /* ------------------------------------------------------------ location cache */
@@ -227,8 +228,12 @@ static uint64_t loc_slot_hash(const void *slot)
 
 static int loc_table_grow(struct loc_table *t)
 {
-	return table_grow((void **)&t->slots, &t->cap, sizeof(*t->slots), 4096, loc_used,
-			  loc_slot_hash);
+	struct loc_slot *ns =
+		table_grow(t->slots, &t->cap, sizeof(*t->slots), 4096, loc_used, loc_slot_hash);
+	if (!ns)
+		return -1;
+	t->slots = ns;
+	return 0;
 }
 
 /* The slot for the key: either the matching entry or the empty slot where it goes. */
@@ -350,8 +355,12 @@ static uint64_t block_slot_hash(const void *slot)
 
 static int block_table_grow(struct block_table *t)
 {
-	return table_grow((void **)&t->slots, &t->cap, sizeof(*t->slots), 4096, block_used,
-			  block_slot_hash);
+	struct block_slot *ns =
+		table_grow(t->slots, &t->cap, sizeof(*t->slots), 4096, block_used, block_slot_hash);
+	if (!ns)
+		return -1;
+	t->slots = ns;
+	return 0;
 }
 
 /* The slot for the key: the matching entry or the empty slot where it goes. */
