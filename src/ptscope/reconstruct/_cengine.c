@@ -870,9 +870,14 @@ static void add_root(Engine *e, Thread *th, Ctx *c, int32_t loc, int64_t t)
 	e->roots_inferred++;
 }
 
-/* Functions whose return is special (engine.py: SPECIAL_RETURNS). */
+/* Functions a rule names (engine.py: SPECIAL_FUNCTIONS); the first two make a return
+ * special (engine.py: SPECIAL_RETURNS). */
 #define FN_SWITCHES 1 /* engine.py: STACK_SWITCHERS */
 #define FN_SETJMP 2   /* engine.py: SETJMPS */
+#define FN_GOGO 4     /* engine.py: GOROUTINE_SWITCHERS */
+#define FN_PARKS 8    /* engine.py: GOROUTINE_PARKERS */
+#define FN_SPECIAL_RETURN (FN_SWITCHES | FN_SETJMP)
+#define FN_ALL (FN_SWITCHES | FN_SETJMP | FN_GOGO | FN_PARKS)
 
 static inline int fn_flags(Engine *e, int32_t fn)
 {
@@ -989,6 +994,13 @@ static ptrdiff_t resumed_frame(Engine *e, Thread *th, Ctx *c, ptrdiff_t top, int
 		}
 	}
 	return first;
+}
+
+/* engine.py: _after_call */
+static inline bool after_call(Thread *th, int64_t ix, uint64_t ip)
+{
+	uint64_t site = (uint64_t)frame(th, ix)->callsite;
+	return !site || (ip > site && ip - site <= MAX_INSN);
 }
 
 /* engine.py: _stopped_in */
@@ -1131,7 +1143,9 @@ static void return_slow(Engine *e, Thread *th, int32_t src, int32_t dst, int64_t
 		}
 	}
 	size_t n = c->nframes;
-	ptrdiff_t i = resumed_frame(e, th, c, (ptrdiff_t)n - 3, fn, dst);
+	/* Right after the call: past the caller; elsewhere: an exception's way out (engine.py) */
+	ptrdiff_t below = after_call(th, c->frames[n - 1].ix, e->loc_ip[dst]) ? 3 : 2;
+	ptrdiff_t i = resumed_frame(e, th, c, (ptrdiff_t)n - below, fn, dst);
 	if (i >= 0) {
 		/* A return past several frames (exception unwinding, longjmp via ret). */
 		close_above(e, th, c, (size_t)i, take_slot(e, th, t, 0), 0);
@@ -1158,10 +1172,46 @@ static void return_slow(Engine *e, Thread *th, int32_t src, int32_t dst, int64_t
 	first_frame(e, th, c, dst, FL_INFERRED);
 }
 
+/* engine.py: _goroutine_switch */
+static void goroutine_switch(Engine *e, Thread *th, int32_t src, int32_t dst, int64_t t)
+{
+	int32_t fn = e->loc_fn[dst];
+	Ctx *c = sync_source(e, th, src, t);
+	if (e->loc_off[dst] > 0) {
+		for (size_t i = c->nframes - 1; i-- > 0;) {
+			if (c->frames[i].fn != fn)
+				continue;
+			if (fn_flags(e, c->frames[i + 1].fn) & FN_PARKS)
+				break; /* where every parked goroutine waits: which one is unknown */
+			close_above(e, th, c, i, take_slot(e, th, t, 0), 0);
+			return;
+		}
+	}
+	/* Another goroutine, or a new one: every frame of the thread ends here. */
+	int64_t slot = take_slot(e, th, t, START_SLOT);
+	int64_t end = slot;
+	for (size_t j = th->nctx; j-- > 0;) {
+		Ctx *k = th->ctxs[j];
+		for (size_t m = 0; m < k->nframes; m++)
+			close_frame(e, th, k->frames[m].ix, end, FL_OPEN_AT_END);
+		k->nframes = 0;
+		if (j > 0 && k->detached)
+			end = th->ctxs[j - 1]->suspend_slot;
+	}
+	pop_ctxs(e, th, 0);
+	c = push_ctx(e, th, true, slot);
+	e->segments_started++;
+	first_frame(e, th, c, dst, e->loc_off[dst] == 0 ? 0 : FL_INFERRED);
+}
+
 /* engine.py: _jump */
 static void jump(Engine *e, Thread *th, int32_t src, int32_t dst, int64_t t)
 {
 	int32_t fn = e->loc_fn[dst];
+	if ((fn_flags(e, e->loc_fn[src]) & FN_GOGO) && !(fn_flags(e, fn) & FN_GOGO)) {
+		goroutine_switch(e, th, src, dst, t);
+		return;
+	}
 	Ctx *c = cur(th);
 	/* Only a known symbol has boundaries (engine.py: the same comment). */
 	if (e->loc_off[dst] > 0) {
@@ -1318,7 +1368,8 @@ static void apply(Engine *e, Thread *th, int kind, int state, int32_t src, int32
 		Ctx *c = cur(th);
 		size_t n = c->nframes;
 		if (n >= 2 && c->frames[n - 2].fn == e->loc_fn[dst] &&
-		    !fn_flags(e, e->loc_fn[src])) {
+		    !(fn_flags(e, e->loc_fn[src]) & FN_SPECIAL_RETURN) &&
+		    after_call(th, c->frames[n - 1].ix, e->loc_ip[dst])) {
 			close_frame(e, th, c->frames[n - 1].ix, take_slot(e, th, t, 0), 0);
 			c->nframes--;
 		} else {
@@ -1612,7 +1663,7 @@ static PyObject *engine_mark_function(Engine *e, PyObject *args)
 	if (!PyArg_ParseTuple(args, "ii", &fn, &flags))
 		return NULL;
 	GUARD(e);
-	if (fn < 0 || flags < 0 || flags > (FN_SWITCHES | FN_SETJMP)) {
+	if (fn < 0 || flags < 0 || flags > FN_ALL) {
 		PyErr_SetString(PyExc_ValueError, "bad function id or flags");
 		return NULL;
 	}

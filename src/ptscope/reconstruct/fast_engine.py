@@ -37,8 +37,10 @@ from ptscope.model import (
     StackSample,
 )
 from ptscope.reconstruct.engine import (
+    GOROUTINE_PARKERS,
+    GOROUTINE_SWITCHERS,
     SETJMPS,
-    SPECIAL_RETURNS,
+    SPECIAL_FUNCTIONS,
     STACK_SWITCHERS,
     EngineStats,
     LandingPadLookup,
@@ -354,8 +356,13 @@ class FastEngine:
             for name, i in zip(functions[known:], new, strict=True):
                 if i == len(self._names):
                     self._names.append(name)
-                    if name in SPECIAL_RETURNS:
-                        flags = (name in STACK_SWITCHERS) | (name in SETJMPS) << 1
+                    if name in SPECIAL_FUNCTIONS:
+                        flags = (
+                            (name in STACK_SWITCHERS)
+                            | (name in SETJMPS) << 1
+                            | (name in GOROUTINE_SWITCHERS) << 2
+                            | (name in GOROUTINE_PARKERS) << 3
+                        )
                         self._c.mark_function(i, flags)
             added = np.array(new, dtype=np.int32)
             sync.functions = (
