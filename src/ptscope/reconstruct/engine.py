@@ -293,7 +293,7 @@ def _after_call(th: _Thread, frame: Handle, ip: int) -> bool:
     """Does a return to ``ip`` land right after the call that created ``frame`` (or is
     that call unknown)? A return elsewhere is an exception's way out (OCaml's raise through
     ``caml_raise_exn``, the unwinder's return to a landing pad), not a return to the caller."""
-    site = th.fd[frame[_IX] * _FIELDS + _CALLSITE] & _MASK64
+    site: int = th.fd[frame[_IX] * _FIELDS + _CALLSITE] & _MASK64
     return site == 0 or 0 < ip - site <= _MAX_INSN
 
 
