@@ -238,7 +238,7 @@ def full_name_args(name: str) -> dict[str, str]:
 
 def full_name(shown: str, args: Mapping[str, object]) -> str:
     """The whole name of a slice shown as ``shown`` with ``args`` (its pieces joined)."""
-    pieces = []
+    pieces: list[str] = []
     while isinstance(piece := args.get(full_name_key(len(pieces))), str):
         pieces.append(piece)
     return "".join(pieces) if pieces else shown
