@@ -16,6 +16,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -139,6 +140,35 @@ def build_source(
 
 
 # ------------------------------------------------------------------------- tracing
+
+PTSCOPE = [sys.executable, "-m", "ptscope"]
+
+
+def ptscope(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> str:
+    """Run the ``ptscope`` command line; it must succeed without a traceback."""
+    out = subprocess.run(
+        [*PTSCOPE, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "Traceback" not in out.stderr, out.stderr
+    return out.stdout
+
+
+def record_and_decode(exe: Path, tmp: Path, *args: str, **env: str) -> tuple[Path, Path]:
+    """``ptscope run --backend emulated`` (dlfilter decoder, C engine): (trace, recording)."""
+    trace = tmp / "trace.fxt.gz"
+    rec = tmp / "rec"
+    ptscope(
+        "run", "--backend", "emulated", "--keep-recording", str(rec), "-o", str(trace),
+        "--", str(exe), *args, cwd=tmp, env=env,
+    )  # fmt: skip
+    return trace, rec
 
 
 @dataclass
