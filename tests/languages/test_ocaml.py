@@ -13,7 +13,6 @@ return lands on the handler. Which activation catches comes from the try bodies 
 from __future__ import annotations
 
 import re
-import struct
 from collections.abc import Callable
 from pathlib import Path
 
@@ -36,18 +35,6 @@ def function(name: str) -> str:
     return m.group(1) if m else name
 
 
-def log_lines(path: Path) -> list[str]:
-    """The program's binary log as the lines ``oracles.self_log_activations`` reads."""
-    data = path.read_bytes()
-    head, _, body = data.partition(b"\n")
-    names = head.decode().split()
-    out = []
-    for (v,) in struct.iter_unpack("<q", body):
-        kind, ident = v & 3, v >> 8
-        out.append(f"E {ident} {names[(v >> 2) & 63]}" if kind == 1 else f"{'__XC'[kind]} {ident}")
-    return out
-
-
 def trees(slices: dict[int, list[oracles.TraceSlice]], keep: Callable[[str], bool]) -> oracles.Tree:
     (thread,) = slices.values()
     return oracles.nest(((s.start, s.end, function(s.name)) for s in thread), keep)
@@ -58,7 +45,7 @@ def traced(tmp: Path, debug: bool, *scenarios: str) -> tuple[oracles.Tree, Path,
     exe = programs.build("ocaml_exceptions", extra=["-g"] if debug else [])
     log = tmp / "ocaml.log"
     trace, rec = record_and_decode(exe, tmp, *scenarios, PTSCOPE_OCAML_LOG=str(log))
-    return oracles.self_log_tree(log_lines(log)), log, trace, rec
+    return oracles.self_log_tree(log), log, trace, rec
 
 
 @pytest.fixture(params=[False, True], ids=["plain", "g"], scope="module")
@@ -71,7 +58,7 @@ def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 
 def test_every_raise_ends_the_frames_up_to_its_handler(run: tuple) -> None:
     expected, log, trace, rec = run
-    keep = {a.name for a in oracles.self_log_activations(log_lines(log))}.__contains__
+    keep = {a.name for a in oracles.self_log_activations(log)}.__contains__
     # The log itself holds every scenario: 10,000 loop steps, half of them raising.
     assert sum(1 for _, n in expected if n == "step") == 10_000
     assert {"after", "dive", "quiet", "odd", "visit"} <= {n for _, n in expected}
@@ -102,7 +89,7 @@ def test_negative_control_without_debug_info_an_older_activation_of_the_raiser(
     decoders drop as they drop every jump inside a function. The comparison with the
     program's log sees it (the test can fail); with -g the same program is exact."""
     expected, log, trace, _ = traced(tmp_path, False, "again")
-    keep = {a.name for a in oracles.self_log_activations(log_lines(log))}.__contains__
+    keep = {a.name for a in oracles.self_log_activations(log)}.__contains__
     got = trees(oracles.fxt_slices(trace), keep)
     assert oracles.first_difference({0: expected}, {0: got}) is not None
 
@@ -117,7 +104,7 @@ def test_negative_control_the_reference_engine_without_the_rule(
     if not any("caml_raise_exn" in s.name for s in next(iter(oracles.fxt_slices(run[2]).values()))):
         pytest.skip("the build without -g raises by jumps, not through caml_raise_exn")
     monkeypatch.setattr(reference_engine, "_after_call", lambda *_: True)
-    keep = {a.name for a in oracles.self_log_activations(log_lines(log))}.__contains__
+    keep = {a.name for a in oracles.self_log_activations(log)}.__contains__
     (perf_data,) = rec.glob("perf.data*")
     got = trees(oracles.timeline_slices(fidelity.reference_timeline(perf_data)), keep)
     assert oracles.first_difference({0: expected}, {0: got}) is not None

@@ -1,9 +1,10 @@
 (* OCaml exceptions, native code: every function of ours logs its own enter and exit, and
    each handler logs which activation it runs in, so the program itself says which frames a
    raise ended (the oracle for ptscope's stacks). The log is an int per event, written at
-   exit to $PTSCOPE_OCAML_LOG: id lsl 8 lor code lsl 2 lor kind, where kind 1 is an enter
-   of function names.(code), 2 an exit, 3 a handler of activation id that ran. Scenarios
-   are chosen by the arguments (default: all). *)
+   exit to $PTSCOPE_OCAML_LOG: id lsl 16 lor code lsl 2 lor kind, where kind 1 is an enter
+   of function names.(code), 2 an exit, 3 a handler of activation id that ran (the format
+   of tests/support/oracles.py: self_log_activations). Scenarios are chosen by the
+   arguments (default: all). *)
 
 exception Found of int
 
@@ -18,11 +19,11 @@ let[@inline never] push v =
 
 let[@inline never] enter code =
   incr next_id;
-  push ((!next_id lsl 8) lor (code lsl 2) lor 1);
+  push ((!next_id lsl 16) lor (code lsl 2) lor 1);
   !next_id
 
-let[@inline never] leave id = push ((id lsl 8) lor 2)
-let[@inline never] caught id = push ((id lsl 8) lor 3)
+let[@inline never] leave id = push ((id lsl 16) lor 2)
+let[@inline never] caught id = push ((id lsl 16) lor 3)
 
 let[@inline never] after () =
   let me = enter 0 in

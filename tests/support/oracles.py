@@ -209,44 +209,41 @@ def _drop_dead_frames(stack: list[tuple[str, int, int]], r: CygRecord) -> None:
 # ---------------------------------------------------------- a program's own log
 
 
-def self_log_activations(path: Path | Iterable[str]) -> list[Activation]:
+def self_log_activations(path: Path) -> list[Activation]:
     """The calls a program logged itself, in the order they happened.
 
-    The corpus programs of other languages (``tests/programs/*.ml``, ``.go``, ``.rs``) log
-    lines ``E id name [stack]`` (activation ``id`` of function ``name`` entered, on stack
-    ``stack``: a goroutine, default 0), ``X id`` (it returned) and ``C id`` (a handler of
-    activation ``id`` ran: an exception ended every activation above it on its stack).
-    Each stack has its own chain of callers."""
-    stacks: dict[str, list[tuple[int, int]]] = {}  # stack -> [(id, index in calls)]
-    where: dict[int, str] = {}
+    The corpus programs of other languages (``tests/programs/*.ml``, ``.go``, ``.rs``)
+    write a line of their function names, then one little-endian int64 per event:
+    ``id << 16 | stack << 8 | function << 2 | kind``, kind 1 when activation ``id`` of
+    ``names[function]`` is entered on ``stack`` (a goroutine; 0 otherwise), 2 when it
+    returns, 3 when a handler of activation ``id`` runs (an exception ended every
+    activation above it on its stack). Each stack has its own chain of callers."""
+    head, _, body = path.read_bytes().partition(b"\n")
+    names = head.decode().split()
+    stacks: dict[int, list[tuple[int, int]]] = {}  # stack -> [(id, index in calls)]
+    where: dict[int, int] = {}
     calls: list[Activation] = []
-    lines = path.read_text().splitlines() if isinstance(path, Path) else path
-    for line in lines:
-        kind, ident, *rest = line.split()
-        a = int(ident)
-        if kind == "E":
-            stack_name = rest[1] if len(rest) > 1 else "0"
-            stack = stacks.setdefault(stack_name, [])
-            where[a] = stack_name
+    for (v,) in struct.iter_unpack("<q", body):
+        kind, a, stack_id = v & 3, v >> 16, (v >> 8) & 0xFF
+        if kind == 1:
+            stack = stacks.setdefault(stack_id, [])
+            where[a] = stack_id
             parent = stack[-1][1] if stack else -1
             stack.append((a, len(calls)))
-            calls.append(Activation(rest[0], stack_name, parent, len(stack) - 1))
+            calls.append(Activation(names[(v >> 2) & 63], stack_id, parent, len(stack) - 1))
             continue
-        stack = stacks.get(where.get(a, ""), [])
+        stack = stacks.get(where.get(a, -1), [])
         ids = [i for i, _ in stack]
         if a not in ids:
-            raise OracleError(f"{path}: {line!r} names no running activation")
+            raise OracleError(f"{path}: event {v:#x} names no running activation")
         k = ids.index(a)
-        if kind == "X":
-            if k != len(stack) - 1:
-                raise OracleError(f"{path}: {line!r} returns from below the top")
-            del stack[k:]
-        else:
-            del stack[k + 1 :]
+        if kind == 2 and k != len(stack) - 1:
+            raise OracleError(f"{path}: activation {a} returns from below the top")
+        del stack[k if kind == 2 else k + 1 :]
     return calls
 
 
-def self_log_tree(path: Path | Iterable[str]) -> Tree:
+def self_log_tree(path: Path) -> Tree:
     """The call tree of a program's own log (one thread)."""
     return [(a.depth, a.name) for a in self_log_activations(path)]
 
