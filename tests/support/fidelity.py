@@ -203,9 +203,11 @@ def trace(
     return Traced(exe, out, perf_data, directory)
 
 
-def reference_timeline(perf_data: Path) -> Timeline:
-    """The Python reference engine's timeline, fed by perf's text decoder."""
-    engine = TraceSegmentEngine(landing_pads=LandingPads().call_sites_landing_at)
+def reference_timeline(perf_data: Path, *, landing_pads: bool = True) -> Timeline:
+    """The Python reference engine's timeline, fed by perf's text decoder (without the
+    binaries' landing pads when ``landing_pads`` is false: a negative control)."""
+    pads = LandingPads().call_sites_landing_at if landing_pads else None
+    engine = TraceSegmentEngine(landing_pads=pads)
     for batch in decode_perf_data_text(perf_data):
         engine.feed_all(batch)
     timeline = engine.finish()
