@@ -28,6 +28,10 @@ from typing import Final
 __all__ = ["demangle", "is_mangled", "readable_symbol"]
 
 _TIMEOUT_S: Final = 30.0
+# No recursion limit: long template argument lists need more.
+_COMMAND: Final = ("c++filt", "--no-params", "--no-recurse-limit")
+_LINE_LIMIT: Final = 32_000  # c++filt cuts longer lines from its input
+_ARG_LIMIT: Final = 128 * 1024 - 1  # Linux's limit on one argument (MAX_ARG_STRLEN)
 _CLONE_SUFFIX: Final = re.compile(
     r"(?:\.(?:cold|part|isra|constprop|lto_priv|localalias)(?:\.\d+)*)+$"
 )
@@ -73,14 +77,15 @@ class _Filter:
         self._restarts = 3
 
     def ask(self, name: str) -> str:
+        if len(name) > _LINE_LIMIT:
+            return _one_off(name)
         with self._lock:
             if self._failed or "\n" in name:
                 return name
             try:
                 if self._proc is None:
                     self._proc = subprocess.Popen(
-                        # No recursion limit: long template argument lists need more.
-                        ["c++filt", "--no-params", "--no-recurse-limit"],
+                        _COMMAND,
                         stdin=subprocess.PIPE,
                         stdout=subprocess.PIPE,
                         stderr=subprocess.DEVNULL,
@@ -107,6 +112,21 @@ class _Filter:
             self._proc.kill()
             self._proc.wait()
             self._proc = None
+
+
+def _one_off(name: str) -> str:
+    """``name`` demangled by a ``c++filt`` of its own, given it as an argument (c++filt
+    reads at most 32,767 characters a line; an argument may be up to 128 KiB)."""
+    if len(name) > _ARG_LIMIT or shutil.which("c++filt") is None:
+        return name
+    try:
+        done = subprocess.run(
+            [*_COMMAND, name], capture_output=True, text=True, timeout=_TIMEOUT_S, check=True
+        )
+    except (OSError, subprocess.SubprocessError):
+        return name
+    out = done.stdout.removesuffix("\n")
+    return out if out and "\n" not in out else name
 
 
 _filter = _Filter()
