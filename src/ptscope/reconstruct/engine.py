@@ -432,7 +432,10 @@ class TraceSegmentEngine:
                     len(frames) >= 2
                     and frames[-2][_FN] == ev.dst.function
                     and ev.src.function not in special
-                    and _after_call(th, frames[-1], ev.dst.ip)
+                    and (  # _after_call, inline
+                        not (site := th.fd[frames[-1][_IX] * _FIELDS + _CALLSITE] & _MASK64)
+                        or 0 < ev.dst.ip - site <= _MAX_INSN
+                    )
                 ):
                     log = th.log
                     th.fd[frames.pop()[_IX] * _FIELDS + _END] = len(log)
