@@ -70,6 +70,17 @@ def test_every_raise_ends_the_frames_up_to_its_handler(run: tuple) -> None:
     assert diff is None, f"Python reference engine: {diff}"
 
 
+def test_every_function_has_its_own_name(run: tuple) -> None:
+    """perf names a module's first function by the module's code_begin label; the decode
+    stage gives it its own name from the symbol table."""
+    _, _, trace, _ = run
+    (thread,) = oracles.fxt_slices(trace).values()
+    names = {s.name for s in thread}
+    assert "caml_program" in names  # at the label caml_startup__code_begin
+    assert not [n for n in names if n.endswith(("code_begin", "code_end"))]
+    assert any(n.startswith("Stdlib.List.iter_") for n in names)  # perf's OCaml spelling
+
+
 def test_a_try_in_a_loop_keeps_the_stack_flat(run: tuple) -> None:
     _, _, trace, _ = run
     (thread,) = oracles.fxt_slices(trace).values()

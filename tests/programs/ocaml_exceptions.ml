@@ -12,7 +12,7 @@ let events = Array.make 200_000 0
 let count = ref 0
 let next_id = ref 0
 
-(* The first function of a module is also named Module.code_begin by perf: a helper. *)
+(* The module's first function: perf names it by the label Ocaml_exceptions.code_begin. *)
 let[@inline never] push v =
   events.(!count) <- v;
   incr count

@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
+from ptscope.decode.ocaml_names import is_ocaml_label, ocaml_function_name
 from ptscope.demangle import readable_symbol
 from ptscope.model import (
     NOWHERE,
@@ -307,7 +308,8 @@ def make_location(ip: int, symbol: str | None, offset: int, dso: str | None) -> 
     perf prints an unresolved address as ``[unknown]`` with no offset, and an address in
     no mapping with the DSO ``[unknown]``; address 0 (the source of ``tr strt``, the
     target of ``tr end``) is :data:`ptscope.model.NOWHERE`. A C++ or Rust name that perf
-    left mangled is demangled here (``ptscope.demangle``).
+    left mangled is demangled here (``ptscope.demangle``), and an OCaml function that perf
+    named by its module's ``code_begin`` label gets its own name (``ocaml_names``).
     """
     if symbol is None:
         if ip == 0:
@@ -315,6 +317,8 @@ def make_location(ip: int, symbol: str | None, offset: int, dso: str | None) -> 
         return Location(ip, UNKNOWN_SYMBOL, -1, dso if dso is not None else UNKNOWN_SYMBOL)
     if symbol.startswith(("_Z", "_R")):
         symbol = readable_symbol(symbol)
+    elif dso is not None and is_ocaml_label(symbol):
+        symbol = ocaml_function_name(symbol, dso)
     return Location(ip, symbol, offset, dso if dso is not None else UNKNOWN_SYMBOL)
 
 
