@@ -72,7 +72,7 @@ def test_names_are_readable(run: tuple) -> None:
     assert not [n for n in names if re.search(r"::h[0-9a-f]{16}$", n)]  # no legacy hash
     assert {"rust_panics::dive", "<rust_panics::Square as rust_panics::Shape>::area"} <= names
     # Generic arguments: v0 names carry them (legacy names only hash them).
-    generic = "rust_panics::largest::<u64>" if mangling == "v0" else "rust_panics::largest"
+    generic = "rust_panics::pick::<u64>" if mangling == "v0" else "rust_panics::pick"
     assert generic in names
     closure = "{closure#0}" if mangling == "v0" else "{{closure}}"
     assert f"rust_panics::main::{closure}" in names  # the panic hook

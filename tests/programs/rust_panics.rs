@@ -143,22 +143,16 @@ impl Shape for Square {
 }
 
 #[inline(never)]
-fn largest<T: PartialOrd + Copy>(items: &[T]) -> T {
-    let mut best = items[0];
-    for &item in items {
-        if item > best {
-            best = item;
-        }
-    }
-    best
+fn pick<T: Copy>(items: &[T], at: usize) -> T {
+    items[at % items.len()]
 }
 
 #[inline(never)]
 fn shapes() -> u64 {
     let me = enter(6);
     let boxed: Vec<Box<dyn Shape>> = vec![Box::new(Square(3))];
-    let items = [3u64, 9, std::env::args().count() as u64]; // not known when compiling
-    let r = boxed.iter().map(|s| s.area()).sum::<u64>() + largest(&items);
+    let at = std::env::args().count(); // not known when compiling
+    let r = boxed.iter().map(|s| s.area()).sum::<u64>() + pick(&[3u64, 9, 4], at);
     leave(me);
     r
 }

@@ -1172,6 +1172,20 @@ static void return_slow(Engine *e, Thread *th, int32_t src, int32_t dst, int64_t
 	first_frame(e, th, c, dst, FL_INFERRED);
 }
 
+/* engine.py: _end_every_frame (then no context is left) */
+static void end_every_frame(Engine *e, Thread *th, int64_t end)
+{
+	for (size_t j = th->nctx; j-- > 0;) {
+		Ctx *c = th->ctxs[j];
+		for (size_t k = 0; k < c->nframes; k++)
+			close_frame(e, th, c->frames[k].ix, end, FL_OPEN_AT_END);
+		c->nframes = 0;
+		if (j > 0 && c->detached)
+			end = th->ctxs[j - 1]->suspend_slot;
+	}
+	pop_ctxs(e, th, 0);
+}
+
 /* engine.py: _goroutine_switch */
 static void goroutine_switch(Engine *e, Thread *th, int32_t src, int32_t dst, int64_t t)
 {
@@ -1189,16 +1203,7 @@ static void goroutine_switch(Engine *e, Thread *th, int32_t src, int32_t dst, in
 	}
 	/* Another goroutine, or a new one: every frame of the thread ends here. */
 	int64_t slot = take_slot(e, th, t, START_SLOT);
-	int64_t end = slot;
-	for (size_t j = th->nctx; j-- > 0;) {
-		Ctx *k = th->ctxs[j];
-		for (size_t m = 0; m < k->nframes; m++)
-			close_frame(e, th, k->frames[m].ix, end, FL_OPEN_AT_END);
-		k->nframes = 0;
-		if (j > 0 && k->detached)
-			end = th->ctxs[j - 1]->suspend_slot;
-	}
-	pop_ctxs(e, th, 0);
+	end_every_frame(e, th, slot);
 	c = push_ctx(e, th, true, slot);
 	e->segments_started++;
 	first_frame(e, th, c, dst, e->loc_off[dst] == 0 ? 0 : FL_INFERRED);
@@ -1450,16 +1455,7 @@ static void branch_slow(Engine *e, Thread *th, int kind, int state, bool in_tx, 
  * written. */
 static void close_all(Engine *e, Thread *th)
 {
-	int64_t end = take_slot(e, th, th->last_time, 0);
-	for (size_t j = th->nctx; j-- > 0;) {
-		Ctx *c = th->ctxs[j];
-		for (size_t k = 0; k < c->nframes; k++)
-			close_frame(e, th, c->frames[k].ix, end, FL_OPEN_AT_END);
-		c->nframes = 0;
-		if (j > 0 && c->detached)
-			end = th->ctxs[j - 1]->suspend_slot;
-	}
-	pop_ctxs(e, th, 0);
+	end_every_frame(e, th, take_slot(e, th, th->last_time, 0));
 	resolve(e, th, 0);
 	flush_groups(e, th, true);
 	th->closed = true;

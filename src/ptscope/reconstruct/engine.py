@@ -778,14 +778,8 @@ class TraceSegmentEngine:
                     self._close_above(th, ctx, i, self._slot(th, t), 0)
                     return
         slot = self._slot(th, t, _START_SLOT)
+        self._end_every_frame(th, slot)
         ctxs = th.ctxs
-        end = slot
-        for j in range(len(ctxs) - 1, -1, -1):
-            c = ctxs[j]
-            for f in c.frames:
-                self._close(th, f, end, _OPEN_AT_END)
-            if j > 0 and c.detached:
-                end = ctxs[j - 1].suspend_slot
         ctxs[:] = [_Context(-1, True, slot)]  # in place: feed_all holds the list
         self.stats.segments_started += 1
         self._first_frame(th, ctxs[0], dst, 0 if dst.offset == 0 else _INFERRED)
@@ -1040,7 +1034,11 @@ class TraceSegmentEngine:
         return timeline
 
     def _close_all(self, th: _Thread) -> None:
-        end = self._slot(th, th.last_time)
+        self._end_every_frame(th, self._slot(th, th.last_time))
+
+    def _end_every_frame(self, th: _Thread, end: int) -> None:
+        """Close every open frame of the thread at slot ``end``: a detached context's where
+        the one above it began (its frames stopped there)."""
         ctxs = th.ctxs
         for j in range(len(ctxs) - 1, -1, -1):
             c = ctxs[j]
