@@ -28,6 +28,7 @@ __all__ = [
     "ARG_FLAGS",
     "ARG_INSTRUCTIONS",
     "ARG_PROCESS",
+    "ARG_TIME_AXIS",
     "ARG_TIME_BASE",
     "CATEGORY",
     "CONTINUED_TEXT",
@@ -345,6 +346,8 @@ ARG_FLAGS: Final = "flags"
 """string arg on a slice: its ``SliceFlags`` as ``inferred_start|open_at_end`` (absent when
 none are set); unnamed bits read ``bit<N>``."""
 ARG_COUNTER_VALUE: Final = "value"
+ARG_TIME_AXIS: Final = "time_axis"
+"""string arg on process records when ticks are not ns: "instructions" or "cycles"."""
 ARG_CONTINUED: Final = "continued"
 """string arg on a slice cut at the boundary of a split trace's part (absent otherwise)."""
 CONTINUED_TEXT: Final = {
