@@ -58,6 +58,10 @@ class OracleError(Exception):
     """The oracle's own data is inconsistent (a bug in the test, not in ptscope)."""
 
 
+class OracleBlind(OracleError):
+    """The oracle could not see this run (it says so itself): nothing to compare."""
+
+
 def base_name(name: str) -> str:
     """A function's name without C++ parameters and without compiler clone suffixes
     (``f3.isra.0`` and ``f3`` are one function to an oracle that logs the original)."""
@@ -263,6 +267,10 @@ def uftrace_trees(data: Path, keep: Callable[[str], bool]) -> Trees:
     )
     if out.returncode != 0:
         raise OracleError(f"uftrace replay failed: {out.stderr.strip()[:300]}")
+    if "LOST" in out.stdout or "lost" in out.stderr.lower():
+        # uftrace drops records when its buffers fill faster than its writer empties
+        # them (a loaded machine): its tree is then incomplete.
+        raise OracleBlind("uftrace lost records")
     stacks: dict[int, list[str]] = {}
     trees: Trees = {}
     for line in out.stdout.splitlines():

@@ -47,6 +47,9 @@ _OMIT: Final = 0xFF
 
 Ranges = tuple[tuple[int, int], ...]
 
+# DW_EH_PE value formats of fixed size: absptr, udata2/4/8, sdata2/4/8.
+_FIXED: Final = {0x00: "<Q", 0x02: "<H", 0x03: "<I", 0x04: "<Q", 0x0A: "<h", 0x0B: "<i", 0x0C: "<q"}
+
 # ocamlopt's pushtrap: lea rel32(%rip),%r11; push %r11; then push 0xNN(%r14); mov
 # %rsp,0xNN(%r14) (4.13+, the trap pointer in the domain state) or push %r14; mov %rsp,%r14.
 _OCAML_PUSHTRAP: Final = re.compile(
@@ -116,24 +119,12 @@ class _Reader:
         """A pointer in DW_EH_PE encoding ``enc`` (pcrel, datarel... applied)."""
         here = self.base + self.pos
         kind = enc & 0x0F
-        if kind == 0x00:
-            v = self.fixed("<Q")
-        elif kind == 0x01:
+        if kind == 0x01:
             v = self.uleb()
-        elif kind == 0x02:
-            v = self.fixed("<H")
-        elif kind == 0x03:
-            v = self.fixed("<I")
-        elif kind == 0x04:
-            v = self.fixed("<Q")
         elif kind == 0x09:
             v = self.sleb()
-        elif kind == 0x0A:
-            v = self.fixed("<h")
-        elif kind == 0x0B:
-            v = self.fixed("<i")
-        elif kind == 0x0C:
-            v = self.fixed("<q")
+        elif kind in _FIXED:
+            v = self.fixed(_FIXED[kind])
         else:
             raise ValueError(f"pointer encoding {enc:#x}")
         rel = enc & 0x70

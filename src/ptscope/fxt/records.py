@@ -29,6 +29,7 @@ __all__ = [
     "ARG_FULL_NAME",
     "ARG_INSTRUCTIONS",
     "ARG_PROCESS",
+    "ARG_TIME_AXIS",
     "ARG_TIME_BASE",
     "CATEGORY",
     "CONTINUED_TEXT",
@@ -395,6 +396,8 @@ ARG_FLAGS: Final = "flags"
 """string arg on a slice: its ``SliceFlags`` as ``inferred_start|open_at_end`` (absent when
 none are set); unnamed bits read ``bit<N>``."""
 ARG_COUNTER_VALUE: Final = "value"
+ARG_TIME_AXIS: Final = "time_axis"
+"""string arg on process records when ticks are not ns: "instructions" or "cycles"."""
 ARG_CONTINUED: Final = "continued"
 """string arg on a slice cut at the boundary of a split trace's part (absent otherwise)."""
 ARG_FULL_NAME: Final = "full_name"

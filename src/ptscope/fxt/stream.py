@@ -88,6 +88,7 @@ class TraceStream:
         compress: bool | None = None,
         gzip_level: int | None = None,
         processes: dict[int, str] | None = None,
+        time_axis: str = "time",
     ) -> None:
         if split_size is not None and split_time is not None:
             raise ValueError("split by size or by time, not both")
@@ -98,6 +99,7 @@ class TraceStream:
         self._compress = compress
         self._gzip_level = gzip_level
         self._names: dict[int, str] = dict(processes or {})
+        self.time_axis = time_axis
         self._parts: list[_Part] = []
         self._bounds: list[int] = []  # start of parts 1, 2, ... (part 0 starts at the base)
         self._latest_end = time_base
@@ -128,7 +130,9 @@ class TraceStream:
 
     def _process(self, part: _Part, pid: int, name: str) -> None:
         part.processes.add(pid)
-        part.writer.process(pid, name)
+        # On another time axis a tick is an instruction or a cycle: the records say so.
+        extra = {rec.ARG_TIME_AXIS: self.time_axis} if self.time_axis != "time" else None
+        part.writer.process(pid, name, extra)
 
     def _part_of(self, time: int) -> int:
         """The part a point in time falls into, opening parts as time goes on (time split)."""
@@ -170,8 +174,15 @@ class TraceStream:
         self.names = batch.names
         if not n:
             return
-        pairs = np.unique((batch.pid << 32) | (batch.tid & 0xFFFFFFFF))
-        self.threads.update((int(k >> 32), int(k & 0xFFFFFFFF)) for k in pairs.tolist())
+        if (
+            batch.pid[0] == batch.pid[-1]
+            and batch.tid[0] == batch.tid[-1]
+            and (np.all(batch.tid == batch.tid[0]) and np.all(batch.pid == batch.pid[0]))
+        ):
+            self.threads.add((int(batch.pid[0]), int(batch.tid[0])))
+        else:
+            pairs = np.unique((batch.pid << 32) | (batch.tid & 0xFFFFFFFF))
+            self.threads.update((int(k >> 32), int(k & 0xFFFFFFFF)) for k in pairs.tolist())
         width = len(batch.names)
         if len(self.calls) < width:
             self.calls = np.concatenate([self.calls, np.zeros(width - len(self.calls), np.int64)])
@@ -226,9 +237,13 @@ class TraceStream:
         continued: npt.NDArray[np.uint8] | None,
     ) -> None:
         pid, tid = batch.pid[rows], batch.tid[rows]
-        order = np.lexsort((np.arange(len(rows)), tid, pid))  # stable: keeps close order
-        keys = (pid[order] << 32) | (tid[order] & 0xFFFFFFFF)
-        cuts = np.flatnonzero(np.diff(keys)) + 1
+        if np.all(pid == pid[0]) and np.all(tid == tid[0]):
+            order = np.arange(len(rows))  # one thread (the common case): no sort
+            cuts = np.zeros(0, dtype=np.intp)
+        else:
+            order = np.lexsort((np.arange(len(rows)), tid, pid))  # stable: keeps close order
+            keys = (pid[order] << 32) | (tid[order] & 0xFFFFFFFF)
+            cuts = np.flatnonzero(np.diff(keys)) + 1
         insns, cycles = batch.instructions[rows], batch.cycles[rows]
         if continued is not None:
             whole = continued == 0

@@ -490,11 +490,12 @@ class FxtWriter:
 
     # -- records ----------------------------------------------------------------------
 
-    def process(self, pid: int, name: str) -> None:
-        """Name a process (a kernel-object record that also carries the time base)."""
+    def process(self, pid: int, name: str, extra: Mapping[str, ArgValue] | None = None) -> None:
+        """Name a process (a kernel-object record that also carries the time base, and the
+        ``extra`` args)."""
         self._strings.clock += 1
         name_ref = self._strings.ref(name)
-        args = [rec.arg_i64(self._arg_time_base, self.time_base)]
+        args = [rec.arg_i64(self._arg_time_base, self.time_base), *self._args(extra)]
         self._emit(rec.kernel_object_record(rec.KernelObjectType.PROCESS, pid, name_ref, args))
         self.stats.kernel_objects += 1
 

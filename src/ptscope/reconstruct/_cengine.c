@@ -108,10 +108,16 @@ typedef struct {
 	size_t n, cap;
 } Vec;
 
-/* A slot's resolved time and the cumulative instruction/cycle counts in force there. */
+/* A slot's resolved time (on the engine's time axis), the cumulative instruction/cycle
+ * counts in force there, and its perf time (as the event said, not spread: what
+ * `perf script --time` selects by). */
 typedef struct {
-	int64_t time, insn, cyc;
+	int64_t time, insn, cyc, real;
 } SlotValue;
+
+/* What slot times measure (engine.py: the events' times; the other axes are the thread's
+ * cumulative instruction or cycle counts, as if events carried those as their times). */
+enum { AXIS_TIME, AXIS_INSTRUCTIONS, AXIS_CYCLES };
 
 /* One function activation (engine.py: a frame's fields), in its thread's arena. */
 typedef struct {
@@ -187,7 +193,7 @@ typedef struct {
 	/* slots: [0, done) resolved; the window holds [done, nslots), all one timestamp */
 	int64_t nslots, done;
 	int64_t last_raw; /* the newest slot's raw value (time*4 + flags) */
-	Vec win_raw, win_insn, win_cyc;
+	Vec win_raw, win_insn, win_cyc, win_real;
 	SlotValue *win_out; /* resolution scratch */
 	size_t capout;
 	int64_t lasting, top; /* the catch-up clock (engine._slot_times) */
@@ -255,7 +261,7 @@ static uint8_t kind_state[FLAG_TABLE_SIZE]; /* classify() of every value, filled
 
 /* Output columns, drained by take_output(). */
 enum { O_PID, O_TID, O_START, O_END, O_NAME, O_ADDR, O_INSN, O_CYC, O_FLAGS, O_SSLOT, O_ESLOT,
-       NOUT };
+       O_RSTART, O_REND, NOUT };
 enum { I_PID, I_TID, I_TIME, I_MSG, NINST };
 enum { N_PID, N_TID, N_TIME, N_NAME, N_VALUE, NCTR };
 
@@ -283,6 +289,7 @@ typedef struct {
 	Py_ssize_t nexamples, max_examples;
 	Vec out[NOUT], inst[NINST], ctr[NCTR];
 	bool keep_slots;
+	int axis; /* AXIS_* */
 	bool broken, closed;
 	jmp_buf jb;
 } Engine;
@@ -508,7 +515,8 @@ static void resolve(Engine *e, Thread *th, int64_t span)
 			th->top = x;
 			th->clock_started = true;
 		}
-		out[k] = (SlotValue){th->top + th->lasting, th->win_insn.v[k], th->win_cyc.v[k]};
+		out[k] = (SlotValue){th->top + th->lasting, th->win_insn.v[k], th->win_cyc.v[k],
+				     th->win_real.v[k]};
 		th->lasting += (raw[k] & (CALL_SLOT | START_SLOT)) != 0;
 	}
 	int64_t lo = th->done, hi = th->nslots;
@@ -524,7 +532,7 @@ static void resolve(Engine *e, Thread *th, int64_t span)
 		}
 	}
 	th->done = hi;
-	th->win_raw.n = th->win_insn.n = th->win_cyc.n = 0;
+	th->win_raw.n = th->win_insn.n = th->win_cyc.n = th->win_real.n = 0;
 	/* Every waiter waits for a slot of the window: all are served. Serving may not add
 	 * waiters (a frame is written, or freed, nothing more). */
 	size_t nw = th->nwait;
@@ -571,6 +579,11 @@ static void resolve(Engine *e, Thread *th, int64_t span)
  * timestamps: a slot with another timestamp ends the run, which can then be spread. */
 static int64_t take_slot(Engine *e, Thread *th, int64_t t, int flags)
 {
+	int64_t real = t;
+	if (e->axis == AXIS_INSTRUCTIONS)
+		t = th->cum_insn;
+	else if (e->axis == AXIS_CYCLES)
+		t = th->cum_cyc;
 	if (th->win_raw.n) {
 		int64_t value = th->last_raw >> 2;
 		if (t != value)
@@ -582,6 +595,7 @@ static int64_t take_slot(Engine *e, Thread *th, int64_t t, int flags)
 	vec_push(e, &th->win_raw, raw);
 	vec_push(e, &th->win_insn, th->cum_insn);
 	vec_push(e, &th->win_cyc, th->cum_cyc);
+	vec_push(e, &th->win_real, real);
 	th->last_raw = raw;
 	return th->nslots++;
 }
@@ -679,6 +693,8 @@ static void emit_slice(Engine *e, Thread *th, Frame *f, int64_t ix)
 		vec_push(e, &e->out[O_SSLOT], f->start_slot);
 		vec_push(e, &e->out[O_ESLOT], f->end_slot);
 	}
+	vec_push(e, &e->out[O_RSTART], f->start.real);
+	vec_push(e, &e->out[O_REND], f->end.real);
 	e->slices_out++;
 }
 
@@ -1411,7 +1427,7 @@ static void apply(Engine *e, Thread *th, int kind, int state, int32_t src, int32
 /* engine.py: _gap_slot */
 static inline void gap_slot(Engine *e, Thread *th, int64_t gap_time, int64_t t)
 {
-	if ((th->last_raw >> 2) < gap_time && gap_time < t)
+	if (e->axis == AXIS_TIME && (th->last_raw >> 2) < gap_time && gap_time < t)
 		take_slot(e, th, gap_time, 0);
 }
 
@@ -1483,11 +1499,16 @@ static void close_all(Engine *e, Thread *th)
 
 static int engine_init(Engine *e, PyObject *args, PyObject *kwds)
 {
-	static char *kwlist[] = {"max_examples", "keep_slots", NULL};
+	static char *kwlist[] = {"max_examples", "keep_slots", "axis", NULL};
 	Py_ssize_t max_examples = 5;
-	int keep_slots = 0;
-	if (!PyArg_ParseTupleAndKeywords(args, kwds, "|np", kwlist, &max_examples, &keep_slots))
+	int keep_slots = 0, axis = AXIS_TIME;
+	if (!PyArg_ParseTupleAndKeywords(args, kwds, "|npi", kwlist, &max_examples, &keep_slots,
+					 &axis))
 		return -1;
+	if (axis < AXIS_TIME || axis > AXIS_CYCLES) {
+		PyErr_SetString(PyExc_ValueError, "axis: 0 time, 1 instructions, 2 cycles");
+		return -1;
+	}
 	if (e->threads || e->nloc) {
 		PyErr_SetString(PyExc_RuntimeError, "the engine is already initialised");
 		return -1;
@@ -1502,6 +1523,7 @@ static int engine_init(Engine *e, PyObject *args, PyObject *kwds)
 	}
 	e->max_examples = max_examples;
 	e->keep_slots = keep_slots;
+	e->axis = axis;
 	return 0;
 }
 
@@ -1512,6 +1534,7 @@ static void free_thread(Thread *th)
 	free(th->win_raw.v);
 	free(th->win_insn.v);
 	free(th->win_cyc.v);
+	free(th->win_real.v);
 	free(th->win_out);
 	free(th->waiters);
 	for (size_t g = 0; g < th->ngroups; g++)
@@ -1921,6 +1944,12 @@ static PyObject *engine_memory(Engine *e, PyObject *Py_UNUSED(ignored))
 			     "slices_written", (long long)e->slices_out);
 }
 
+/* Slices written and not yet taken. */
+static PyObject *engine_pending(Engine *e, PyObject *Py_UNUSED(ignored))
+{
+	return PyLong_FromSize_t(e->out[O_PID].n + e->inst[I_PID].n + e->ctr[N_PID].n);
+}
+
 /* The earliest time of any thread's first slot (no slice starts before it), or None. */
 static PyObject *engine_first_time(Engine *e, PyObject *Py_UNUSED(ignored))
 {
@@ -2061,7 +2090,8 @@ static PyObject *vecs_blocks(Vec *v, int n)
 
 /* Everything written since the last call: (slices, instants, counters), each a tuple of
  * int64 Blocks (slices: pid, tid, start, end, name id, address, instructions, cycles,
- * flags, start slot, end slot; the slots empty unless keep_slots; instants: pid, tid,
+ * flags, start slot, end slot, perf time at start, perf time at end; the slots empty unless
+ * keep_slots; instants: pid, tid,
  * time, message id; counters: pid, tid, time, name id, value). */
 static PyObject *engine_take_output(Engine *e, PyObject *Py_UNUSED(ignored))
 {
@@ -2188,6 +2218,8 @@ static PyMethodDef engine_methods[] = {
 	 "unexpected, ignored)"},
 	{"memory", (PyCFunction)engine_memory, METH_NOARGS,
 	 "what the engine holds now (live frames, window, waiters, held spines...)"},
+	{"pending", (PyCFunction)engine_pending, METH_NOARGS,
+	 "slices, instants and counters written and not yet taken"},
 	{"first_time", (PyCFunction)engine_first_time, METH_NOARGS,
 	 "the earliest time any slice can start (None before any event)"},
 	{"examples", (PyCFunction)engine_examples, METH_NOARGS,

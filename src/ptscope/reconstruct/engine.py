@@ -376,8 +376,10 @@ class TraceSegmentEngine:
         thread_of = self._thread
         call, ret, jump, cjump, no_change = _CALL, _RETURN, _JUMP, _CJUMP, _ST_NONE
         special = SPECIAL_RETURNS
+        mask, max_insn = _MASK64, _MAX_INSN
         th: _Thread | None = None
         ctxs: list[_Context] = []
+        fd = array("q")
         cur_pid = cur_tid = -2
         count = 0
         for ev in events:
@@ -390,6 +392,7 @@ class TraceSegmentEngine:
                 cur_tid = ev.tid
                 th = thread_of(cur_pid, cur_tid, ev.gap_time or ev.time)
                 ctxs = th.ctxs
+                fd = th.fd  # extended in place: the same array for the thread's life
             if ev.in_tx or th.txq:
                 slow(ev)
                 continue
@@ -433,8 +436,8 @@ class TraceSegmentEngine:
                     and frames[-2][_FN] == ev.dst.function
                     and ev.src.function not in special
                     and (  # _after_call, inline
-                        not (site := th.fd[frames[-1][_IX] * _FIELDS + _CALLSITE] & _MASK64)
-                        or 0 < ev.dst.ip - site <= _MAX_INSN
+                        not (site := fd[frames[-1][1] * 6 + 5] & mask)
+                        or 0 < ev.dst.ip - site <= max_insn
                     )
                 ):
                     log = th.log
