@@ -8,9 +8,11 @@ STAMP := $(VENV)/.installed
 APT_PACKAGES := linux-perf qemu-user uftrace gcc g++ make lld rustc
 # A command that must exist for each package above (same order).
 APT_COMMANDS := perf qemu-x86_64 uftrace gcc g++ make ld.lld rustc
-# Only the tests need these: a real browser for the flame graph SVG test.
-TEST_APT_PACKAGES := chromium
-TEST_APT_COMMANDS := chromium
+# Only the tests need these: a real browser for the flame graph SVG test, the OCaml and Go
+# compilers for the corpus programs in those languages (rustc is in APT_PACKAGES: any
+# rustc on PATH will do, rustup's too).
+TEST_APT_PACKAGES := chromium ocaml-nox golang-go
+TEST_APT_COMMANDS := chromium ocamlopt go
 PYTEST_ARGS ?=
 
 .PHONY: help deps system-deps test-system-deps venv demo test lint format unit bench fuzz clean
@@ -35,7 +37,7 @@ endef
 system-deps: ## install missing Debian packages (perf, qemu-user, uftrace, compilers, lld, rustc) when root
 	$(call apt_install,$(APT_COMMANDS),$(APT_PACKAGES))
 
-test-system-deps: ## install what only the tests need (chromium) when root
+test-system-deps: ## install what only the tests need (chromium, ocaml-nox, golang-go) when root
 	$(call apt_install,$(TEST_APT_COMMANDS),$(TEST_APT_PACKAGES))
 
 $(STAMP): pyproject.toml setup.py $(wildcard src/ptscope/_native/*.c src/ptscope/_native/*.h src/ptscope/reconstruct/*.c)

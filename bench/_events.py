@@ -31,6 +31,7 @@ def generate_events(n: int, *, seed: int = 1, threads: int = 1) -> list[BranchEv
 
     events: list[BranchEvent] = []
     stacks = {tid: ["main_loop"] for tid in range(1, threads + 1)}
+    sites: dict[int, list[int]] = {tid: [] for tid in stacks}  # call sites, as stacks
     base["main_loop"] = 0x300000
     time = 1_000_000
     call, ret, jmp, jcc = (
@@ -51,11 +52,12 @@ def generate_events(n: int, *, seed: int = 1, threads: int = 1) -> list[BranchEv
             callee = rng.choice(funcs)
             events.append(BranchEvent(1, tid, time, call, none, loc(cur, off), loc(callee, 0)))
             stack.append(callee)
+            sites[tid].append(off)
         elif r < 0.68:
             stack.pop()
-            events.append(
-                BranchEvent(1, tid, time, ret, none, loc(cur, off), loc(stack[-1], off + 5))
-            )
+            # back right after the call (a tail call keeps its caller's call site)
+            back = loc(stack[-1], sites[tid].pop() + 5)
+            events.append(BranchEvent(1, tid, time, ret, none, loc(cur, off), back))
         elif r < 0.72:
             target = rng.choice(funcs)
             events.append(BranchEvent(1, tid, time, jmp, none, loc(cur, off), loc(target, 0)))

@@ -69,6 +69,7 @@ def event_columns(n: int, seed: int = 1) -> tuple[list[Location], list[array[int
         dst_col.append(dst)
 
     stack = ["main_loop"]
+    sites: list[int] = []  # each frame's call site (offset in its caller)
     t = 1_000_000_000
     call, ret, jmp, jcc = (
         int(BranchKind.CALL),
@@ -85,9 +86,11 @@ def event_columns(n: int, seed: int = 1) -> tuple[list[Location], list[array[int
             callee = rng.choice(funcs)
             add(call, t, loc(cur, off), loc(callee, 0))
             stack.append(callee)
+            sites.append(off)
         elif r < 0.68:
             stack.pop()
-            add(ret, t, loc(cur, off), loc(stack[-1], off + 5))
+            # back right after the call (a tail call keeps its caller's call site)
+            add(ret, t, loc(cur, off), loc(stack[-1], sites.pop() + 5))
         elif r < 0.72:
             target = rng.choice(funcs)
             add(jmp, t, loc(cur, off), loc(target, 0))

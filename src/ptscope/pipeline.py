@@ -78,6 +78,8 @@ class DecodeOptions:
     """Split the trace into parts of about this many bytes (``--split-size``)."""
     split_time: int | None = None
     """Split the trace into parts of this many ns of trace time (``--split-time``)."""
+    time_axis: str = "time"
+    """What slice times measure: ``time``, ``instructions`` or ``cycles`` (``--time-axis``)."""
 
 
 @dataclass
@@ -290,7 +292,11 @@ def _branch_timeline(
     """The whole trace as one Timeline (``--filter`` needs it, and the Python engine when
     the C engine is not built)."""
     pads = LandingPads(_binary_resolver(options.symfs)).call_sites_landing_at
-    engine = make_engine(landing_pads=pads)
+    engine = (
+        FastEngine(landing_pads=pads, axis=options.time_axis)
+        if options.time_axis != "time"
+        else make_engine(landing_pads=pads)
+    )
     tracker = _Tracker(progress, recording.perf_data_paths())
     _feed_branches(engine, recording, options, summary, decoder, tracker, lambda: None)
     timeline = engine.finish()
@@ -304,6 +310,11 @@ def _streams(options: DecodeOptions) -> bool:
     trace first or the C engine is not built."""
     if options.region is not None and (options.split_size or options.split_time):
         raise UsageError("--filter cannot be combined with --split-size or --split-time")
+    if options.time_axis != "time" and not fast_engine.is_available():
+        raise UsageError(
+            f"--time-axis {options.time_axis} needs the C engine, which is not built here",
+            hint="reinstall ptscope with a C compiler available",
+        )
     return options.region is None and fast_engine.is_available()
 
 
@@ -318,17 +329,19 @@ def _stream(
     calls back after each batch; the C engine writes each slice once known, so memory
     does not grow with the trace."""
     pads = LandingPads(_binary_resolver(options.symfs)).call_sites_landing_at
-    engine = FastEngine(landing_pads=pads)
+    engine = FastEngine(landing_pads=pads, axis=options.time_axis)
     sink: TraceStream | None = None
 
     def open_sink() -> TraceStream:
-        first = engine.first_time()
+        # Counts start at 0 on their axes; times at the first event.
+        first = engine.first_time() if options.time_axis == "time" else 0
         return TraceStream(
             summary.output,
             first if first is not None else 0,
             split_size=options.split_size,
             split_time=options.split_time,
             processes=recording.processes,
+            time_axis=options.time_axis,
         )
 
     def drain(force: bool = False) -> None:

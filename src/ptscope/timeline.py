@@ -173,6 +173,10 @@ class SliceBatch:
     flags: UInt8Array = field(default_factory=lambda: np.zeros(0, dtype=np.uint8))
     start_slot: Int64Array | None = None
     end_slot: Int64Array | None = None
+    perf_start: Int64Array | None = None
+    """Perf time of each slice's start and end as the events said (what ``perf script
+    --time`` selects by), whatever the time axis of ``start``/``end``."""
+    perf_end: Int64Array | None = None
     instants: list[tuple[int, int, Instant]] = field(default_factory=list)
     """(pid, tid, instant)"""
     counters: list[tuple[int, int, CounterSample]] = field(default_factory=list)

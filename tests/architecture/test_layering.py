@@ -14,7 +14,7 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "ptscope"
 
-SHARED = {"model", "timeline", "recording", "errors", "perftool"}
+SHARED = {"model", "timeline", "recording", "errors", "perftool", "demangle"}
 STAGES = {"record", "decode", "reconstruct", "fxt", "analyze"}
 # What each part may import from ptscope (beyond itself). `_native` belongs to decode.
 ALLOWED: dict[str, set[str]] = {
@@ -22,9 +22,10 @@ ALLOWED: dict[str, set[str]] = {
     "timeline": set(),
     "errors": set(),
     "perftool": {"errors"},
+    "demangle": set(),
     "recording": {"errors"},
-    "record": {"model", "recording", "errors", "perftool", "timeline"},
-    "decode": {"model", "errors", "perftool", "_native"},
+    "record": {"model", "recording", "errors", "perftool", "timeline", "demangle"},
+    "decode": {"model", "errors", "perftool", "_native", "demangle"},
     "_native": set(),
     "reconstruct": {"model", "timeline", "errors"},
     "fxt": {"timeline", "errors"},

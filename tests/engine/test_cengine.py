@@ -97,6 +97,7 @@ def test_golden_scripts_event_by_event(path: Path) -> None:
 # -------------------------------------------------------------- random streams
 
 FUNCS = ["main", "f", "g", "f.cold", "puts@plt", "puts", "[unknown]", "ksys_write"]
+FUNCS += ["__swapcontext", "_setjmp", "gogo", "runtime.mcall"]  # the special functions
 
 
 def loc(fn: str, off: int) -> Location:

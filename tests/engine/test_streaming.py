@@ -4,6 +4,7 @@ window for long runs of equal timestamps."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import random
 
@@ -14,13 +15,23 @@ from hypothesis import given, settings
 from engine.test_cengine import events_
 from ptscope.fxt.reader import read_trace
 from ptscope.fxt.writer import FxtWriter
-from ptscope.model import BranchBatch, BranchKind, Event, Location, LocationTable, TraceState
+from ptscope.model import (
+    BranchBatch,
+    BranchEvent,
+    BranchKind,
+    DecodeError,
+    Event,
+    Location,
+    LocationTable,
+    PowerEvent,
+    TraceState,
+)
 from ptscope.model import branch_flags as flags_of
 from ptscope.reconstruct import fast_engine
 from ptscope.reconstruct.engine import TraceSegmentEngine
 from ptscope.reconstruct.fast_engine import FastEngine
-from ptscope.timeline import SliceBatch
-from support.engine_diff import to_items
+from ptscope.timeline import SliceBatch, Timeline
+from support.engine_diff import assert_same, to_items
 
 pytestmark = pytest.mark.skipif(not fast_engine.is_available(), reason="C engine not built")
 
@@ -138,3 +149,63 @@ def test_slices_written_as_they_finish_load_as_the_reference_nests_them(
         key: [(s.start, s.end, s.depth, s.name) for s in rows] for key, rows in got.slices.items()
     }
     assert seen == expected
+
+
+def _on_axis(events: list[Event], axis: str) -> list[Event]:
+    """The reference meaning of a time axis: each event happens at its thread's cumulative
+    instruction (or cycle) count, its own count included, and a thread's history starts at
+    0 (given as the first event's gap time). Shifted by one: a gap time of 0 means none."""
+    cum: dict[tuple[int, int], int] = {}
+    out: list[Event] = []
+    last: tuple[int, int] | None = None  # where an error without a thread goes
+    for ev in events:
+        key = (getattr(ev, "pid", None) or 0, getattr(ev, "tid", None) or 0)
+        if not isinstance(ev, (BranchEvent, DecodeError, PowerEvent)):
+            out.append(ev)  # names and samples: no time of the thread's
+            continue
+        if isinstance(ev, DecodeError) and (ev.tid is None or ev.tid < 0):
+            if last is not None:
+                ev = dataclasses.replace(ev, time=cum[last] + 1)
+            out.append(ev)
+            continue
+        if isinstance(ev, DecodeError) and (ev.pid is None or ev.pid < 0):
+            key = next((k for k in cum if k[1] == ev.tid), (ev.tid, ev.tid))
+        last = key
+        first = key not in cum
+        before = cum.setdefault(key, 0)
+        if isinstance(ev, BranchEvent):
+            cum[key] += ev.insn_count if axis == "instructions" else ev.cycle_count
+            gap = before + 1 if first else 0
+            out.append(dataclasses.replace(ev, time=cum[key] + 1, gap_time=gap))
+        elif isinstance(ev, DecodeError):
+            out.append(dataclasses.replace(ev, time=cum[key] + 1))  # a time on every axis
+        elif isinstance(ev, PowerEvent):
+            out.append(dataclasses.replace(ev, time=cum[key] + 1))
+        else:
+            out.append(ev)
+    return out
+
+
+def _shifted_back(timeline: Timeline) -> Timeline:
+    for t in timeline.threads:
+        t.start = t.start - 1
+        t.end = t.end - 1
+        t.instants = [dataclasses.replace(i, time=i.time - 1) for i in t.instants]
+        t.counters = [dataclasses.replace(c, time=c.time - 1) for c in t.counters]
+    return timeline
+
+
+@settings(max_examples=200, deadline=None)
+@given(events_())
+def test_time_axes_are_the_counts_as_times(events: list[Event]) -> None:
+    """--time-axis instructions|cycles: the C engine gives the slices the reference gives
+    for events timed by their thread's cumulative counts."""
+    events = [e for e in events if not getattr(e, "in_tx", False)]  # replay times differ
+    for axis in ("instructions", "cycles"):
+        reference = TraceSegmentEngine(keep_slots=True)
+        reference.feed_all(_on_axis(events, axis))
+        want = _shifted_back(reference.finish())
+        engine = FastEngine(keep_slots=True, axis=axis)
+        engine.feed_all(to_items(events))
+        got = engine.finish()
+        assert_same(reference, want, engine, got, examples=False)

@@ -7,19 +7,16 @@ reported bugs the exact tree the program makes.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from support import fidelity, oracles, programs
+from support.fidelity import ptscope, record_and_decode
 
 pytestmark = pytest.mark.slow
-
-PTSCOPE = [sys.executable, "-m", "ptscope"]
 
 
 @pytest.fixture(autouse=True)
@@ -29,35 +26,9 @@ def _tools() -> None:
         pytest.skip(missing)
 
 
-def ptscope(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> str:
-    out = subprocess.run(
-        [*PTSCOPE, *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=cwd,
-        env={**os.environ, **(env or {})},
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr
-    assert "Traceback" not in out.stderr, out.stderr
-    return out.stdout
-
-
 def instrumented(name: str, opt: str = "-O1") -> Path:
     source = (programs.SOURCES / f"{name}.c").read_text()
     return fidelity.build_source(source, cxx=False, variant="instrumented", opt=opt)
-
-
-def record_and_decode(exe: Path, tmp: Path, *args: str, **env: str) -> tuple[Path, Path]:
-    """``ptscope run --backend emulated`` (dlfilter decoder, C engine): (trace, recording)."""
-    trace = tmp / "trace.fxt.gz"
-    rec = tmp / "rec"
-    ptscope(
-        "run", "--backend", "emulated", "--keep-recording", str(rec), "-o", str(trace),
-        "--", str(exe), *args, cwd=tmp, env=env,
-    )  # fmt: skip
-    return trace, rec
 
 
 def assert_same(expected: oracles.Trees, got: oracles.Trees) -> None:

@@ -38,16 +38,16 @@ def check_roundtrip(timeline: Timeline, path: Path) -> None:
 
     for th in timeline.threads:
         key = (th.pid, th.tid)
-        want = list(th.slices(timeline.names))
-        for s in want:
-            s.name = cut(s.name)
+        want = list(th.slices(timeline.names))  # long names come back whole
         got = [s.to_slice() for s in trace.slices.get(key, [])]
         assert got == want
         assert all(s.category == rec.CATEGORY for s in trace.slices.get(key, []))
-        got_instants = [(i.time, i.name, i.args) for i in trace.instants.get(key, [])]
+        got_instants = [(i.time, rec.full_name(i.name, i.args),
+                         {k: v for k, v in i.args.items() if not k.startswith("full_name")})
+                        for i in trace.instants.get(key, [])]  # fmt: skip
         want_instants = sorted(
-            ((i.time, cut(i.name), {k: v if isinstance(v, int) else cut(v) for k, v in
-                                    i.args.items()}) for i in th.instants),
+            ((i.time, i.name, {k: v if isinstance(v, int) else cut(v) for k, v in
+                               i.args.items()}) for i in th.instants),
             key=lambda i: i[0],
         )  # fmt: skip
         assert got_instants == want_instants
@@ -174,7 +174,9 @@ def test_more_threads_than_the_thread_table_holds(tmp_path: Path) -> None:
     check_roundtrip(timeline, path)
 
 
-def test_long_strings_are_cut_at_a_character_boundary(tmp_path: Path) -> None:
+def test_long_names_are_shortened_and_long_strings_cut_at_a_character_boundary(
+    tmp_path: Path,
+) -> None:
     long_name = "x" * 31_999 + "é" + "y" * 10_000  # é is 2 bytes: bytes 31,999..32,000
     long_error = "[decode error: " + "€" * 20_000 + "]"  # 3 bytes each
     start = np.array([10, 12], dtype=np.int64)
@@ -190,11 +192,19 @@ def test_long_strings_are_cut_at_a_character_boundary(tmp_path: Path) -> None:
     write_timeline(timeline, path)
     trace = read_trace(path)
     slices = trace.slices[(5, 6)]
-    assert slices[0].name == "x" * 31_999  # the 2-byte character did not fit
-    assert slices[1].name == "short"
-    assert trace.instants[(5, 6)][0].name == "[decode error: " + "€" * 10_661
-    assert len(trace.instants[(5, 6)][0].name.encode()) <= rec.MAX_STRING_BYTES
-    assert trace.instants[(5, 6)][0].args == {"detail": "z" * 32_000}
+    # A long name is shown shortened and kept whole in full_name args of at most 32,000
+    # bytes each (the 2-byte character did not fit in the first).
+    assert slices[0].name == rec.short_name(long_name)
+    assert "[41,200 characters cut]" in slices[0].name
+    assert slices[0].args["full_name"] == "x" * 31_999
+    assert slices[0].args["full_name_2"] == "é" + "y" * 10_000
+    assert slices[0].to_slice().name == long_name
+    assert slices[1].name == "short" and "full_name" not in slices[1].args
+    instant = trace.instants[(5, 6)][0]
+    assert instant.name == rec.short_name(long_error)
+    assert rec.full_name(instant.name, instant.args) == long_error
+    assert all(len(str(v).encode()) <= rec.MAX_STRING_BYTES for v in instant.args.values())
+    assert instant.args["detail"] == "z" * 32_000
     assert trace.threads[(5, 6)] == "t" * 32_000
     assert trace.processes[5] == "p" * 32_000
     kinds = walk_records(path.read_bytes())

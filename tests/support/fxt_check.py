@@ -59,14 +59,16 @@ def third_party_view(path: Path) -> ThirdPartyView:
     for r in provider.records:
         if isinstance(r, DurationCompleteEventRecord):
             t = r.thread
-            view.complete[(t.process_id, t.thread_id, r.name, r.timestamp_ns, r.duration_ns)] += 1
+            name = rec.full_name(r.name, r.args)  # a long name is whole in its args
+            view.complete[(t.process_id, t.thread_id, name, r.timestamp_ns, r.duration_ns)] += 1
         elif isinstance(r, DurationBeginEventRecord):
             view.begins += 1
         elif isinstance(r, DurationEndEventRecord):
             view.ends += 1
         elif isinstance(r, InstantEventRecord):
             t = r.thread
-            view.instants[(t.process_id, t.thread_id, r.name, r.timestamp_ns)] += 1
+            name = rec.full_name(r.name, r.args)
+            view.instants[(t.process_id, t.thread_id, name, r.timestamp_ns)] += 1
         elif isinstance(r, CounterEventRecord):
             t = r.thread
             value = r.args[rec.ARG_COUNTER_VALUE]
@@ -97,9 +99,9 @@ def check_against_timeline(path: Path, timeline: Timeline) -> ThirdPartyView:
     for th in timeline.threads:
         pid, tid = th.pid & _MASK64, th.tid & _MASK64
         for s in th.slices(timeline.names):
-            want_complete[(pid, tid, cut(s.name), s.start - base, s.end - base)] += 1
+            want_complete[(pid, tid, s.name, s.start - base, s.end - base)] += 1
         for i in th.instants:
-            want_instants[(pid, tid, cut(i.name), i.time - base)] += 1
+            want_instants[(pid, tid, i.name, i.time - base)] += 1
         for c in th.counters:
             want_counters[(pid, tid, cut(c.name), c.time - base, c.value)] += 1
     assert view.complete == want_complete

@@ -58,6 +58,10 @@ class OracleError(Exception):
     """The oracle's own data is inconsistent (a bug in the test, not in ptscope)."""
 
 
+class OracleBlind(OracleError):
+    """The oracle could not see this run (it says so itself): nothing to compare."""
+
+
 def base_name(name: str) -> str:
     """A function's name without C++ parameters and without compiler clone suffixes
     (``f3.isra.0`` and ``f3`` are one function to an oracle that logs the original)."""
@@ -206,6 +210,48 @@ def _drop_dead_frames(stack: list[tuple[str, int, int]], r: CygRecord) -> None:
         stack.pop()
 
 
+# ---------------------------------------------------------- a program's own log
+
+
+def self_log_activations(path: Path) -> list[Activation]:
+    """The calls a program logged itself, in the order they happened.
+
+    The corpus programs of other languages (``tests/programs/*.ml``, ``.go``, ``.rs``)
+    write a line of their function names, then one little-endian int64 per event:
+    ``id << 16 | stack << 8 | function << 2 | kind``, kind 1 when activation ``id`` of
+    ``names[function]`` is entered on ``stack`` (a goroutine; 0 otherwise), 2 when it
+    returns, 3 when a handler of activation ``id`` runs (an exception ended every
+    activation above it on its stack). Each stack has its own chain of callers."""
+    head, _, body = path.read_bytes().partition(b"\n")
+    names = head.decode().split()
+    stacks: dict[int, list[tuple[int, int]]] = {}  # stack -> [(id, index in calls)]
+    where: dict[int, int] = {}
+    calls: list[Activation] = []
+    for (v,) in struct.iter_unpack("<q", body):
+        kind, a, stack_id = v & 3, v >> 16, (v >> 8) & 0xFF
+        if kind == 1:
+            stack = stacks.setdefault(stack_id, [])
+            where[a] = stack_id
+            parent = stack[-1][1] if stack else -1
+            stack.append((a, len(calls)))
+            calls.append(Activation(names[(v >> 2) & 63], stack_id, parent, len(stack) - 1))
+            continue
+        stack = stacks.get(where.get(a, -1), [])
+        ids = [i for i, _ in stack]
+        if a not in ids:
+            raise OracleError(f"{path}: event {v:#x} names no running activation")
+        k = ids.index(a)
+        if kind == 2 and k != len(stack) - 1:
+            raise OracleError(f"{path}: activation {a} returns from below the top")
+        del stack[k if kind == 2 else k + 1 :]
+    return calls
+
+
+def self_log_tree(path: Path) -> Tree:
+    """The call tree of a program's own log (one thread)."""
+    return [(a.depth, a.name) for a in self_log_activations(path)]
+
+
 # ------------------------------------------------------------------ the uftrace oracle
 
 _UFTRACE_LINE = re.compile(r"^\s*\[\s*(\d+)\]\s*\|\s?(\s*)(.*)$")
@@ -221,6 +267,10 @@ def uftrace_trees(data: Path, keep: Callable[[str], bool]) -> Trees:
     )
     if out.returncode != 0:
         raise OracleError(f"uftrace replay failed: {out.stderr.strip()[:300]}")
+    if "LOST" in out.stdout or "lost" in out.stderr.lower():
+        # uftrace drops records when its buffers fill faster than its writer empties
+        # them (a loaded machine): its tree is then incomplete.
+        raise OracleBlind("uftrace lost records")
     stacks: dict[int, list[str]] = {}
     trees: Trees = {}
     for line in out.stdout.splitlines():

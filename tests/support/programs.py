@@ -1,9 +1,10 @@
 """Compile the test corpus in ``tests/programs/`` (cached under ``tests/.build/``).
 
 ``build("basics", static=True)`` returns the path of a binary compiled from
-``tests/programs/basics.c`` (``.cpp``: g++, ``.rs``: rustc); the cache key is a hash of the
-source, the compiler's version and the flags, so editing a program or a flag rebuilds it and
-nothing else. A test whose compiler (or linker) is missing is skipped, saying which.
+``tests/programs/basics.c`` (``.cpp``: g++, ``.rs``: rustc, ``.ml``: ocamlopt, ``.go``: go
+build); the cache key is a hash of the source, the compiler's version and the flags, so
+editing a program or a flag rebuilds it and nothing else. A test whose compiler (or linker)
+is missing is skipped, saying which.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import hashlib
 import os
 import shutil
 import subprocess
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -28,7 +30,8 @@ def _compiler_version(compiler: str) -> str:
     path = shutil.which(compiler)
     if path is None:
         pytest.skip(f"{compiler} is not installed")
-    out = subprocess.run([path, "--version"], capture_output=True, text=True, check=False)
+    version = ["version"] if compiler == "go" else ["--version"]
+    out = subprocess.run([path, *version], capture_output=True, text=True, check=False)
     return out.stdout.splitlines()[0] if out.stdout else compiler
 
 
@@ -53,11 +56,15 @@ def build(
     """
     source = next(
         SOURCES / f"{name}{ext}"
-        for ext in (".c", ".cpp", ".rs")
+        for ext in (".c", ".cpp", ".rs", ".ml", ".go")
         if (SOURCES / f"{name}{ext}").exists()
     )
     if source.suffix == ".rs":
-        return _build_rust(source, opt)
+        return _build_rust(source, opt, extra)
+    if source.suffix == ".ml":
+        return _build_ocaml(source, extra)
+    if source.suffix == ".go":
+        return _build_go(source)
     compiler = "g++" if source.suffix == ".cpp" else "gcc"
     flags = [opt, "-g", "-fno-omit-frame-pointer"]
     if shared:
@@ -91,21 +98,58 @@ def build(
     return out
 
 
-def _build_rust(source: Path, opt: str) -> Path:
-    if shutil.which("rustc") is None:
-        pytest.skip("rustc is not installed (apt-get install rustc): no Rust program to trace")
-    flags = [f"-Copt-level={opt.removeprefix('-O')}", "-g", "-Cforce-frame-pointers=yes"]
+def _cached(
+    source: Path,
+    compiler: str,
+    flags: Sequence[str],
+    command: Callable[[Path, Path], list[str]],
+    env: dict[str, str] | None = None,
+) -> Path:
+    """Build ``source`` with ``command(source in a scratch directory, output)`` unless a
+    build with the same source, compiler version and flags is cached. The compiler runs in
+    a directory of its own: ocamlopt and go leave files beside the source."""
+    if shutil.which(compiler) is None:
+        pytest.skip(f"{compiler} is not installed (make installs it): no program to trace")
     key = hashlib.sha256(
-        "\0".join([source.read_text(), _compiler_version("rustc"), *flags]).encode()
+        "\0".join([source.read_text(), _compiler_version(compiler), *flags]).encode()
     ).hexdigest()[:16]
     out = BUILD / f"{source.stem}-{key}"
     if out.exists():
         return out
     BUILD.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.{os.getpid()}")
-    cmd = ["rustc", *flags, "-o", str(tmp), str(source)]
-    res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    with tempfile.TemporaryDirectory(dir=BUILD) as scratch:
+        copy = Path(scratch) / source.name
+        shutil.copyfile(source, copy)
+        cmd = command(copy, tmp)
+        res = subprocess.run(
+            cmd, capture_output=True, text=True, check=False, cwd=scratch,
+            env={**os.environ, **(env or {})},
+        )  # fmt: skip
     if res.returncode != 0:
         raise RuntimeError(f"cannot compile {source.name}: {' '.join(cmd)}\n{res.stderr}")
     tmp.replace(out)
     return out
+
+
+def _build_rust(source: Path, opt: str, extra: Sequence[str] = ()) -> Path:
+    flags = [f"-Copt-level={opt.removeprefix('-O')}", "-g", "-Cforce-frame-pointers=yes", *extra]
+    return _cached(
+        source, "rustc", flags, lambda src, out: ["rustc", *flags, "-o", str(out), str(src)]
+    )
+
+
+def _build_ocaml(source: Path, extra: Sequence[str]) -> Path:
+    """ocamlopt (native code); ``extra`` e.g. ``-g``."""
+    flags = list(extra)
+    return _cached(
+        source, "ocamlopt", flags, lambda src, out: ["ocamlopt", *flags, "-o", str(out), src.name]
+    )
+
+
+def _build_go(source: Path) -> Path:
+    """go build, with a build cache of its own under tests/.build."""
+    env = {"GOCACHE": str(BUILD / "go-cache"), "GOPATH": str(BUILD / "go-path"), "GOFLAGS": ""}
+    return _cached(
+        source, "go", [], lambda src, out: ["go", "build", "-o", str(out), src.name], env
+    )

@@ -85,6 +85,13 @@ def add_decoder_arguments(parser: argparse.ArgumentParser) -> argparse._Argument
         metavar="N",
         help="decode N time windows in parallel (default: number of cores)",
     )
+    group.add_argument(
+        "--time-axis",
+        choices=("time", "instructions", "cycles"),
+        default="time",
+        help="what slice lengths measure: perf time (default), or each thread's executed "
+        "instructions or cycles (from the trace's counts)",
+    )
     split = group.add_mutually_exclusive_group()
     split.add_argument(
         "--split-size",

@@ -124,4 +124,5 @@ def decode_options(args: argparse.Namespace) -> DecodeOptions:
         symfs=args.symfs,
         split_size=args.split_size,
         split_time=args.split_time,
+        time_axis=args.time_axis,
     )

@@ -258,6 +258,7 @@ def decode_step(
         region=region_of(args),
         split_size=args.split_size,
         split_time=args.split_time,
+        time_axis=args.time_axis,
     )
     with place.decoding(), decode_progress() as progress:
         summary = pipeline.decode_recording(recording, output, options, progress=progress)

@@ -36,11 +36,10 @@ import numpy as np
 from ptscope import _native
 from ptscope.decode import record_format as rf
 from ptscope.decode.perf_script import perf_failure
-from ptscope.decode.perf_text import PerfTextParser, TextStats
+from ptscope.decode.perf_text import PerfTextParser, TextStats, make_location
 from ptscope.errors import BadInputError, ToolMissingError
 from ptscope.model import (
     NOWHERE,
-    UNKNOWN_SYMBOL,
     BranchBatch,
     BranchEvent,
     BranchFlags,
@@ -81,20 +80,6 @@ _IN_TX: Final = int(BranchFlags.IN_TX)
 
 
 # --------------------------------------------------------------------- locations
-
-
-def make_location(ip: int, symbol: str | None, offset: int, dso: str | None) -> Location:
-    """The :class:`Location` for a resolved address, with the text decoder's conventions.
-
-    perf prints an unresolved address as ``[unknown]`` with no offset, and an address in
-    no mapping with the DSO ``[unknown]``; address 0 (the source of ``tr strt``, the
-    target of ``tr end``) is :data:`ptscope.model.NOWHERE`.
-    """
-    if ip == 0 and symbol is None:
-        return NOWHERE
-    if symbol is None:
-        return Location(ip, UNKNOWN_SYMBOL, -1, dso if dso is not None else UNKNOWN_SYMBOL)
-    return Location(ip, symbol, offset, dso if dso is not None else UNKNOWN_SYMBOL)
 
 
 # ------------------------------------------------------------------------ parser

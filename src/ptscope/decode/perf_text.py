@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
 from ptscope.decode.blocks import InstructionDetail
+from ptscope.decode.ocaml_names import is_ocaml_label, ocaml_function_name
+from ptscope.demangle import readable_symbol
 from ptscope.model import (
     NOWHERE,
     UNKNOWN_SYMBOL,
@@ -59,6 +61,7 @@ __all__ = [
     "MAX_EXAMPLES",
     "PerfTextParser",
     "TextStats",
+    "make_location",
     "parse_error_line",
     "parse_flags",
     "parse_lines",
@@ -298,14 +301,26 @@ def parse_location(text: str) -> Location | None:
     """One printed address (``401136 main+0x26 (/tmp/a.out)``) as a new :class:`Location`,
     or ``None`` if ``text`` does not start with a hex address."""
     parts = _split_location(text)
-    return None if parts is None else _make_location(*parts)
+    return None if parts is None else make_location(*parts)
 
 
-def _make_location(ip: int, symbol: str | None, offset: int, dso: str | None) -> Location:
+def make_location(ip: int, symbol: str | None, offset: int, dso: str | None) -> Location:
+    """The :class:`Location` for a resolved address, as both decoders make it.
+
+    perf prints an unresolved address as ``[unknown]`` with no offset, and an address in
+    no mapping with the DSO ``[unknown]``; address 0 (the source of ``tr strt``, the
+    target of ``tr end``) is :data:`ptscope.model.NOWHERE`. A C++ or Rust name that perf
+    left mangled is demangled here (``ptscope.demangle``), and an OCaml function that perf
+    named by its module's ``code_begin`` label gets its own name (``ocaml_names``).
+    """
     if symbol is None:
         if ip == 0:
             return NOWHERE
         return Location(ip, UNKNOWN_SYMBOL, -1, dso if dso is not None else UNKNOWN_SYMBOL)
+    if symbol.startswith(("_Z", "_R")):
+        symbol = readable_symbol(symbol)
+    elif dso is not None and is_ocaml_label(symbol):
+        symbol = ocaml_function_name(symbol, dso)
     return Location(ip, symbol, offset, dso if dso is not None else UNKNOWN_SYMBOL)
 
 
@@ -789,7 +804,7 @@ class PerfTextParser:
         return cast("Location | None", found)
 
     def _location(self, ip: int, symbol: str | None, offset: int, dso: str | None) -> Location:
-        loc = _make_location(ip, symbol, offset, dso)
+        loc = make_location(ip, symbol, offset, dso)
         if loc is NOWHERE:
             return loc
         key = (loc.ip, loc.symbol, loc.offset, loc.dso)

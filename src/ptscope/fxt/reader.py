@@ -71,7 +71,8 @@ class TraceSlice:
     args: dict[str, ReadArg] = field(default_factory=dict)
 
     def to_slice(self) -> Slice:
-        """As a :class:`ptscope.timeline.Slice` (ptscope's own args become fields)."""
+        """As a :class:`ptscope.timeline.Slice` (ptscope's own args become fields, and a
+        shortened name is whole again)."""
         address = self.args.get(rec.ARG_ADDRESS, 0)
         instructions = self.args.get(rec.ARG_INSTRUCTIONS, -1)
         cycles = self.args.get(rec.ARG_CYCLES, -1)
@@ -80,7 +81,7 @@ class TraceSlice:
             self.start,
             self.end,
             self.depth,
-            self.name,
+            rec.full_name(self.name, self.args),
             address if isinstance(address, int) else 0,
             instructions if isinstance(instructions, int) else -1,
             cycles if isinstance(cycles, int) else -1,

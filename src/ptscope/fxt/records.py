@@ -16,7 +16,7 @@ See ``docs/file-formats.md`` for the records ptscope writes.
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from enum import IntEnum
 from typing import Final
 
@@ -26,11 +26,14 @@ __all__ = [
     "ARG_COUNTER_VALUE",
     "ARG_CYCLES",
     "ARG_FLAGS",
+    "ARG_FULL_NAME",
     "ARG_INSTRUCTIONS",
     "ARG_PROCESS",
+    "ARG_TIME_AXIS",
     "ARG_TIME_BASE",
     "CATEGORY",
     "CONTINUED_TEXT",
+    "LONG_NAME",
     "MAGIC",
     "MAX_ARGS",
     "MAX_PROVIDER_NAME_BYTES",
@@ -59,6 +62,9 @@ __all__ = [
     "event_header",
     "event_record",
     "flags_text",
+    "full_name",
+    "full_name_args",
+    "full_name_key",
     "initialization_record",
     "kernel_object_record",
     "magic_record",
@@ -68,9 +74,11 @@ __all__ = [
     "provider_info_record",
     "provider_section_record",
     "record_header",
+    "short_name",
     "string_record",
     "thread_record",
     "truncate_utf8",
+    "utf8_pieces",
 ]
 
 MAGIC: Final = 0x0016547846040010
@@ -192,6 +200,49 @@ def truncate_utf8(text: str, limit: int = MAX_STRING_BYTES) -> bytes:
     while cut > 0 and (data[cut] & 0xC0) == 0x80:
         cut -= 1
     return data[:cut]
+
+
+def short_name(name: str) -> str:
+    """A name of more than :data:`LONG_NAME` characters as a slice shows it: its start and
+    its end around a visible ``[N characters cut]`` (the whole name goes in an arg)."""
+    if len(name) <= LONG_NAME:
+        return name
+    head, tail = LONG_NAME * 3 // 5, LONG_NAME // 5
+    cut = len(name) - head - tail
+    return f"{name[:head]} … [{cut:,} characters cut] … {name[-tail:]}"
+
+
+def utf8_pieces(text: str, limit: int = MAX_STRING_BYTES) -> list[str]:
+    """``text`` in pieces of at most ``limit`` UTF-8 bytes, cut between characters."""
+    data = text.encode("utf-8", "replace")
+    pieces = []
+    while data:
+        cut = min(limit, len(data))
+        while 0 < cut < len(data) and (data[cut] & 0xC0) == 0x80:
+            cut -= 1  # back up to the start of the character that was cut
+        pieces.append(data[:cut].decode("utf-8"))
+        data = data[cut:]
+    return pieces
+
+
+def full_name_key(piece: int) -> str:
+    """The arg holding piece ``piece`` (0, 1, ...) of a shortened name."""
+    return ARG_FULL_NAME if piece == 0 else f"{ARG_FULL_NAME}_{piece + 1}"
+
+
+def full_name_args(name: str) -> dict[str, str]:
+    """The ``full_name`` args of a slice named ``name`` (none when it is not long)."""
+    if len(name) <= LONG_NAME:
+        return {}
+    return {full_name_key(k): piece for k, piece in enumerate(utf8_pieces(name))}
+
+
+def full_name(shown: str, args: Mapping[str, object]) -> str:
+    """The whole name of a slice shown as ``shown`` with ``args`` (its pieces joined)."""
+    pieces: list[str] = []
+    while isinstance(piece := args.get(full_name_key(len(pieces))), str):
+        pieces.append(piece)
+    return "".join(pieces) if pieces else shown
 
 
 def magic_record() -> bytes:
@@ -345,8 +396,16 @@ ARG_FLAGS: Final = "flags"
 """string arg on a slice: its ``SliceFlags`` as ``inferred_start|open_at_end`` (absent when
 none are set); unnamed bits read ``bit<N>``."""
 ARG_COUNTER_VALUE: Final = "value"
+ARG_TIME_AXIS: Final = "time_axis"
+"""string arg on process records when ticks are not ns: "instructions" or "cycles"."""
 ARG_CONTINUED: Final = "continued"
 """string arg on a slice cut at the boundary of a split trace's part (absent otherwise)."""
+ARG_FULL_NAME: Final = "full_name"
+"""string arg on a slice whose name is longer than :data:`LONG_NAME`: the whole name (its
+name says ``[N characters cut]``). A name over :data:`MAX_STRING_BYTES` continues in args
+``full_name_2``, ``full_name_3``... (join them in order)."""
+LONG_NAME: Final = 1000
+"""Slice names longer than this many characters are shortened (see :func:`short_name`)."""
 CONTINUED_TEXT: Final = {
     1: "from previous part",
     2: "in next part",

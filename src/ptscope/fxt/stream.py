@@ -88,6 +88,7 @@ class TraceStream:
         compress: bool | None = None,
         gzip_level: int | None = None,
         processes: dict[int, str] | None = None,
+        time_axis: str = "time",
     ) -> None:
         if split_size is not None and split_time is not None:
             raise ValueError("split by size or by time, not both")
@@ -98,6 +99,7 @@ class TraceStream:
         self._compress = compress
         self._gzip_level = gzip_level
         self._names: dict[int, str] = dict(processes or {})
+        self.time_axis = time_axis
         self._parts: list[_Part] = []
         self._bounds: list[int] = []  # start of parts 1, 2, ... (part 0 starts at the base)
         self._latest_end = time_base
@@ -128,7 +130,9 @@ class TraceStream:
 
     def _process(self, part: _Part, pid: int, name: str) -> None:
         part.processes.add(pid)
-        part.writer.process(pid, name)
+        # On another time axis a tick is an instruction or a cycle: the records say so.
+        extra = {rec.ARG_TIME_AXIS: self.time_axis} if self.time_axis != "time" else None
+        part.writer.process(pid, name, extra)
 
     def _part_of(self, time: int) -> int:
         """The part a point in time falls into, opening parts as time goes on (time split)."""

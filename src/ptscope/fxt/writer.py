@@ -6,7 +6,9 @@ Format limits, enforced here so that callers never have to think about them:
   entry written longest ago is replaced by a new string (thread) record. Readers resolve
   refs when they read a record (Perfetto does so in its tokenizer, before sorting), so
   reuse is safe; the entries one record refers to are never replaced while it is written;
-- strings longer than 32,000 bytes are cut (at a character boundary);
+- strings longer than 32,000 bytes are cut (at a character boundary); a slice name longer
+  than ``records.LONG_NAME`` characters is shortened visibly and written whole in the
+  slice's ``full_name`` arg(s) (in pieces of at most 32,000 bytes);
 - no record exceeds 4095 words: every string is referred to through the table (never
   inline), events carry at most 15 arguments of at most 2 words each.
 
@@ -128,6 +130,13 @@ class _StringTable:
     def dynamic_capacity(self) -> int:
         return self._hi - self._lo + 1
 
+    def hold(self, slots: npt.NDArray[np.int32]) -> None:
+        """Keep ``slots`` (in use by the records being written) from reuse until the clock
+        moves on; :meth:`ref` may then intern more strings for the same records."""
+        self.clock += 1
+        for slot in np.unique(slots[slots >= self._lo]).tolist():
+            self._stamp[slot] = self.clock
+
     def pin(self, text: str) -> int:
         """A table index for ``text`` that stays valid for the whole trace."""
         if not text:
@@ -229,6 +238,38 @@ class _StringTable:
         return slot_of_name[ids]
 
 
+class _SliceNames:
+    """The names slices show, for a Timeline's (or a streaming engine's growing) name
+    table: long names shortened (``records.short_name``), their whole text kept in pieces
+    for the ``full_name`` args."""
+
+    def __init__(self) -> None:
+        self._source: Sequence[str] | None = None
+        self.shown: list[str] = []
+        self.pieces: dict[int, list[str]] = {}  # name id -> the whole name, in pieces
+        self.piece_count = np.zeros(0, dtype=np.int32)  # by name id (0: not shortened)
+
+    def of(self, names: Sequence[str]) -> list[str]:
+        """The shown names for ``names`` (the same list object while ``names`` is the same
+        table, so that the string table sees it grow)."""
+        if names is not self._source:
+            self._source = names
+            self.shown = []
+            self.pieces = {}
+            self.piece_count = np.zeros(0, dtype=np.int32)
+        known = len(self.shown)
+        if len(names) > known:
+            counts = np.zeros(len(names) - known, dtype=np.int32)
+            for k, name in enumerate(names[known:], known):
+                if len(name) > rec.LONG_NAME:
+                    self.pieces[k] = rec.utf8_pieces(name)
+                    counts[k - known] = len(self.pieces[k])
+                    name = rec.short_name(name)
+                self.shown.append(name)
+            self.piece_count = np.concatenate([self.piece_count, counts])
+        return self.shown
+
+
 class _ThreadTable:
     """Thread interning with bounded, reusable table indices (round-robin reuse)."""
 
@@ -299,6 +340,8 @@ class FxtWriter:
         self._arg_flags = pin(rec.ARG_FLAGS)
         self._arg_value = pin(rec.ARG_COUNTER_VALUE)
         self._arg_continued = pin(rec.ARG_CONTINUED)
+        self._slice_names = _SliceNames()
+        self._arg_full_name: list[int] = []  # full_name, full_name_2, ... (pinned as needed)
         self._continued_lut = np.zeros(4, dtype=np.uint64)  # continued value -> string index
         for value, text in rec.CONTINUED_TEXT.items():
             self._continued_lut[value] = pin(text)
@@ -447,11 +490,12 @@ class FxtWriter:
 
     # -- records ----------------------------------------------------------------------
 
-    def process(self, pid: int, name: str) -> None:
-        """Name a process (a kernel-object record that also carries the time base)."""
+    def process(self, pid: int, name: str, extra: Mapping[str, ArgValue] | None = None) -> None:
+        """Name a process (a kernel-object record that also carries the time base, and the
+        ``extra`` args)."""
         self._strings.clock += 1
         name_ref = self._strings.ref(name)
-        args = [rec.arg_i64(self._arg_time_base, self.time_base)]
+        args = [rec.arg_i64(self._arg_time_base, self.time_base), *self._args(extra)]
         self._emit(rec.kernel_object_record(rec.KernelObjectType.PROCESS, pid, name_ref, args))
         self.stats.kernel_objects += 1
 
@@ -473,6 +517,9 @@ class FxtWriter:
         args: Mapping[str, ArgValue] | None,
         trailing: Sequence[int] = (),
     ) -> None:
+        if len(name) > rec.LONG_NAME:
+            args = {**(args or {}), **rec.full_name_args(name)}
+            name = rec.short_name(name)
         thread = self._threads.ref(pid, tid)
         self._strings.clock += 1
         name_ref = self._strings.ref(name)
@@ -581,7 +628,7 @@ class FxtWriter:
             | (thread << 24)
             | (self._category << 32)
         )
-        self._strings.bind(names)
+        self._strings.bind(self._slice_names.of(names))
         base = self.time_base
         i, chunk = 0, _CHUNK
         while i < n:
@@ -606,10 +653,35 @@ class FxtWriter:
                 None if cyc_a is None else cyc_a[i:j],
                 None if flags_a is None else flags_a[i:j],
                 None if cont_a is None else cont_a[i:j],
+                self._full_name_args(ids[i:j], slots),
             )
             self._emit_words(words, j - i)
             i = j
         self.stats.slices += n
+
+    def _full_name_args(
+        self, ids: npt.NDArray[np.int32], slots: npt.NDArray[np.int32]
+    ) -> list[tuple[npt.NDArray[np.bool_], _U64]]:
+        """The ``full_name`` string args of a chunk's slices whose names were shortened:
+        per piece, where it is present and its arg word."""
+        counts = self._slice_names.piece_count[ids]
+        if not counts.any():
+            return []
+        self._strings.hold(slots)
+        pieces = self._slice_names.pieces
+        out = []
+        for k in range(int(counts.max())):
+            while len(self._arg_full_name) <= k:
+                key = rec.full_name_key(len(self._arg_full_name))
+                self._arg_full_name.append(self._strings.pin(key))
+            present = counts > k
+            lut = np.zeros(int(ids.max()) + 1, dtype=np.uint64)
+            for i in np.unique(ids[present]).tolist():
+                lut[i] = self._strings.ref(pieces[i][k])
+            refs = lut[ids]
+            head = rec.arg_header(rec.ArgType.STRING, 1, self._arg_full_name[k])
+            out.append((present, np.uint64(head) | (refs << np.uint64(32))))
+        return out
 
     def _encode_complete(
         self,
@@ -622,13 +694,14 @@ class FxtWriter:
         cycles: npt.NDArray[np.int64] | None,
         flags: npt.NDArray[np.uint8] | None,
         continued: npt.NDArray[np.uint8] | None = None,
+        full_name: Sequence[tuple[npt.NDArray[np.bool_], _U64]] = (),
     ) -> _U64:
         """Duration-complete records for a chunk, as one word array.
 
         Layout per slice: header, start, [address arg, value], [instructions arg, value],
-        [cycles arg, value], [flags arg], end. When every slice has the same args the
-        records all have one size and are filled as the columns of a 2-D array;
-        otherwise each word is scattered to its offset.
+        [cycles arg, value], [flags arg], [continued arg], [full_name args], end. When
+        every slice has the same args the records all have one size and are filled as the
+        columns of a 2-D array; otherwise each word is scattered to its offset.
         """
         n = int(start.shape[0])
         # (present, words, arg header word(s), value word or None)
@@ -650,6 +723,8 @@ class FxtWriter:
             h = rec.arg_header(rec.ArgType.STRING, 1, self._arg_continued)
             cont_words: _U64 = np.uint64(h) | (self._continued_lut[continued] << np.uint64(32))
             args.append((continued != 0, 1, cont_words, None))
+        for present, piece_words in full_name:
+            args.append((present, 1, piece_words, None))
         name_word = name_slots.astype(np.uint64) << np.uint64(48)
 
         everywhere = [a for a in args if a[0].all()]

@@ -108,10 +108,16 @@ typedef struct {
 	size_t n, cap;
 } Vec;
 
-/* A slot's resolved time and the cumulative instruction/cycle counts in force there. */
+/* A slot's resolved time (on the engine's time axis), the cumulative instruction/cycle
+ * counts in force there, and its perf time (as the event said, not spread: what
+ * `perf script --time` selects by). */
 typedef struct {
-	int64_t time, insn, cyc;
+	int64_t time, insn, cyc, real;
 } SlotValue;
+
+/* What slot times measure (engine.py: the events' times; the other axes are the thread's
+ * cumulative instruction or cycle counts, as if events carried those as their times). */
+enum { AXIS_TIME, AXIS_INSTRUCTIONS, AXIS_CYCLES };
 
 /* One function activation (engine.py: a frame's fields), in its thread's arena. */
 typedef struct {
@@ -187,7 +193,7 @@ typedef struct {
 	/* slots: [0, done) resolved; the window holds [done, nslots), all one timestamp */
 	int64_t nslots, done;
 	int64_t last_raw; /* the newest slot's raw value (time*4 + flags) */
-	Vec win_raw, win_insn, win_cyc;
+	Vec win_raw, win_insn, win_cyc, win_real;
 	SlotValue *win_out; /* resolution scratch */
 	size_t capout;
 	int64_t lasting, top; /* the catch-up clock (engine._slot_times) */
@@ -255,7 +261,7 @@ static uint8_t kind_state[FLAG_TABLE_SIZE]; /* classify() of every value, filled
 
 /* Output columns, drained by take_output(). */
 enum { O_PID, O_TID, O_START, O_END, O_NAME, O_ADDR, O_INSN, O_CYC, O_FLAGS, O_SSLOT, O_ESLOT,
-       NOUT };
+       O_RSTART, O_REND, NOUT };
 enum { I_PID, I_TID, I_TIME, I_MSG, NINST };
 enum { N_PID, N_TID, N_TIME, N_NAME, N_VALUE, NCTR };
 
@@ -283,6 +289,7 @@ typedef struct {
 	Py_ssize_t nexamples, max_examples;
 	Vec out[NOUT], inst[NINST], ctr[NCTR];
 	bool keep_slots;
+	int axis; /* AXIS_* */
 	bool broken, closed;
 	jmp_buf jb;
 } Engine;
@@ -508,7 +515,8 @@ static void resolve(Engine *e, Thread *th, int64_t span)
 			th->top = x;
 			th->clock_started = true;
 		}
-		out[k] = (SlotValue){th->top + th->lasting, th->win_insn.v[k], th->win_cyc.v[k]};
+		out[k] = (SlotValue){th->top + th->lasting, th->win_insn.v[k], th->win_cyc.v[k],
+				     th->win_real.v[k]};
 		th->lasting += (raw[k] & (CALL_SLOT | START_SLOT)) != 0;
 	}
 	int64_t lo = th->done, hi = th->nslots;
@@ -524,7 +532,7 @@ static void resolve(Engine *e, Thread *th, int64_t span)
 		}
 	}
 	th->done = hi;
-	th->win_raw.n = th->win_insn.n = th->win_cyc.n = 0;
+	th->win_raw.n = th->win_insn.n = th->win_cyc.n = th->win_real.n = 0;
 	/* Every waiter waits for a slot of the window: all are served. Serving may not add
 	 * waiters (a frame is written, or freed, nothing more). */
 	size_t nw = th->nwait;
@@ -571,6 +579,11 @@ static void resolve(Engine *e, Thread *th, int64_t span)
  * timestamps: a slot with another timestamp ends the run, which can then be spread. */
 static int64_t take_slot(Engine *e, Thread *th, int64_t t, int flags)
 {
+	int64_t real = t;
+	if (e->axis == AXIS_INSTRUCTIONS)
+		t = th->cum_insn;
+	else if (e->axis == AXIS_CYCLES)
+		t = th->cum_cyc;
 	if (th->win_raw.n) {
 		int64_t value = th->last_raw >> 2;
 		if (t != value)
@@ -582,6 +595,7 @@ static int64_t take_slot(Engine *e, Thread *th, int64_t t, int flags)
 	vec_push(e, &th->win_raw, raw);
 	vec_push(e, &th->win_insn, th->cum_insn);
 	vec_push(e, &th->win_cyc, th->cum_cyc);
+	vec_push(e, &th->win_real, real);
 	th->last_raw = raw;
 	return th->nslots++;
 }
@@ -679,6 +693,8 @@ static void emit_slice(Engine *e, Thread *th, Frame *f, int64_t ix)
 		vec_push(e, &e->out[O_SSLOT], f->start_slot);
 		vec_push(e, &e->out[O_ESLOT], f->end_slot);
 	}
+	vec_push(e, &e->out[O_RSTART], f->start.real);
+	vec_push(e, &e->out[O_REND], f->end.real);
 	e->slices_out++;
 }
 
@@ -870,9 +886,14 @@ static void add_root(Engine *e, Thread *th, Ctx *c, int32_t loc, int64_t t)
 	e->roots_inferred++;
 }
 
-/* Functions whose return is special (engine.py: SPECIAL_RETURNS). */
+/* Functions a rule names (engine.py: SPECIAL_FUNCTIONS); the first two make a return
+ * special (engine.py: SPECIAL_RETURNS). */
 #define FN_SWITCHES 1 /* engine.py: STACK_SWITCHERS */
 #define FN_SETJMP 2   /* engine.py: SETJMPS */
+#define FN_GOGO 4     /* engine.py: GOROUTINE_SWITCHERS */
+#define FN_PARKS 8    /* engine.py: GOROUTINE_PARKERS */
+#define FN_SPECIAL_RETURN (FN_SWITCHES | FN_SETJMP)
+#define FN_ALL (FN_SWITCHES | FN_SETJMP | FN_GOGO | FN_PARKS)
 
 static inline int fn_flags(Engine *e, int32_t fn)
 {
@@ -989,6 +1010,13 @@ static ptrdiff_t resumed_frame(Engine *e, Thread *th, Ctx *c, ptrdiff_t top, int
 		}
 	}
 	return first;
+}
+
+/* engine.py: _after_call */
+static inline bool after_call(Thread *th, int64_t ix, uint64_t ip)
+{
+	uint64_t site = (uint64_t)frame(th, ix)->callsite;
+	return !site || (ip > site && ip - site <= MAX_INSN);
 }
 
 /* engine.py: _stopped_in */
@@ -1131,7 +1159,9 @@ static void return_slow(Engine *e, Thread *th, int32_t src, int32_t dst, int64_t
 		}
 	}
 	size_t n = c->nframes;
-	ptrdiff_t i = resumed_frame(e, th, c, (ptrdiff_t)n - 3, fn, dst);
+	/* Right after the call: past the caller; elsewhere: an exception's way out (engine.py) */
+	ptrdiff_t below = after_call(th, c->frames[n - 1].ix, e->loc_ip[dst]) ? 3 : 2;
+	ptrdiff_t i = resumed_frame(e, th, c, (ptrdiff_t)n - below, fn, dst);
 	if (i >= 0) {
 		/* A return past several frames (exception unwinding, longjmp via ret). */
 		close_above(e, th, c, (size_t)i, take_slot(e, th, t, 0), 0);
@@ -1158,10 +1188,51 @@ static void return_slow(Engine *e, Thread *th, int32_t src, int32_t dst, int64_t
 	first_frame(e, th, c, dst, FL_INFERRED);
 }
 
+/* engine.py: _end_every_frame (then no context is left) */
+static void end_every_frame(Engine *e, Thread *th, int64_t end)
+{
+	for (size_t j = th->nctx; j-- > 0;) {
+		Ctx *c = th->ctxs[j];
+		for (size_t k = 0; k < c->nframes; k++)
+			close_frame(e, th, c->frames[k].ix, end, FL_OPEN_AT_END);
+		c->nframes = 0;
+		if (j > 0 && c->detached)
+			end = th->ctxs[j - 1]->suspend_slot;
+	}
+	pop_ctxs(e, th, 0);
+}
+
+/* engine.py: _goroutine_switch */
+static void goroutine_switch(Engine *e, Thread *th, int32_t src, int32_t dst, int64_t t)
+{
+	int32_t fn = e->loc_fn[dst];
+	Ctx *c = sync_source(e, th, src, t);
+	if (e->loc_off[dst] > 0) {
+		for (size_t i = c->nframes - 1; i-- > 0;) {
+			if (c->frames[i].fn != fn)
+				continue;
+			if (fn_flags(e, c->frames[i + 1].fn) & FN_PARKS)
+				break; /* where every parked goroutine waits: which one is unknown */
+			close_above(e, th, c, i, take_slot(e, th, t, 0), 0);
+			return;
+		}
+	}
+	/* Another goroutine, or a new one: every frame of the thread ends here. */
+	int64_t slot = take_slot(e, th, t, START_SLOT);
+	end_every_frame(e, th, slot);
+	c = push_ctx(e, th, true, slot);
+	e->segments_started++;
+	first_frame(e, th, c, dst, e->loc_off[dst] == 0 ? 0 : FL_INFERRED);
+}
+
 /* engine.py: _jump */
 static void jump(Engine *e, Thread *th, int32_t src, int32_t dst, int64_t t)
 {
 	int32_t fn = e->loc_fn[dst];
+	if ((fn_flags(e, e->loc_fn[src]) & FN_GOGO) && !(fn_flags(e, fn) & FN_GOGO)) {
+		goroutine_switch(e, th, src, dst, t);
+		return;
+	}
 	Ctx *c = cur(th);
 	/* Only a known symbol has boundaries (engine.py: the same comment). */
 	if (e->loc_off[dst] > 0) {
@@ -1318,7 +1389,8 @@ static void apply(Engine *e, Thread *th, int kind, int state, int32_t src, int32
 		Ctx *c = cur(th);
 		size_t n = c->nframes;
 		if (n >= 2 && c->frames[n - 2].fn == e->loc_fn[dst] &&
-		    !fn_flags(e, e->loc_fn[src])) {
+		    !(fn_flags(e, e->loc_fn[src]) & FN_SPECIAL_RETURN) &&
+		    after_call(th, c->frames[n - 1].ix, e->loc_ip[dst])) {
 			close_frame(e, th, c->frames[n - 1].ix, take_slot(e, th, t, 0), 0);
 			c->nframes--;
 		} else {
@@ -1355,7 +1427,7 @@ static void apply(Engine *e, Thread *th, int kind, int state, int32_t src, int32
 /* engine.py: _gap_slot */
 static inline void gap_slot(Engine *e, Thread *th, int64_t gap_time, int64_t t)
 {
-	if ((th->last_raw >> 2) < gap_time && gap_time < t)
+	if (e->axis == AXIS_TIME && (th->last_raw >> 2) < gap_time && gap_time < t)
 		take_slot(e, th, gap_time, 0);
 }
 
@@ -1399,16 +1471,7 @@ static void branch_slow(Engine *e, Thread *th, int kind, int state, bool in_tx, 
  * written. */
 static void close_all(Engine *e, Thread *th)
 {
-	int64_t end = take_slot(e, th, th->last_time, 0);
-	for (size_t j = th->nctx; j-- > 0;) {
-		Ctx *c = th->ctxs[j];
-		for (size_t k = 0; k < c->nframes; k++)
-			close_frame(e, th, c->frames[k].ix, end, FL_OPEN_AT_END);
-		c->nframes = 0;
-		if (j > 0 && c->detached)
-			end = th->ctxs[j - 1]->suspend_slot;
-	}
-	pop_ctxs(e, th, 0);
+	end_every_frame(e, th, take_slot(e, th, th->last_time, 0));
 	resolve(e, th, 0);
 	flush_groups(e, th, true);
 	th->closed = true;
@@ -1436,11 +1499,16 @@ static void close_all(Engine *e, Thread *th)
 
 static int engine_init(Engine *e, PyObject *args, PyObject *kwds)
 {
-	static char *kwlist[] = {"max_examples", "keep_slots", NULL};
+	static char *kwlist[] = {"max_examples", "keep_slots", "axis", NULL};
 	Py_ssize_t max_examples = 5;
-	int keep_slots = 0;
-	if (!PyArg_ParseTupleAndKeywords(args, kwds, "|np", kwlist, &max_examples, &keep_slots))
+	int keep_slots = 0, axis = AXIS_TIME;
+	if (!PyArg_ParseTupleAndKeywords(args, kwds, "|npi", kwlist, &max_examples, &keep_slots,
+					 &axis))
 		return -1;
+	if (axis < AXIS_TIME || axis > AXIS_CYCLES) {
+		PyErr_SetString(PyExc_ValueError, "axis: 0 time, 1 instructions, 2 cycles");
+		return -1;
+	}
 	if (e->threads || e->nloc) {
 		PyErr_SetString(PyExc_RuntimeError, "the engine is already initialised");
 		return -1;
@@ -1455,6 +1523,7 @@ static int engine_init(Engine *e, PyObject *args, PyObject *kwds)
 	}
 	e->max_examples = max_examples;
 	e->keep_slots = keep_slots;
+	e->axis = axis;
 	return 0;
 }
 
@@ -1465,6 +1534,7 @@ static void free_thread(Thread *th)
 	free(th->win_raw.v);
 	free(th->win_insn.v);
 	free(th->win_cyc.v);
+	free(th->win_real.v);
 	free(th->win_out);
 	free(th->waiters);
 	for (size_t g = 0; g < th->ngroups; g++)
@@ -1612,7 +1682,7 @@ static PyObject *engine_mark_function(Engine *e, PyObject *args)
 	if (!PyArg_ParseTuple(args, "ii", &fn, &flags))
 		return NULL;
 	GUARD(e);
-	if (fn < 0 || flags < 0 || flags > (FN_SWITCHES | FN_SETJMP)) {
+	if (fn < 0 || flags < 0 || flags > FN_ALL) {
 		PyErr_SetString(PyExc_ValueError, "bad function id or flags");
 		return NULL;
 	}
@@ -2020,7 +2090,8 @@ static PyObject *vecs_blocks(Vec *v, int n)
 
 /* Everything written since the last call: (slices, instants, counters), each a tuple of
  * int64 Blocks (slices: pid, tid, start, end, name id, address, instructions, cycles,
- * flags, start slot, end slot; the slots empty unless keep_slots; instants: pid, tid,
+ * flags, start slot, end slot, perf time at start, perf time at end; the slots empty unless
+ * keep_slots; instants: pid, tid,
  * time, message id; counters: pid, tid, time, name id, value). */
 static PyObject *engine_take_output(Engine *e, PyObject *Py_UNUSED(ignored))
 {

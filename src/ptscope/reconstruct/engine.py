@@ -70,6 +70,8 @@ from ptscope.timeline import (
 )
 
 __all__ = [
+    "GOROUTINE_PARKERS",
+    "GOROUTINE_SWITCHERS",
     "SETJMPS",
     "SPECIAL_RETURNS",
     "STACK_SWITCHERS",
@@ -263,6 +265,16 @@ returns)."""
 SPECIAL_RETURNS: Final = STACK_SWITCHERS | SETJMPS
 """A return from one of these is never handled by the common fast path."""
 
+GOROUTINE_SWITCHERS: Final = frozenset({"gogo", "runtime.gogo", "runtime.gogo.abi0"})
+"""Go's ``runtime.gogo`` (and its ``gogo`` label): its jump out, never a return, lands on a
+goroutine's stack (see _goroutine_switch)."""
+
+GOROUTINE_PARKERS: Final = frozenset({"runtime.mcall", "runtime.mcall.abi0"})
+"""Go's ``runtime.mcall``: every goroutine parked through it waits at the same address."""
+
+SPECIAL_FUNCTIONS: Final = SPECIAL_RETURNS | GOROUTINE_SWITCHERS | GOROUTINE_PARKERS
+"""Every function a rule names (the C engine is told which is which)."""
+
 LandingPadLookup = Callable[[str, int], Sequence[tuple[int, int]]]
 """``(dso, ip) -> [(start, end), ...]``: the run-time address ranges of the call sites whose
 exceptions land at ``ip`` (see ``decode/landing_pads.py``; the pipeline provides it)."""
@@ -275,6 +287,14 @@ def _stopped_in(th: _Thread, frames: list[Handle], i: int) -> bool:
     return i == top or (
         i == top - 1 and bool(th.fd[frames[top][_IX] * _FIELDS + _FLAGS] & _SYNTHETIC)
     )
+
+
+def _after_call(th: _Thread, frame: Handle, ip: int) -> bool:
+    """Does a return to ``ip`` land right after the call that created ``frame`` (or is
+    that call unknown)? A return elsewhere is an exception's way out (OCaml's raise through
+    ``caml_raise_exn``, the unwinder's return to a landing pad), not a return to the caller."""
+    site: int = th.fd[frame[_IX] * _FIELDS + _CALLSITE] & _MASK64
+    return site == 0 or 0 < ip - site <= _MAX_INSN
 
 
 def _count(th: _Thread, insns: int, cycles: int) -> None:
@@ -356,8 +376,10 @@ class TraceSegmentEngine:
         thread_of = self._thread
         call, ret, jump, cjump, no_change = _CALL, _RETURN, _JUMP, _CJUMP, _ST_NONE
         special = SPECIAL_RETURNS
+        mask, max_insn = _MASK64, _MAX_INSN
         th: _Thread | None = None
         ctxs: list[_Context] = []
+        fd = array("q")
         cur_pid = cur_tid = -2
         count = 0
         for ev in events:
@@ -370,6 +392,7 @@ class TraceSegmentEngine:
                 cur_tid = ev.tid
                 th = thread_of(cur_pid, cur_tid, ev.gap_time or ev.time)
                 ctxs = th.ctxs
+                fd = th.fd  # extended in place: the same array for the thread's life
             if ev.in_tx or th.txq:
                 slow(ev)
                 continue
@@ -412,6 +435,10 @@ class TraceSegmentEngine:
                     len(frames) >= 2
                     and frames[-2][_FN] == ev.dst.function
                     and ev.src.function not in special
+                    and (  # _after_call, inline
+                        not (site := fd[frames[-1][1] * 6 + 5] & mask)
+                        or 0 < ev.dst.ip - site <= max_insn
+                    )
                 ):
                     log = th.log
                     th.fd[frames.pop()[_IX] * _FIELDS + _END] = len(log)
@@ -556,6 +583,7 @@ class TraceSegmentEngine:
                     len(frames) >= 2
                     and frames[-2][_FN] == dst.function
                     and src.function not in SPECIAL_RETURNS
+                    and _after_call(th, frames[-1], dst.ip)
                 ):
                     self._close(th, frames.pop(), self._slot(th, t))
                 else:
@@ -636,7 +664,10 @@ class TraceSegmentEngine:
             if len(frames) >= 2 and frames[-2][_FN] == fn:
                 self._close(th, frames.pop(), self._slot(th, t))
                 return
-        i = self._resumed_frame(th, frames, len(frames) - 3, dst)
+        # Right after the call: the return goes past the caller (names matched it
+        # otherwise). Elsewhere: an exception's way out, which may land in the caller.
+        below = 3 if _after_call(th, frames[-1], dst.ip) else 2
+        i = self._resumed_frame(th, frames, len(frames) - below, dst)
         if i >= 0:
             # A return past several frames (exception unwinding, longjmp via ret).
             self._close_above(th, ctx, i, self._slot(th, t), 0)
@@ -695,6 +726,9 @@ class TraceSegmentEngine:
         """A jump between functions: tail call, unwind (longjmp) or leaf replacement."""
         dst = ev.dst
         fn = dst.function
+        if ev.src.function in GOROUTINE_SWITCHERS and fn not in GOROUTINE_SWITCHERS:
+            self._goroutine_switch(th, ev, t)
+            return
         ctx = th.ctxs[-1]
         # Only a known symbol has boundaries: a jump into unknown code (a PLT header, a
         # stripped library) says nothing about the frames further up, even if they are
@@ -724,6 +758,34 @@ class TraceSegmentEngine:
         frames.append(frame)
         if len(frames) == 1:
             ctx.toplevel.append(frame[_IX])
+
+    def _goroutine_switch(self, th: _Thread, ev: BranchEvent, t: int) -> None:
+        """Go's ``gogo`` jumps to where a goroutine's stack goes on.
+
+        Into a function of the current stack, but not where a goroutine parks (the caller of
+        a pending ``mcall``): the same goroutine goes on there (after ``morestack`` grew its
+        stack, or where a panic was recovered), and the frames above end. Otherwise it is
+        another goroutine, or a new one: which one cannot be told (every goroutine parked
+        through ``mcall`` waits at the same address, and the trace has no stack pointer), so
+        every frame of the thread ends here and a new stack begins; its callers appear as
+        it returns into them, and a goroutine's first run starts exactly at its function.
+        """
+        dst = ev.dst
+        ctx = self._sync_source(th, ev.src, t)
+        frames = ctx.frames
+        if dst.offset > 0:
+            for i in range(len(frames) - 2, -1, -1):
+                if frames[i][_FN] == dst.function:
+                    if frames[i + 1][_FN] in GOROUTINE_PARKERS:
+                        break
+                    self._close_above(th, ctx, i, self._slot(th, t), 0)
+                    return
+        slot = self._slot(th, t, _START_SLOT)
+        self._end_every_frame(th, slot)
+        ctxs = th.ctxs
+        ctxs[:] = [_Context(-1, True, slot)]  # in place: feed_all holds the list
+        self.stats.segments_started += 1
+        self._first_frame(th, ctxs[0], dst, 0 if dst.offset == 0 else _INFERRED)
 
     def _enter_nested(self, th: _Thread, ev: BranchEvent, t: int) -> None:
         """Syscall / interrupt entry with kernel tracing: a new stack on top of this frame."""
@@ -975,7 +1037,11 @@ class TraceSegmentEngine:
         return timeline
 
     def _close_all(self, th: _Thread) -> None:
-        end = self._slot(th, th.last_time)
+        self._end_every_frame(th, self._slot(th, th.last_time))
+
+    def _end_every_frame(self, th: _Thread, end: int) -> None:
+        """Close every open frame of the thread at slot ``end``: a detached context's where
+        the one above it began (its frames stopped there)."""
         ctxs = th.ctxs
         for j in range(len(ctxs) - 1, -1, -1):
             c = ctxs[j]

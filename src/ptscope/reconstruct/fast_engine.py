@@ -37,8 +37,10 @@ from ptscope.model import (
     StackSample,
 )
 from ptscope.reconstruct.engine import (
+    GOROUTINE_PARKERS,
+    GOROUTINE_SWITCHERS,
     SETJMPS,
-    SPECIAL_RETURNS,
+    SPECIAL_FUNCTIONS,
     STACK_SWITCHERS,
     EngineStats,
     LandingPadLookup,
@@ -54,11 +56,14 @@ except ImportError as _e:  # not built: make_engine() falls back to the Python e
 else:
     _IMPORT_ERROR = ""
 
-__all__ = ["FastEngine", "is_available", "make_engine", "timeline_from_batches"]
+__all__ = ["TIME_AXES", "FastEngine", "is_available", "make_engine", "timeline_from_batches"]
 
 log = logging.getLogger("ptscope")
 
 _POWER_COUNTER: Final = "CPU frequency (MHz)"
+TIME_AXES: Final = ("time", "instructions", "cycles")
+"""What slice times measure: perf time (ns), or each thread's executed instructions or
+cycles (its cumulative counts, spread over equal values as times are)."""
 _UNEXPECTED: Final = (
     "branch from {fn} while in {fn2}",
     "branch from {fn}, which is not on the stack",
@@ -194,10 +199,14 @@ class FastEngine:
         keep_slots: bool = False,
         max_examples: int = 5,
         landing_pads: LandingPadLookup | None = None,
+        axis: str = "time",
     ) -> None:
         if _cengine is None:
             raise RuntimeError(f"the C engine is not built ({_IMPORT_ERROR})")
-        self._c = _cengine.Engine(max_examples, keep_slots)
+        if axis not in TIME_AXES:
+            raise ValueError(f"time axis: one of {', '.join(TIME_AXES)}, not {axis!r}")
+        self.axis = axis
+        self._c = _cengine.Engine(max_examples, keep_slots, TIME_AXES.index(axis))
         # C location ids by chunk: (first id, table, first row) in id order, to answer the
         # C side's landing-pad questions about a location it knows by id only.
         self._chunks: list[tuple[int, LocationTable, int]] = []
@@ -354,8 +363,13 @@ class FastEngine:
             for name, i in zip(functions[known:], new, strict=True):
                 if i == len(self._names):
                     self._names.append(name)
-                    if name in SPECIAL_RETURNS:
-                        flags = (name in STACK_SWITCHERS) | (name in SETJMPS) << 1
+                    if name in SPECIAL_FUNCTIONS:
+                        flags = (
+                            (name in STACK_SWITCHERS)
+                            | (name in SETJMPS) << 1
+                            | (name in GOROUTINE_SWITCHERS) << 2
+                            | (name in GOROUTINE_PARKERS) << 3
+                        )
                         self._c.mark_function(i, flags)
             added = np.array(new, dtype=np.int32)
             sync.functions = (
@@ -407,7 +421,7 @@ class FastEngine:
         """Everything written since the last call (slices in the order they finished)."""
         slices, instants, counters = self._c.take_output()
         cols = [np.frombuffer(b, dtype=np.int64) for b in slices]
-        pid, tid, start, end, name, addr, insns, cycles, flags, sslot, eslot = cols
+        pid, tid, start, end, name, addr, insns, cycles, flags, sslot, eslot, pstart, pend = cols
         inst = [np.frombuffer(b, dtype=np.int64).tolist() for b in instants]
         ctrs = [np.frombuffer(b, dtype=np.int64).tolist() for b in counters]
         return SliceBatch(
@@ -423,6 +437,8 @@ class FastEngine:
             flags=flags.astype(np.uint8),
             start_slot=sslot if self._keep_slots else None,
             end_slot=eslot if self._keep_slots else None,
+            perf_start=pstart,
+            perf_end=pend,
             instants=[
                 (p, t, Instant(time, self._messages[m]))
                 for p, t, time, m in zip(*inst, strict=True)

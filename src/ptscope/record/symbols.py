@@ -10,7 +10,8 @@ shared library the process has mapped. Prefixes force one kind: ``symbol:NAME``,
 
 C++ (and Rust) functions are named as the trace shows them: demangled without parameters
 (``outer::inner::catcher``, perf's spelling), demangled with parameters to pick one overload
-(``outer::inner::twice(double)``), or mangled. Demangling is binutils' ``c++filt``.
+(``outer::inner::twice(double)``), or mangled. Demangling is binutils' ``c++filt``
+(``ptscope.demangle``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
+from ptscope.demangle import demangle
 from ptscope.errors import BadInputError, UsageError
 from ptscope.record.breakpoints import Breakpoint
 
@@ -272,28 +274,6 @@ def _same_file(source: str, wanted: str) -> bool:
 
 def _squeezed(name: str) -> str:
     return "".join(name.split())
-
-
-def demangle(names: Sequence[str]) -> dict[str, tuple[str, str]]:
-    """``mangled -> (with parameters, without)`` for the names ``c++filt`` can demangle
-    (none when binutils is missing: such names then match only mangled)."""
-    tool = shutil.which("c++filt")
-    if tool is None or not names:
-        return {}
-    text = "\n".join(names) + "\n"
-    forms = []
-    for extra in ([], ["--no-params"]):
-        try:
-            done = subprocess.run(
-                [tool, *extra], input=text, capture_output=True, text=True, timeout=60, check=True
-            )
-        except (OSError, subprocess.SubprocessError):
-            return {}
-        forms.append(done.stdout.splitlines())
-    full, bare = forms
-    if len(full) != len(names) or len(bare) != len(names):
-        return {}
-    return {m: (f, b) for m, f, b in zip(names, full, bare, strict=True) if f != m}
 
 
 @functools.lru_cache(maxsize=64)
