@@ -57,6 +57,7 @@ class Slice:
     instructions: int = -1
     cycles: int = -1
     flags: SliceFlags = SliceFlags.NONE
+    icache_lines: int = -1
 
 
 @dataclass(slots=True)
@@ -86,8 +87,9 @@ class ThreadTimeline:
     """Everything one thread did, as slice columns sorted by (start, depth).
 
     Times are perf time in nanoseconds. ``name_id`` indexes :attr:`Timeline.names`.
-    ``address`` is the function's entry address (0 when unknown); ``instructions`` and
-    ``cycles`` are -1 when unknown.
+    ``address`` is the function's entry address (0 when unknown); ``instructions``,
+    ``cycles`` and ``icache_lines`` (distinct 64-byte code lines executed, callees
+    included) are -1 when unknown.
     """
 
     pid: int
@@ -103,6 +105,8 @@ class ThreadTimeline:
     flags: UInt8Array = field(default_factory=lambda: np.zeros(0, dtype=np.uint8))
     instants: list[Instant] = field(default_factory=list)
     counters: list[CounterSample] = field(default_factory=list)
+    icache_lines: Int64Array | None = None
+    """None: unknown for every slice."""
 
     def __len__(self) -> int:
         return int(self.start.shape[0])
@@ -119,6 +123,7 @@ class ThreadTimeline:
                 int(self.instructions[i]),
                 int(self.cycles[i]),
                 SliceFlags(int(self.flags[i])),
+                int(self.icache_lines[i]) if self.icache_lines is not None else -1,
             )
 
     def time_range(self) -> tuple[int, int] | None:
@@ -177,6 +182,8 @@ class SliceBatch:
     """Perf time of each slice's start and end as the events said (what ``perf script
     --time`` selects by), whatever the time axis of ``start``/``end``."""
     perf_end: Int64Array | None = None
+    icache_lines: Int64Array | None = None
+    """Distinct 64-byte code lines each slice executed (-1 unknown); None: all unknown."""
     instants: list[tuple[int, int, Instant]] = field(default_factory=list)
     """(pid, tid, instant)"""
     counters: list[tuple[int, int, CounterSample]] = field(default_factory=list)

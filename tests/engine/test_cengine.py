@@ -149,7 +149,18 @@ def _event(x: int, time: int) -> Event:
         dst = Location(src.ip + 1 + c.below(16), c.pick(FUNCS), 0, "prog")
     in_tx = c.below(10) == 0
     return BranchEvent(
-        pid, tid, time, kind, state, src, dst, in_tx, c.pick([0, 0, 3, 100]), c.pick([0, 7])
+        pid,
+        tid,
+        time,
+        kind,
+        state,
+        src,
+        dst,
+        in_tx,
+        c.pick([0, 0, 3, 100]),
+        c.pick([0, 7]),
+        # code lines (instruction detail): few values, so that unions overlap
+        lines=c.pick([None, (), (1,), (2, 3), (1, 5, 9), (64,), (3,)]),
     )
 
 

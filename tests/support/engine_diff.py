@@ -66,6 +66,15 @@ def assert_same(a: Engine, ta: Timeline, b: Engine, tb: Timeline, *, examples: b
             want, got = getattr(x, column), getattr(y, column)
             assert want.dtype == got.dtype, column
             assert np.array_equal(want, got), (x.tid, column, want, got)
+        if x.icache_lines is None or y.icache_lines is None:
+            assert x.icache_lines is None and y.icache_lines is None, (x.tid, "icache_lines")
+        else:
+            assert np.array_equal(x.icache_lines, y.icache_lines), (
+                x.tid,
+                "icache_lines",
+                x.icache_lines,
+                y.icache_lines,
+            )
         names_a = [ta.names[i] for i in x.name_id.tolist()]
         names_b = [tb.names[i] for i in y.name_id.tolist()]
         assert names_a == names_b, (x.tid, names_a, names_b)

@@ -108,6 +108,13 @@ typedef struct {
 	size_t n, cap;
 } Vec;
 
+/* A set of 64-byte code lines (address >> 6), open addressing: slots hold line + 1, 0 is
+ * empty, at most half full. What a frame executed, for its i-cache footprint. */
+typedef struct {
+	uint64_t *v;
+	uint32_t n, cap;
+} LineSet;
+
 /* A slot's resolved time (on the engine's time axis), the cumulative instruction/cycle
  * counts in force there, and its perf time (as the event said, not spread: what
  * `perf script --time` selects by). */
@@ -133,6 +140,10 @@ typedef struct {
 	uint32_t parent_gen;
 	int64_t first_follower, last_follower, next_follower;
 	uint32_t gen; /* bumped when the entry is reused */
+	/* Code lines executed while it was the innermost open frame, its closed callees'
+	 * merged in (see "I-cache footprint" below); their number once it closed (-1 before). */
+	LineSet lines;
+	int64_t icache;
 	uint8_t known; /* KNOWN_START | KNOWN_END */
 	bool spine;    /* starts where its context starts: written with its context's group */
 	bool live;
@@ -157,6 +168,11 @@ typedef struct {
 	bool detached;
 	bool switched_in; /* began with a stack switch: older contexts are other stacks */
 	Vec spine;	  /* arena indices of the frames that start where this context starts */
+	/* Code lines since the context's start that no frame of it holds (executed before its
+	 * first frame, or by frames that ended at its bottom): a root inferred later takes
+	 * them. `before`: those of the context's earlier starts (a detached context that
+	 * started over), which only a frame enclosing the whole context (a landing) takes. */
+	LineSet base, before;
 } Ctx;
 
 /* A branch held until its transaction commits. */
@@ -205,6 +221,7 @@ typedef struct {
 	/* counts */
 	int64_t cum_insn, cum_cyc, last_time;
 	int64_t first_update_slot; /* -1: no count yet */
+	int64_t first_line_slot;   /* -1: no code lines yet */
 	TxEvent *txq;
 	size_t ntx, captx;
 	Vec resume; /* (frame index, generation, address) triples: setjmp resume points */
@@ -261,7 +278,7 @@ static uint8_t kind_state[FLAG_TABLE_SIZE]; /* classify() of every value, filled
 
 /* Output columns, drained by take_output(). */
 enum { O_PID, O_TID, O_START, O_END, O_NAME, O_ADDR, O_INSN, O_CYC, O_FLAGS, O_SSLOT, O_ESLOT,
-       O_RSTART, O_REND, NOUT };
+       O_RSTART, O_REND, O_LINES, NOUT };
 enum { I_PID, I_TID, I_TIME, I_MSG, NINST };
 enum { N_PID, N_TID, N_TIME, N_NAME, N_VALUE, NCTR };
 
@@ -289,7 +306,8 @@ typedef struct {
 	Py_ssize_t nexamples, max_examples;
 	Vec out[NOUT], inst[NINST], ctr[NCTR];
 	bool keep_slots;
-	int axis; /* AXIS_* */
+	bool lines_on; /* some batch had code lines: i-cache footprints are computed */
+	int axis;      /* AXIS_* */
 	bool broken, closed;
 	jmp_buf jb;
 } Engine;
@@ -335,6 +353,82 @@ static inline void vec_push(Engine *e, Vec *a, int64_t x)
 	if (a->n == a->cap)
 		a->v = grow(e, a->v, &a->cap, a->n + 1, sizeof(int64_t));
 	a->v[a->n++] = x;
+}
+
+/* ---------------------------------------------------------------- line sets */
+
+static inline uint32_t line_hash(uint64_t key)
+{
+	key *= 0x9E3779B97F4A7C15u;
+	return (uint32_t)(key >> 32);
+}
+
+static void ls_insert(Engine *e, LineSet *s, uint64_t key);
+
+static void ls_grow(Engine *e, LineSet *s)
+{
+	LineSet old = *s;
+	uint32_t cap = old.cap ? old.cap * 2 : 8;
+	if (cap < old.cap)
+		fail_nomem(e);
+	s->v = calloc(cap, sizeof(uint64_t));
+	if (!s->v)
+		fail_nomem(e);
+	s->cap = cap;
+	s->n = 0;
+	for (uint32_t i = 0; i < old.cap; i++)
+		if (old.v[i])
+			ls_insert(e, s, old.v[i]);
+	free(old.v);
+}
+
+static inline void ls_insert(Engine *e, LineSet *s, uint64_t key)
+{
+	if ((s->n + 1) * 2 > s->cap)
+		ls_grow(e, s);
+	uint32_t mask = s->cap - 1;
+	for (uint32_t i = line_hash(key) & mask;; i = (i + 1) & mask) {
+		if (s->v[i] == key)
+			return;
+		if (!s->v[i]) {
+			s->v[i] = key;
+			s->n++;
+			return;
+		}
+	}
+}
+
+/* Empty it (a big table is given back rather than cleared: reused frames are mostly
+ * leaves). */
+static inline void ls_clear(LineSet *s)
+{
+	if (!s->n)
+		return;
+	if (s->cap > 256) {
+		free(s->v);
+		s->v = NULL;
+		s->cap = 0;
+	} else {
+		memset(s->v, 0, s->cap * sizeof(uint64_t));
+	}
+	s->n = 0;
+}
+
+/* into |= from; from becomes empty. */
+static void ls_merge(Engine *e, LineSet *into, LineSet *from)
+{
+	if (!from->n)
+		return;
+	if (into->n == 0 && into->cap <= from->cap) {
+		LineSet t = *into;
+		*into = *from;
+		*from = t;
+		return;
+	}
+	for (uint32_t i = 0; i < from->cap; i++)
+		if (from->v[i])
+			ls_insert(e, into, from->v[i]);
+	ls_clear(from);
 }
 
 /* ------------------------------------------------------------------- threads */
@@ -400,6 +494,8 @@ static Ctx *push_ctx(Engine *e, Thread *th, bool detached, int64_t start_slot)
 	c->suspend_slot = -1;
 	c->suspend_known = false;
 	c->switched_in = false;
+	ls_clear(&c->base);
+	ls_clear(&c->before);
 	return c;
 }
 
@@ -623,6 +719,7 @@ static inline int64_t new_frame(Engine *e, Thread *th, Ctx *c, int64_t parent, i
 			th->fr = grow(e, th->fr, &th->capfr, th->nfr + 1, sizeof(Frame));
 		ix = (int64_t)th->nfr++;
 		th->fr[ix].gen = 0;
+		th->fr[ix].lines = (LineSet){0};
 	}
 	Frame *f = &th->fr[ix];
 	f->end_slot = -1;
@@ -634,6 +731,8 @@ static inline int64_t new_frame(Engine *e, Thread *th, Ctx *c, int64_t parent, i
 	f->parent_gen = parent >= 0 ? th->fr[parent].gen : 0;
 	f->first_follower = f->last_follower = f->next_follower = -1;
 	f->known = 0;
+	f->icache = -1;
+	ls_clear(&f->lines);
 	f->live = true;
 	f->spine = start == c->start_slot;
 	if (f->spine)
@@ -666,9 +765,80 @@ static inline void close_frame(Engine *e, Thread *th, int64_t ix, int64_t slot, 
 	}
 }
 
+/* ------------------------------------------------------- i-cache footprint */
+
+/* A slice's icache_lines are the distinct code lines its thread executed between its start
+ * and end slots (engine.py computes exactly that from the events' lines). Streaming, the
+ * lines of an event go to the innermost open frame (the current context's top frame, or
+ * the context's base when it has none); a frame that ends gives its lines to the frame
+ * that encloses it in time (the one below it in its context, or the context's base), and
+ * its count is taken then. Contexts hand theirs on as they end (stitch_lines). */
+
+static inline LineSet *line_sink(Thread *th)
+{
+	Ctx *c = cur(th);
+	return c->nframes ? &frame(th, c->frames[c->nframes - 1].ix)->lines : &c->base;
+}
+
+static void add_lines(Engine *e, Thread *th, const uint64_t *lines, size_t n)
+{
+	if (!n)
+		return;
+	LineSet *s = line_sink(th);
+	for (size_t k = 0; k < n; k++)
+		ls_insert(e, s, lines[k] + 1);
+	if (th->first_line_slot < 0)
+		th->first_line_slot = th->nslots;
+}
+
+/* Frames [from, nframes) of c end: top down, each counts its lines and gives them to the
+ * frame below, the lowest to `into` (NULL: frame from-1, or c's base when from is 0). */
+static void lines_down(Engine *e, Thread *th, Ctx *c, size_t from, LineSet *into)
+{
+	if (!e->lines_on)
+		return;
+	for (size_t k = c->nframes; k-- > from;) {
+		Frame *f = frame(th, c->frames[k].ix);
+		f->icache = f->lines.n;
+		LineSet *below = k > from || !into
+				     ? (k ? &frame(th, c->frames[k - 1].ix)->lines : &c->base)
+				     : into;
+		ls_merge(e, below, &f->lines);
+	}
+}
+
+/* Contexts above ci end (ci = -1: all of them) and their frames with them, at the slots
+ * land_on and end_every_frame use: a context's frames end where it does, an older
+ * context's where the detached context above it began. Lines flow into the frames that
+ * end later (a nested context's into the context below); those after a detached start go
+ * to `landed` only (the frame a landing resumes, which spans them), or nowhere. */
+static void stitch_lines(Engine *e, Thread *th, ptrdiff_t ci, LineSet *landed)
+{
+	if (!e->lines_on)
+		return;
+	LineSet late = {0};
+	for (ptrdiff_t j = (ptrdiff_t)th->nctx - 1; j > ci; j--) {
+		Ctx *c = th->ctxs[j];
+		lines_down(e, th, c, 0, NULL);
+		ls_merge(e, &c->base, &c->before);
+		if (c->detached || j == 0) {
+			ls_merge(e, &late, &c->base);
+		} else {
+			Ctx *b = th->ctxs[j - 1];
+			ls_merge(e, b->nframes ? &frame(th, b->frames[b->nframes - 1].ix)->lines
+					       : &b->base,
+				 &c->base);
+		}
+	}
+	if (landed)
+		ls_merge(e, landed, &late);
+	free(late.v);
+}
+
 /* engine.py: _close_above */
 static void close_above(Engine *e, Thread *th, Ctx *c, size_t index, int64_t slot, int64_t flags)
 {
+	lines_down(e, th, c, index + 1, NULL);
 	for (size_t k = index + 1; k < c->nframes; k++)
 		close_frame(e, th, c->frames[k].ix, slot, flags);
 	c->nframes = index + 1;
@@ -695,6 +865,9 @@ static void emit_slice(Engine *e, Thread *th, Frame *f, int64_t ix)
 	}
 	vec_push(e, &e->out[O_RSTART], f->start.real);
 	vec_push(e, &e->out[O_REND], f->end.real);
+	bool lined = th->first_line_slot >= 0 && f->end_slot >= th->first_line_slot;
+	vec_push(e, &e->out[O_LINES], lined ? f->icache : -1);
+	ls_clear(&f->lines);
 	e->slices_out++;
 }
 
@@ -792,6 +965,7 @@ static Thread *new_thread(Engine *e, int64_t pid, int64_t tid, int64_t time)
 	th->tid = tid;
 	th->last_time = time;
 	th->first_update_slot = -1;
+	th->first_line_slot = -1;
 	if (e->nthreads == 1 || time < e->first_time)
 		e->first_time = time;
 	/* The first slot starts the thread's first segment; the first context starts there. */
@@ -846,6 +1020,7 @@ static void first_frame(Engine *e, Thread *th, Ctx *c, int32_t loc, int64_t flag
 {
 	int32_t fn = e->loc_fn[loc];
 	int64_t ix = new_frame(e, th, c, -1, fn, c->start_slot, e->loc_entry[loc], flags, 0);
+	ls_merge(e, &frame(th, ix)->lines, &c->base); /* it began where the context did */
 	push_handle(e, c, fn, ix);
 }
 
@@ -854,6 +1029,7 @@ static void break_segment(Engine *e, Thread *th, int64_t slot)
 {
 	Ctx *c = cur(th);
 	if (!c->nframes && c->detached) {
+		ls_merge(e, &c->before, &c->base);
 		retire_spine(e, th, c);
 		c->start_slot = slot;
 		c->start_known = false;
@@ -879,6 +1055,9 @@ static void add_root(Engine *e, Thread *th, Ctx *c, int32_t loc, int64_t t)
 	int32_t fn = e->loc_fn[loc];
 	int64_t root =
 	    new_frame(e, th, c, -1, fn, c->start_slot, e->loc_entry[loc], FL_INFERRED, 0);
+	LineSet *held = &frame(th, root)->lines;
+	ls_merge(e, held, &c->base);
+	lines_down(e, th, c, 0, held);
 	for (size_t k = 0; k < c->nframes; k++)
 		close_frame(e, th, c->frames[k].ix, slot, 0);
 	c->nframes = 0;
@@ -1031,6 +1210,7 @@ static void land_on(Engine *e, Thread *th, size_t ci, size_t fi, int64_t t)
 {
 	Ctx *target = th->ctxs[ci];
 	int64_t end = take_slot(e, th, t, 0);
+	stitch_lines(e, th, (ptrdiff_t)ci, &frame(th, target->frames[fi].ix)->lines);
 	for (size_t j = th->nctx - 1; j > ci; j--) {
 		Ctx *c = th->ctxs[j];
 		for (size_t k = 0; k < c->nframes; k++)
@@ -1125,6 +1305,7 @@ static void stack_switch(Engine *e, Thread *th, int32_t dst, int64_t t)
 	if (found != SIZE_MAX) {
 		Ctx *target = th->ctxs[found];
 		land_on(e, th, found, target->nframes - 1, t);
+		lines_down(e, th, target, target->nframes - 1, NULL);
 		close_frame(e, th, target->frames[target->nframes - 1].ix, take_slot(e, th, t, 0), 0);
 		target->nframes--;
 		return;
@@ -1145,6 +1326,7 @@ static void return_slow(Engine *e, Thread *th, int32_t src, int32_t dst, int64_t
 	int32_t fn = e->loc_fn[dst];
 	if ((fn_flags(e, e->loc_fn[src]) & FN_SETJMP) && c->nframes >= 2 &&
 	    c->frames[c->nframes - 2].fn == fn) {
+		lines_down(e, th, c, c->nframes - 1, NULL);
 		close_frame(e, th, c->frames[--c->nframes].ix, take_slot(e, th, t, 0), 0);
 		set_resume_point(e, th, c->frames[c->nframes - 1].ix, e->loc_ip[dst]);
 		return;
@@ -1153,6 +1335,7 @@ static void return_slow(Engine *e, Thread *th, int32_t src, int32_t dst, int64_t
 		c = sync_source(e, th, src, t);
 		size_t n = c->nframes;
 		if (n >= 2 && c->frames[n - 2].fn == fn) {
+			lines_down(e, th, c, n - 1, NULL);
 			close_frame(e, th, c->frames[n - 1].ix, take_slot(e, th, t, 0), 0);
 			c->nframes--;
 			return;
@@ -1172,6 +1355,7 @@ static void return_slow(Engine *e, Thread *th, int32_t src, int32_t dst, int64_t
 	uint64_t ip = e->loc_ip[dst];
 	if (callsite && ip > callsite && ip - callsite <= MAX_INSN && n > 1) {
 		/* An assembly label right after the call: the caller carries on under it. */
+		lines_down(e, th, c, n - 1, NULL);
 		close_frame(e, th, top.ix, take_slot(e, th, t, 0), 0);
 		c->nframes--;
 		c->frames[n - 2].fn = fn;
@@ -1191,6 +1375,7 @@ static void return_slow(Engine *e, Thread *th, int32_t src, int32_t dst, int64_t
 /* engine.py: _end_every_frame (then no context is left) */
 static void end_every_frame(Engine *e, Thread *th, int64_t end)
 {
+	stitch_lines(e, th, -1, NULL);
 	for (size_t j = th->nctx; j-- > 0;) {
 		Ctx *c = th->ctxs[j];
 		for (size_t k = 0; k < c->nframes; k++)
@@ -1250,6 +1435,7 @@ static void jump(Engine *e, Thread *th, int32_t src, int32_t dst, int64_t t)
 		return;
 	/* A tail call, or a jump into an unrelated function: the leaf is replaced. */
 	int64_t slot = take_slot(e, th, t, CALL_SLOT);
+	lines_down(e, th, c, c->nframes - 1, NULL);
 	int64_t old = c->frames[--c->nframes].ix;
 	close_frame(e, th, old, slot, 0);
 	/* The new function returns where the old one would have: same call site. */
@@ -1297,10 +1483,12 @@ static void trace_end(Engine *e, Thread *th, int kind, int32_t src, int64_t t)
 {
 	Ctx *c = sync_source(e, th, src, t);
 	if (kind == K_RETURN && c->nframes >= 2) {
+		lines_down(e, th, c, c->nframes - 1, NULL);
 		close_frame(e, th, c->frames[c->nframes - 1].ix, take_slot(e, th, t, 0), 0);
 		c->nframes--;
 	} else if ((kind == K_SYSRET || kind == K_IRET) && th->nctx > 1 && !c->detached) {
 		int64_t slot = take_slot(e, th, t, 0);
+		stitch_lines(e, th, (ptrdiff_t)th->nctx - 2, NULL);
 		for (size_t k = 0; k < c->nframes; k++)
 			close_frame(e, th, c->frames[k].ix, slot, 0);
 		c->nframes = 0;
@@ -1391,6 +1579,7 @@ static void apply(Engine *e, Thread *th, int kind, int state, int32_t src, int32
 		if (n >= 2 && c->frames[n - 2].fn == e->loc_fn[dst] &&
 		    !(fn_flags(e, e->loc_fn[src]) & FN_SPECIAL_RETURN) &&
 		    after_call(th, c->frames[n - 1].ix, e->loc_ip[dst])) {
+			lines_down(e, th, c, n - 1, NULL);
 			close_frame(e, th, c->frames[n - 1].ix, take_slot(e, th, t, 0), 0);
 			c->nframes--;
 		} else {
@@ -1434,7 +1623,7 @@ static inline void gap_slot(Engine *e, Thread *th, int64_t gap_time, int64_t t)
 /* engine.py: TraceSegmentEngine._branch (in-transaction events and what follows them) */
 static void branch_slow(Engine *e, Thread *th, int kind, int state, bool in_tx, int32_t src,
 			int32_t dst, int64_t time, uint64_t insns, uint64_t cycles,
-			int64_t gap_time)
+			int64_t gap_time, const uint64_t *lines, size_t nlines)
 {
 	e->events++;
 	e->branches++;
@@ -1444,6 +1633,7 @@ static void branch_slow(Engine *e, Thread *th, int kind, int state, bool in_tx, 
 		gap_slot(e, th, gap_time, t);
 	if (insns || cycles)
 		count(e, th, insns, cycles);
+	add_lines(e, th, lines, nlines);
 	if (in_tx) {
 		if (th->ntx == th->captx)
 			th->txq = grow(e, th->txq, &th->captx, th->ntx + 1, sizeof(TxEvent));
@@ -1529,6 +1719,8 @@ static int engine_init(Engine *e, PyObject *args, PyObject *kwds)
 
 static void free_thread(Thread *th)
 {
+	for (size_t i = 0; i < th->nfr; i++)
+		free(th->fr[i].lines.v);
 	free(th->fr);
 	free(th->free_ix.v);
 	free(th->win_raw.v);
@@ -1544,6 +1736,8 @@ static void free_thread(Thread *th)
 	for (size_t i = 0; i < th->pool; i++) {
 		free(th->ctxs[i]->frames);
 		free(th->ctxs[i]->spine.v);
+		free(th->ctxs[i]->base.v);
+		free(th->ctxs[i]->before.v);
 		free(th->ctxs[i]);
 	}
 	free(th->ctxs);
@@ -1719,10 +1913,12 @@ enum { C_PID, C_TID, C_TIME, C_FLAGS, C_SRC, C_DST, C_INSN, C_CYC, C_GAP, NCOLS 
 
 static PyObject *engine_feed_batch(Engine *e, PyObject *args)
 {
-	PyObject *objs[NCOLS];
-	if (!PyArg_ParseTuple(args, "OOOOOOOOO", &objs[0], &objs[1], &objs[2], &objs[3],
-			      &objs[4], &objs[5], &objs[6], &objs[7], &objs[8]))
+	PyObject *objs[NCOLS + 2] = {0};
+	if (!PyArg_ParseTuple(args, "OOOOOOOOO|OO", &objs[0], &objs[1], &objs[2], &objs[3],
+			      &objs[4], &objs[5], &objs[6], &objs[7], &objs[8], &objs[9],
+			      &objs[10]))
 		return NULL;
+	bool has_lines = objs[9] && objs[9] != Py_None;
 	GUARD(e);
 	if (e->closed) {
 		PyErr_SetString(PyExc_RuntimeError, "the engine is finished");
@@ -1731,35 +1927,55 @@ static PyObject *engine_feed_batch(Engine *e, PyObject *args)
 	static const char *names[] = {"pid", "tid",	   "time",	  "flags",    "src",
 				      "dst", "insn_count", "cycle_count", "gap_delta"};
 	static const Py_ssize_t sizes[] = {4, 4, 8, 4, 4, 4, 8, 8, 4};
-	Column cols[NCOLS] = {0};
+	Column cols[NCOLS + 2] = {0};
 	for (int i = 0; i < NCOLS; i++) {
 		if (column_get(&cols[i], objs[i], sizes[i], names[i]) < 0) {
-			columns_release(cols, NCOLS);
+			columns_release(cols, NCOLS + 2);
 			return NULL;
 		}
 	}
 	Py_ssize_t n = cols[0].view.shape[0];
 	for (int i = 1; i < NCOLS; i++) {
 		if (cols[i].view.shape[0] != n) {
-			columns_release(cols, NCOLS);
+			columns_release(cols, NCOLS + 2);
 			PyErr_SetString(PyExc_ValueError, "batch columns differ in length");
 			return NULL;
 		}
 	}
+	/* Code lines (instruction detail): row i's are lines[line_offsets[i]:line_offsets[i+1]]. */
+	if (has_lines) {
+		if (column_get(&cols[NCOLS], objs[9], 4, "line_offsets") < 0 ||
+		    column_get(&cols[NCOLS + 1], objs[10] ? objs[10] : Py_None, 8, "lines") < 0) {
+			columns_release(cols, NCOLS + 2);
+			return NULL;
+		}
+		Py_ssize_t nl = cols[NCOLS + 1].view.shape[0];
+		bool ok = cols[NCOLS].view.shape[0] == n + 1 && cols[NCOLS + 1].view.strides[0] == 8 &&
+			  AT(cols[NCOLS], int32_t, 0) == 0 && AT(cols[NCOLS], int32_t, n) == nl;
+		for (Py_ssize_t i = 0; ok && i < n; i++)
+			ok = AT(cols[NCOLS], int32_t, i) <= AT(cols[NCOLS], int32_t, i + 1);
+		if (!ok) {
+			columns_release(cols, NCOLS + 2);
+			PyErr_SetString(PyExc_ValueError, "line offsets do not fit the lines");
+			return NULL;
+		}
+		e->lines_on = true;
+	}
+	const uint64_t *all_lines = has_lines ? (const uint64_t *)cols[NCOLS + 1].p : NULL;
 	/* Refuse bad rows before changing anything. */
 	int64_t nloc = (int64_t)e->nloc;
 	for (Py_ssize_t i = 0; i < n; i++) {
 		int32_t src = AT(cols[C_SRC], int32_t, i), dst = AT(cols[C_DST], int32_t, i);
 		int64_t time = AT(cols[C_TIME], int64_t, i);
 		if (src < 0 || src >= nloc || dst < 0 || dst >= nloc) {
-			columns_release(cols, NCOLS);
+			columns_release(cols, NCOLS + 2);
 			PyErr_Format(PyExc_ValueError,
 				     "branch %zd names location %d, not in the table (%lld locations)",
 				     i, src < 0 || src >= nloc ? src : dst, (long long)nloc);
 			return NULL;
 		}
 		if (time >= TIME_LIMIT || time <= -TIME_LIMIT) {
-			columns_release(cols, NCOLS);
+			columns_release(cols, NCOLS + 2);
 			PyErr_Format(PyExc_OverflowError, "branch %zd has an out-of-range time %lld",
 				     i, (long long)time);
 			return NULL;
@@ -1767,7 +1983,7 @@ static PyObject *engine_feed_batch(Engine *e, PyObject *args)
 	}
 	if (setjmp(e->jb)) {
 		e->broken = true;
-		columns_release(cols, NCOLS);
+		columns_release(cols, NCOLS + 2);
 		return NULL;
 	}
 	Thread *th = NULL;
@@ -1791,8 +2007,10 @@ static PyObject *engine_feed_batch(Engine *e, PyObject *args)
 			th = thread_of(e, pid, tid, gap_time ? gap_time : time);
 		}
 		if ((flags & IN_TX_FLAG) || th->ntx) {
+			size_t l0 = has_lines ? (size_t)AT(cols[NCOLS], int32_t, i) : 0;
+			size_t l1 = has_lines ? (size_t)AT(cols[NCOLS], int32_t, i + 1) : 0;
 			branch_slow(e, th, kind, state, flags & IN_TX_FLAG, src, dst, time, insns,
-				    cycles, gap_time);
+				    cycles, gap_time, all_lines + l0, l1 - l0);
 			continue;
 		}
 		e->events++;
@@ -1806,9 +2024,13 @@ static PyObject *engine_feed_batch(Engine *e, PyObject *args)
 			gap_slot(e, th, gap_time, t);
 		if (insns || cycles)
 			count(e, th, insns, cycles);
+		if (has_lines) {
+			int32_t l0 = AT(cols[NCOLS], int32_t, i), l1 = AT(cols[NCOLS], int32_t, i + 1);
+			add_lines(e, th, all_lines + l0, (size_t)(l1 - l0));
+		}
 		apply(e, th, kind, state, src, dst, t);
 	}
-	columns_release(cols, NCOLS);
+	columns_release(cols, NCOLS + 2);
 	Py_RETURN_NONE;
 }
 
@@ -1942,6 +2164,11 @@ static PyObject *engine_memory(Engine *e, PyObject *Py_UNUSED(ignored))
 			     (Py_ssize_t)window, "waiters", (Py_ssize_t)waiters, "arena_frames",
 			     (Py_ssize_t)arena, "held_frames", (Py_ssize_t)groups,
 			     "slices_written", (long long)e->slices_out);
+}
+
+static PyObject *engine_lines_on(Engine *e, PyObject *Py_UNUSED(ignored))
+{
+	return PyBool_FromLong(e->lines_on);
 }
 
 /* Slices written and not yet taken. */
@@ -2218,6 +2445,8 @@ static PyMethodDef engine_methods[] = {
 	 "unexpected, ignored)"},
 	{"memory", (PyCFunction)engine_memory, METH_NOARGS,
 	 "what the engine holds now (live frames, window, waiters, held spines...)"},
+	{"lines_on", (PyCFunction)engine_lines_on, METH_NOARGS,
+	 "whether some batch had code lines (slices then have i-cache footprints)"},
 	{"pending", (PyCFunction)engine_pending, METH_NOARGS,
 	 "slices, instants and counters written and not yet taken"},
 	{"first_time", (PyCFunction)engine_first_time, METH_NOARGS,

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import gc
 from array import array
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -169,6 +170,7 @@ class _Thread:
         "insn_counts",
         "instants",
         "last_time",
+        "line_updates",
         "log",
         "name",
         "names",
@@ -200,6 +202,8 @@ class _Thread:
         self.cycle_counts = array("q")
         self.cum_insns = 0
         self.cum_cycles = 0
+        # Code lines of events with instruction detail: (slot they precede, lines).
+        self.line_updates: list[tuple[int, tuple[int, ...]]] = []
         self.txq: list[BranchEvent] = []
         # Frame index -> where a setjmp-family call last returned into it: a longjmp to that
         # address resumes that frame, whichever activations of its function lie above.
@@ -331,6 +335,7 @@ class TraceSegmentEngine:
         self._last_thread: _Thread | None = None
         self.stats = EngineStats()
         self._keep_slots = keep_slots
+        self._lines_seen = False  # some event had instruction detail
         self._max_examples = max_examples
         self.slot_columns: dict[tuple[int, int], tuple[npt.NDArray[np.int64], ...]] = {}
         self._orphan_errors: list[DecodeError] = []
@@ -406,6 +411,10 @@ class TraceSegmentEngine:
                 _gap_slot(th, ev.gap_time, t)
             if ev.insn_count or ev.cycle_count:
                 _count(th, ev.insn_count, ev.cycle_count)
+            if ev.lines is not None:
+                self._lines_seen = True
+                if ev.lines:
+                    th.line_updates.append((len(th.log), ev.lines))
             kind = ev.kind
             if ev.state != no_change:
                 apply(th, ev, t)
@@ -541,6 +550,10 @@ class TraceSegmentEngine:
             _gap_slot(th, ev.gap_time, t)
         if ev.insn_count or ev.cycle_count:
             _count(th, ev.insn_count, ev.cycle_count)
+        if ev.lines is not None:
+            self._lines_seen = True
+            if ev.lines:
+                th.line_updates.append((len(th.log), ev.lines))
         if ev.in_tx:
             # Speculative until the transaction commits: a later abort discards it.
             th.txq.append(ev)
@@ -1064,6 +1077,7 @@ class TraceSegmentEngine:
             update_slots=np.array(th.update_slots, dtype=np.int64),
             insn_counts=np.array(th.insn_counts, dtype=np.int64),
             cycle_counts=np.array(th.cycle_counts, dtype=np.int64),
+            line_updates=th.line_updates if self._lines_seen else None,
             instants=th.instants,
             counters=th.counters,
         )
@@ -1122,6 +1136,7 @@ def build_thread_timeline(
     instants: Sequence[tuple[int, str]],
     counters: Sequence[tuple[int, str, int]],
     depths: npt.NDArray[np.int32] | None = None,
+    line_updates: Sequence[tuple[int, tuple[int, ...]]] | None = None,
 ) -> tuple[ThreadTimeline, npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """The final pass over one thread's closed history (shared by both engines).
 
@@ -1173,8 +1188,30 @@ def build_thread_timeline(
         flags=(fd[:, _FLAGS][order] & 0xFF).astype(np.uint8),
         instants=[Instant(int(times[s]), text) for s, text in instants],
         counters=[CounterSample(int(times[s]), text, v) for s, text, v in counters],
+        icache_lines=None if line_updates is None else _icache(line_updates, start_slot, end_slot),
     )
     return timeline, start_slot, end_slot
+
+
+def _icache(
+    updates: Sequence[tuple[int, tuple[int, ...]]],
+    start_slot: npt.NDArray[np.int64],
+    end_slot: npt.NDArray[np.int64],
+) -> npt.NDArray[np.int64]:
+    """Each slice's i-cache footprint, by definition: the distinct code lines of the events
+    between its start and end slot (an update at slot p lies in (start, end] as counts
+    do), -1 for a slice that ended before the thread's first lines. Plain, not fast: the
+    reference the streaming engine's merging is checked against."""
+    at = [p for p, _ in updates]
+    out = np.full(len(start_slot), -1, dtype=np.int64)
+    for i, (s, e) in enumerate(zip(start_slot.tolist(), end_slot.tolist(), strict=True)):
+        if not at or e < at[0]:
+            continue
+        seen: set[int] = set()
+        for k in range(bisect_right(at, s), bisect_right(at, e)):
+            seen.update(updates[k][1])
+        out[i] = len(seen)
+    return out
 
 
 def _start_depth_order(start: npt.NDArray[np.int64], depth: npt.NDArray[np.int32]) -> Any:

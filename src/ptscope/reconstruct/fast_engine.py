@@ -130,6 +130,17 @@ def timeline_from_batches(
         cat("cycles", np.int64),
         cat("flags", np.uint8),
     )
+    with_lines = any(b.icache_lines is not None for b in batches)
+    icache = (
+        np.concatenate(
+            [
+                b.icache_lines if b.icache_lines is not None else np.full(len(b), -1, np.int64)
+                for b in batches
+            ]
+        )
+        if with_lines
+        else None
+    )
     with_slots = bool(batches) and all(b.start_slot is not None for b in batches)
     sslot = np.concatenate([b.start_slot for b in batches]) if with_slots else None
     eslot = np.concatenate([b.end_slot for b in batches]) if with_slots else None
@@ -176,6 +187,7 @@ def timeline_from_batches(
                 flags=flags[order],
                 instants=instants.get(key, []),
                 counters=counters.get(key, []),
+                icache_lines=icache[order] if icache is not None else None,
             )
         )
         if sslot is not None and eslot is not None:
@@ -280,6 +292,14 @@ class FastEngine:
             np.asarray(batch.gap_delta, dtype=np.uint32)
             if batch.gap_delta is not None
             else np.zeros(len(batch), dtype=np.uint32),
+            *(
+                (
+                    np.ascontiguousarray(batch.line_offsets, dtype=np.int32),
+                    np.ascontiguousarray(batch.lines, dtype=np.uint64),
+                )
+                if batch.line_offsets is not None and batch.lines is not None
+                else ()
+            ),
         )
 
     def end_segment(self) -> None:
@@ -421,7 +441,10 @@ class FastEngine:
         """Everything written since the last call (slices in the order they finished)."""
         slices, instants, counters = self._c.take_output()
         cols = [np.frombuffer(b, dtype=np.int64) for b in slices]
-        pid, tid, start, end, name, addr, insns, cycles, flags, sslot, eslot, pstart, pend = cols
+        pid, tid, start, end, name, addr, insns, cycles, flags, sslot, eslot, pstart, pend = cols[
+            :13
+        ]
+        icache = cols[13]
         inst = [np.frombuffer(b, dtype=np.int64).tolist() for b in instants]
         ctrs = [np.frombuffer(b, dtype=np.int64).tolist() for b in counters]
         return SliceBatch(
@@ -439,6 +462,7 @@ class FastEngine:
             end_slot=eslot if self._keep_slots else None,
             perf_start=pstart,
             perf_end=pend,
+            icache_lines=icache if self._c.lines_on() else None,
             instants=[
                 (p, t, Instant(time, self._messages[m]))
                 for p, t, time, m in zip(*inst, strict=True)
