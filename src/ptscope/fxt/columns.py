@@ -467,10 +467,12 @@ class _ColumnReader:
     def _arg_columns(
         self, n: int, args: _ArgNames, strings: tuple[I64, I64], flag_of_text: dict[int, int]
     ) -> tuple[npt.NDArray[np.generic], ...]:
-        """address, instructions, cycles and flags of ``n`` slices from their arguments."""
+        """address, instructions, cycles, flags and icache_lines of ``n`` slices from their
+        arguments."""
         address = np.zeros(n, dtype=np.uint64)
         instructions = np.full(n, -1, dtype=np.int64)
         cycles = np.full(n, -1, dtype=np.int64)
+        icache = np.full(n, -1, dtype=np.int64)
         flags = np.zeros(n, dtype=np.uint8)
         if len(args.position):
             named = args.name_ref != 0
@@ -482,6 +484,7 @@ class _ColumnReader:
                 (rec.ARG_ADDRESS, address),
                 (rec.ARG_INSTRUCTIONS, instructions),
                 (rec.ARG_CYCLES, cycles),
+                (rec.ARG_ICACHE_LINES, icache),
             ):
                 text_id = self._ids.get(text)
                 if text_id is not None:
@@ -498,7 +501,7 @@ class _ColumnReader:
                 flags[args.slice_index[hit][texted]] = np.array(
                     [self._flags(t, flag_of_text) for t in texts.tolist()], dtype=np.uint8
                 )
-        return address, instructions, cycles, flags
+        return address, instructions, cycles, flags, icache
 
     def _flags(self, text_id: int, cache: dict[int, int]) -> int:
         value = cache.get(text_id)
@@ -522,13 +525,14 @@ def _sizes(headers: U64) -> npt.NDArray[np.int64]:
     return np.where(large, big, small).astype(np.int64)
 
 
-_ARG_COLUMNS: Final = ("address", "instructions", "cycles", "flags")
-_ABSENT: Final = {"address": 0, "instructions": -1, "cycles": -1, "flags": 0}
+_ARG_COLUMNS: Final = ("address", "instructions", "cycles", "flags", "icache_lines")
+_ABSENT: Final = {"address": 0, "instructions": -1, "cycles": -1, "flags": 0, "icache_lines": -1}
 _DTYPES: Final[dict[str, type[np.generic]]] = {
     "address": np.uint64,
     "instructions": np.int64,
     "cycles": np.int64,
     "flags": np.uint8,
+    "icache_lines": np.int64,
 }
 
 
@@ -570,6 +574,7 @@ class TraceColumns:
     instructions: I64
     cycles: I64
     flags: npt.NDArray[np.uint8]
+    icache_lines: I64
 
     def __len__(self) -> int:
         return int(self.start.shape[0])
@@ -594,6 +599,7 @@ class TraceColumns:
                     flags=self.flags[rows],
                     instants=t.instants,
                     counters=t.counters,
+                    icache_lines=self.icache_lines[rows],
                 )
             )
         return Timeline(names=self.names, threads=threads, processes=dict(self.processes))
@@ -757,6 +763,7 @@ def _columns_from_trace(trace: FxtTrace) -> TraceColumns:
         instructions=np.array([r.instructions for r in rows], dtype=np.int64),
         cycles=np.array([r.cycles for r in rows], dtype=np.int64),
         flags=np.array([int(r.flags) for r in rows], dtype=np.uint8),
+        icache_lines=np.array([r.icache_lines for r in rows], dtype=np.int64),
     )
     columns.names = list(ids)
     _add_the_rest(trace, columns)

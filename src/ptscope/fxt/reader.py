@@ -76,6 +76,7 @@ class TraceSlice:
         address = self.args.get(rec.ARG_ADDRESS, 0)
         instructions = self.args.get(rec.ARG_INSTRUCTIONS, -1)
         cycles = self.args.get(rec.ARG_CYCLES, -1)
+        icache = self.args.get(rec.ARG_ICACHE_LINES, -1)
         flags = self.args.get(rec.ARG_FLAGS, "")
         return Slice(
             self.start,
@@ -88,6 +89,7 @@ class TraceSlice:
             SliceFlags(rec.parse_flags_text(flags))
             if isinstance(flags, str) and flags
             else SliceFlags.NONE,
+            icache if isinstance(icache, int) else -1,
         )
 
 

@@ -20,6 +20,9 @@ from collections.abc import Mapping, Sequence
 from enum import IntEnum
 from typing import Final
 
+import numpy as np
+import numpy.typing as npt
+
 __all__ = [
     "ARG_ADDRESS",
     "ARG_CONTINUED",
@@ -392,6 +395,12 @@ ARG_INSTRUCTIONS: Final = "instructions"
 """u64 arg on a slice: instructions retired inside it (absent when unknown)."""
 ARG_CYCLES: Final = "cycles"
 """u64 arg on a slice: cycles spent inside it (absent when unknown)."""
+ARG_ICACHE_LINES: Final = "icache_lines"
+"""u64 arg on a slice: distinct 64-byte lines of code it executed, callees included (absent
+when unknown: without instruction detail)."""
+ARG_DRILL: Final = "drill"
+"""string arg on a slice: the ``ptscope insns`` command that lists its instructions (only
+when the recording is kept)."""
 ARG_FLAGS: Final = "flags"
 """string arg on a slice: its ``SliceFlags`` as ``inferred_start|open_at_end`` (absent when
 none are set); unnamed bits read ``bit<N>``."""
@@ -440,3 +449,36 @@ def parse_flags_text(text: str) -> int:
         else:
             raise ValueError(f"unknown slice flag {word!r}")
     return value
+
+
+def drill_strings(
+    prefix: str, perf_start: npt.NDArray[np.int64], perf_end: npt.NDArray[np.int64]
+) -> tuple[int, npt.NDArray[np.uint64]]:
+    """Inline string values ``PREFIX + START,END`` (perf times as ``SEC.NSEC``, 9 digits
+    after the point), one per slice, built with numpy (a Python loop per slice would cost
+    more than the rest of the encoding): returns the common length in bytes and an
+    ``(n, words)`` array of the zero-padded bytes. Seconds have the width of the largest,
+    zero-filled (``ptscope insns`` reads them as numbers)."""
+    head = prefix.encode()
+    n = len(perf_start)
+    secs = np.concatenate([perf_start, perf_end]) // 1_000_000_000
+    width = max(1, len(str(int(secs.max(initial=0)))))
+    field = width + 10  # SEC.NSEC
+    length = len(head) + 2 * field + 1
+    words = -(-length // 8)
+    out = np.zeros((n, words * 8), dtype=np.uint8)
+    out[:, : len(head)] = np.frombuffer(head, dtype=np.uint8)
+    for k, times in enumerate((perf_start, perf_end)):
+        at = len(head) + k * (field + 1)
+        t = np.maximum(times, 0).astype(np.uint64)
+        for column, value, digits in (
+            (at, t // np.uint64(1_000_000_000), width),
+            (at + width + 1, t % np.uint64(1_000_000_000), 9),
+        ):
+            for d in range(digits):
+                power = np.uint64(10 ** (digits - 1 - d))
+                out[:, column + d] = (value // power % np.uint64(10)).astype(np.uint8) + 48
+        out[:, at + width] = ord(".")
+        if k == 0:
+            out[:, at + field] = ord(",")
+    return length, out.view(np.uint64).reshape(n, words)

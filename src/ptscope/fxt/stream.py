@@ -18,6 +18,7 @@ still belongs to the parts it overlaps.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,7 +90,10 @@ class TraceStream:
         gzip_level: int | None = None,
         processes: dict[int, str] | None = None,
         time_axis: str = "time",
+        drill: Path | None = None,
     ) -> None:
+        """``drill``: the recording that ``ptscope insns`` can drill into (each slice then
+        carries the command, when its batch has perf times)."""
         if split_size is not None and split_time is not None:
             raise ValueError("split by size or by time, not both")
         self.output = output
@@ -100,6 +104,7 @@ class TraceStream:
         self._gzip_level = gzip_level
         self._names: dict[int, str] = dict(processes or {})
         self.time_axis = time_axis
+        self._drill = None if drill is None else shlex.quote(str(drill))
         self._parts: list[_Part] = []
         self._bounds: list[int] = []  # start of parts 1, 2, ... (part 0 starts at the base)
         self._latest_end = time_base
@@ -245,10 +250,13 @@ class TraceStream:
             keys = (pid[order] << 32) | (tid[order] & 0xFFFFFFFF)
             cuts = np.flatnonzero(np.diff(keys)) + 1
         insns, cycles = batch.instructions[rows], batch.cycles[rows]
+        lines = None if batch.icache_lines is None else batch.icache_lines[rows]
         if continued is not None:
+            # (a piece of a call has none of its counts: they are the whole call's)
             whole = continued == 0
             insns = np.where(whole, insns, -1)
             cycles = np.where(whole, cycles, -1)
+            lines = None if lines is None else np.where(whole, lines, -1)
         for group in np.split(order, cuts):
             p, t = int(pid[group[0]]), int(tid[group[0]])
             if p not in part.processes:
@@ -265,6 +273,14 @@ class TraceStream:
                 cycles=cycles[group],
                 flags=batch.flags[rows][group],
                 continued=None if continued is None else continued[group],
+                icache_lines=None if lines is None else lines[group],
+                drill=None
+                if self._drill is None or batch.perf_start is None or batch.perf_end is None
+                else (
+                    f"ptscope insns {self._drill} --tid {t} --time ",
+                    batch.perf_start[rows][group],
+                    batch.perf_end[rows][group],
+                ),
             )
             part.info.slices += len(group)
             part.info.end = max(part.info.end, int(end[group].max()))
@@ -318,6 +334,9 @@ class TraceStream:
             return
         columns: tuple[str, ...] = ("pid", "tid", "start", "end", "name_id", "address")
         columns += ("instructions", "cycles", "flags")
+        batches = [batch for batch, _, _ in part.carried]
+        if all(b.perf_start is not None and b.perf_end is not None for b in batches):
+            columns += ("perf_start", "perf_end")
         joined = SliceBatch(names=self.names)
         for column in columns:
             parts = [getattr(batch, column)[rows] for batch, rows, _ in part.carried]

@@ -337,6 +337,8 @@ class FxtWriter:
         self._arg_address = pin(rec.ARG_ADDRESS)
         self._arg_instructions = pin(rec.ARG_INSTRUCTIONS)
         self._arg_cycles = pin(rec.ARG_CYCLES)
+        self._arg_icache = pin(rec.ARG_ICACHE_LINES)
+        self._arg_drill = pin(rec.ARG_DRILL)
         self._arg_flags = pin(rec.ARG_FLAGS)
         self._arg_value = pin(rec.ARG_COUNTER_VALUE)
         self._arg_continued = pin(rec.ARG_CONTINUED)
@@ -592,13 +594,17 @@ class FxtWriter:
         cycles: npt.ArrayLike | None = None,
         flags: npt.ArrayLike | None = None,
         continued: npt.ArrayLike | None = None,
+        icache_lines: npt.ArrayLike | None = None,
+        drill: tuple[str, npt.ArrayLike, npt.ArrayLike] | None = None,
     ) -> None:
         """Many complete events of one thread at once, from columns (see
         :class:`ptscope.timeline.ThreadTimeline`): ``names[name_id[i]]`` is slice i's
-        name; ``address`` 0, ``instructions``/``cycles`` < 0, ``flags`` 0 and
+        name; ``address`` 0, ``instructions``/``cycles``/``icache_lines`` < 0, ``flags`` 0 and
         ``continued`` 0 are not written (``continued``: 1 the slice continues a call of the
         previous part of a split trace, 2 the call goes on in the next part, 3 both).
-        Encoded with numpy, a chunk at a time."""
+        ``drill`` (prefix, perf start, perf end) gives every slice a ``drill`` string:
+        the prefix, then ``START,END`` in perf's seconds. Encoded with numpy, a chunk at
+        a time."""
         start_a = np.asarray(start, dtype=np.int64)
         end_a = np.asarray(end, dtype=np.int64)
         ids = np.asarray(name_id, dtype=np.int32)
@@ -612,6 +618,7 @@ class FxtWriter:
         addr_a = None if address is None else np.asarray(address, dtype=np.uint64)
         ins_a = None if instructions is None else np.asarray(instructions, dtype=np.int64)
         cyc_a = None if cycles is None else np.asarray(cycles, dtype=np.int64)
+        lines_a = None if icache_lines is None else np.asarray(icache_lines, dtype=np.int64)
         flags_a = None if flags is None else np.asarray(flags, dtype=np.uint8)
         cont_a = None if continued is None else np.asarray(continued, dtype=np.uint8)
         if cont_a is not None and int(cont_a.max(initial=0)) > 3:
@@ -654,6 +661,14 @@ class FxtWriter:
                 None if flags_a is None else flags_a[i:j],
                 None if cont_a is None else cont_a[i:j],
                 self._full_name_args(ids[i:j], slots),
+                None if lines_a is None else lines_a[i:j],
+                None
+                if drill is None
+                else rec.drill_strings(
+                    drill[0],
+                    np.asarray(drill[1], dtype=np.int64)[i:j],
+                    np.asarray(drill[2], dtype=np.int64)[i:j],
+                ),
             )
             self._emit_words(words, j - i)
             i = j
@@ -695,11 +710,14 @@ class FxtWriter:
         flags: npt.NDArray[np.uint8] | None,
         continued: npt.NDArray[np.uint8] | None = None,
         full_name: Sequence[tuple[npt.NDArray[np.bool_], _U64]] = (),
+        icache_lines: npt.NDArray[np.int64] | None = None,
+        drill: tuple[int, _U64] | None = None,
     ) -> _U64:
         """Duration-complete records for a chunk, as one word array.
 
         Layout per slice: header, start, [address arg, value], [instructions arg, value],
-        [cycles arg, value], [flags arg], [continued arg], [full_name args], end. When
+        [cycles arg, value], [icache_lines arg, value], [flags arg], [continued arg],
+        [full_name args], [drill arg, inline string words], end. When
         every slice has the same args the records all have one size and are filled as the
         columns of a 2-D array; otherwise each word is scattered to its offset.
         """
@@ -715,6 +733,9 @@ class FxtWriter:
         if cycles is not None:
             h = rec.arg_header(rec.ArgType.U64, 2, self._arg_cycles)
             args.append((cycles >= 0, 2, h, cycles.view(np.uint64)))
+        if icache_lines is not None:
+            h = rec.arg_header(rec.ArgType.U64, 2, self._arg_icache)
+            args.append((icache_lines >= 0, 2, h, icache_lines.view(np.uint64)))
         if flags is not None:
             h = rec.arg_header(rec.ArgType.STRING, 1, self._arg_flags)
             flag_words: _U64 = np.uint64(h) | (self._flag_lut[flags] << np.uint64(32))
@@ -725,6 +746,11 @@ class FxtWriter:
             args.append((continued != 0, 1, cont_words, None))
         for present, piece_words in full_name:
             args.append((present, 1, piece_words, None))
+        if drill is not None:
+            length, text = drill
+            words = 1 + text.shape[1]
+            h = rec.arg_header(rec.ArgType.STRING, words, self._arg_drill, 0x8000 | length)
+            args.append((np.ones(n, dtype=bool), words, h, text))
         name_word = name_slots.astype(np.uint64) << np.uint64(48)
 
         everywhere = [a for a in args if a[0].all()]
@@ -737,7 +763,9 @@ class FxtWriter:
             col = 2
             for _, words, arg_word, value in everywhere:
                 table[:, col] = arg_word
-                if value is not None:
+                if value is not None and value.ndim == 2:
+                    table[:, col + 1 : col + words] = value
+                elif value is not None:
                     table[:, col + 1] = value
                 col += words
             table[:, col] = end
@@ -758,7 +786,10 @@ class FxtWriter:
         for present, words, arg_word, value in args:
             at = pos[present]
             out[at] = arg_word if isinstance(arg_word, int) else arg_word[present]
-            if value is not None:
+            if value is not None and value.ndim == 2:
+                for k in range(words - 1):
+                    out[at + 1 + k] = value[present, k]
+            elif value is not None:
                 out[at + 1] = value[present]
             pos += present * words
         out[pos] = end
@@ -785,6 +816,7 @@ class FxtWriter:
                 instructions=thread.instructions,
                 cycles=thread.cycles,
                 flags=thread.flags,
+                icache_lines=thread.icache_lines,
             )
             for instant in thread.instants:
                 self.instant(pid, tid, instant.time, instant.name, instant.args)
