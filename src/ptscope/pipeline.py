@@ -80,6 +80,11 @@ class DecodeOptions:
     """Split the trace into parts of this many ns of trace time (``--split-time``)."""
     time_axis: str = "time"
     """What slice times measure: ``time``, ``instructions`` or ``cycles`` (``--time-axis``)."""
+    insn_detail: bool = True
+    """Exact instruction counts and i-cache footprints from the basic-block cache
+    (``--no-insn-detail`` turns it off)."""
+    drill: Path | None = None
+    """The kept recording that every slice's ``drill`` command names (None: no drill arg)."""
 
 
 @dataclass
@@ -342,6 +347,7 @@ def _stream(
             split_time=options.split_time,
             processes=recording.processes,
             time_axis=options.time_axis,
+            drill=options.drill,
         )
 
     def drain(force: bool = False) -> None:
@@ -421,6 +427,7 @@ def _feed_branches(
                 perf=perf,
                 run_info=runs,
                 task_events=True,
+                insns=options.insn_detail,
             )
             for item in _mapped_stream(stream, maps, tracker):
                 if isinstance(item, SegmentBreak):
@@ -438,6 +445,7 @@ def _feed_branches(
                 task_events=True,
                 perf=perf,
                 on_stats=text_stats.append,
+                insns=options.insn_detail,
             )
             for batch in _counted(_with_maps(batches, maps), tracker):
                 engine.feed_all(batch)

@@ -92,6 +92,13 @@ def add_decoder_arguments(parser: argparse.ArgumentParser) -> argparse._Argument
         help="what slice lengths measure: perf time (default), or each thread's executed "
         "instructions or cycles (from the trace's counts)",
     )
+    group.add_argument(
+        "--no-insn-detail",
+        dest="insn_detail",
+        action="store_false",
+        help="skip the basic-block cache: instruction counts are perf's (approximate) and "
+        "slices have no icache_lines (a faster decode)",
+    )
     split = group.add_mutually_exclusive_group()
     split.add_argument(
         "--split-size",

@@ -111,6 +111,15 @@ def add_decode_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--symfs", type=Path, help="look for binaries under this directory")
 
 
+def drill_path(args: argparse.Namespace) -> Path | None:
+    """The recording each slice's ``drill`` command names: the one decoded (a recording
+    directory, a perf.data or an archive: `ptscope insns` takes each), as an absolute path."""
+    recording = getattr(args, "recording", None)
+    if recording is None or getattr(args, "perf_script", None) is not None:
+        return None
+    return Path(recording).resolve()
+
+
 def decode_options(args: argparse.Namespace) -> DecodeOptions:
     from ptscope.pipeline import DecodeOptions
     from ptscope.reconstruct.region_filter import parse_filter
@@ -125,4 +134,6 @@ def decode_options(args: argparse.Namespace) -> DecodeOptions:
         split_size=args.split_size,
         split_time=args.split_time,
         time_axis=args.time_axis,
+        insn_detail=args.insn_detail,
+        drill=drill_path(args),
     )

@@ -259,6 +259,8 @@ def decode_step(
         split_size=args.split_size,
         split_time=args.split_time,
         time_axis=args.time_axis,
+        insn_detail=args.insn_detail,
+        drill=place.directory if place.keep else None,
     )
     with place.decoding(), decode_progress() as progress:
         summary = pipeline.decode_recording(recording, output, options, progress=progress)

@@ -1,0 +1,126 @@
+"""Instruction detail on the slices of a decoded trace, end to end through the CLI.
+
+Truth is QEMU's instruction log of the recorded run (``support.qemu_truth``), never the
+trace itself: every call of the 100-instruction leaf says 100 instructions and 2 code
+lines; a thread's outermost slice holds every instruction QEMU ran on it and exactly the
+64-byte lines their bytes cover; the instruction time axis gives each leaf call 100 ticks;
+and a slice's ``drill`` command lists that call's instructions.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from ptscope.fxt.reader import TraceSlice, read_trace
+from support import qemu_truth
+from support.cli import ptscope
+from support.emulated_corpus import Case, Recorded, recorded
+
+pytestmark = pytest.mark.slow
+
+DECODERS = ["dlfilter", "text"]
+
+
+@pytest.fixture(scope="module")
+def leaf(tmp_path_factory: pytest.TempPathFactory) -> Recorded:
+    return recorded(Case("leaf100"), tmp_path_factory.mktemp("detail"))
+
+
+def _decode(rec: Recorded, out: Path, *args: str) -> dict[tuple[int, int], list[TraceSlice]]:
+    result = ptscope("decode", str(rec.directory), "-o", str(out), *args)
+    assert result.returncode == 0, result.stderr
+    return read_trace(out).slices
+
+
+def _lines_of(insns: list[qemu_truth.Insn]) -> set[int]:
+    return {line for i in insns for line in range(i.pc >> 6, ((i.end - 1) >> 6) + 1)}
+
+
+@pytest.mark.parametrize("decoder", DECODERS)
+def test_every_leaf_call_has_100_instructions_on_2_lines(
+    leaf: Recorded, tmp_path: Path, decoder: str
+) -> None:
+    slices = _decode(leaf, tmp_path / "t.fxt.gz", "--decoder", decoder)
+    (thread,) = slices.values()
+    calls = [s for s in thread if s.name == "leaf100"]
+    assert len(calls) == 1000
+    assert Counter((s.args["instructions"], s.args["icache_lines"]) for s in calls) == {
+        (100, 2): 1000
+    }
+
+
+@pytest.mark.parametrize(
+    "case",
+    [Case("leaf100"), Case("basics", static=True), Case("threads"), Case("signals")],
+    ids=lambda c: c.id,
+)
+def test_a_threads_outermost_slice_holds_what_qemu_ran(
+    corpus_dir: Path, tmp_path: Path, case: Case
+) -> None:
+    rec = recorded(case, corpus_dir)
+    slices = _decode(rec, tmp_path / "t.fxt.gz")
+    for thread in rec.truth.threads:
+        roots = sorted(
+            (s for s in slices[(rec.truth.pid, thread.tid)] if s.depth == 0),
+            key=lambda s: s.start,
+        )
+        counts = [int(s.args["instructions"]) for s in roots]
+        assert sum(counts) == len(thread.insns), f"tid {thread.tid}"
+        # The outermost slices follow each other, so each holds the next run of QEMU's
+        # instructions: its lines are the lines of exactly those.
+        done = 0
+        for root, n in zip(roots, counts, strict=True):
+            want = len(_lines_of(thread.insns[done : done + n]))
+            assert root.args["icache_lines"] == want, (thread.tid, root.name, root.start)
+            done += n
+
+
+def test_instructions_time_axis_gives_each_leaf_call_its_100_instructions(
+    leaf: Recorded, tmp_path: Path
+) -> None:
+    slices = _decode(leaf, tmp_path / "i.fxt.gz", "--time-axis", "instructions")
+    (thread,) = slices.values()
+    calls = [s for s in thread if s.name == "leaf100"]
+    assert {s.end - s.start for s in calls} == {100}
+    # Cycles: a call lasts its own cycle count, except where events before it shared one
+    # count (cycle counts come with timing packets) and were spread like equal times.
+    slices = _decode(leaf, tmp_path / "c.fxt.gz", "--time-axis", "cycles")
+    (thread,) = slices.values()
+    calls = [s for s in thread if s.name == "leaf100"]
+    assert sum(s.end - s.start == s.args["cycles"] for s in calls) >= 990
+    assert all(0 < s.end - s.start <= int(s.args["cycles"]) for s in calls)
+
+
+def test_a_slices_drill_command_lists_its_instructions(leaf: Recorded, tmp_path: Path) -> None:
+    slices = _decode(leaf, tmp_path / "t.fxt.gz")
+    ((key, thread),) = slices.items()
+    assert all(str(s.args["drill"]).startswith("ptscope insns ") for s in thread)
+    call = [s for s in thread if s.name == "leaf100"][500]
+    argv = shlex.split(str(call.args["drill"]))
+    assert argv[:5] == ["ptscope", "insns", str(leaf.directory.resolve()), "--tid", str(key[1])]
+    result = ptscope(*argv[1:])
+    assert result.returncode == 0, result.stderr
+    listed = [line.split()[2] for line in result.stdout.splitlines()]
+    leaf_lines = [x for x in listed if x.startswith("leaf100+")]
+    # The whole call, its first and last instruction included (perf's coarse times may add
+    # the caller's instructions around it).
+    assert leaf_lines[:1] == ["leaf100+0x0"] and "leaf100+0x63" in leaf_lines
+    assert len(leaf_lines) >= 100
+
+
+def test_no_insn_detail_and_no_kept_recording(leaf: Recorded, tmp_path: Path) -> None:
+    slices = _decode(leaf, tmp_path / "t.fxt.gz", "--no-insn-detail")
+    (thread,) = slices.values()
+    assert not any("icache_lines" in s.args for s in thread)
+    assert all("drill" in s.args for s in thread)
+    # A run whose recording is not kept has nothing to drill into.
+    out = tmp_path / "run.fxt.gz"
+    result = ptscope("run", "--backend", "emulated", "-o", str(out), "--", str(leaf.exe))
+    assert result.returncode == 0, result.stderr
+    (thread,) = read_trace(out).slices.values()
+    assert not any("drill" in s.args for s in thread)
+    assert {s.args["icache_lines"] for s in thread if s.name == "leaf100"} == {2}
