@@ -27,8 +27,11 @@ of Python and perf together: steadier than the wall time on a busy machine):
   to the C engine (batches): feed and final-pass times, events/s;
 * instruction detail (``--dlarg insns``: exact instruction counts and code lines from the
   basic-block cache): perf+dlfilter insns, dlfilter insns, columnar insns, columnar+C
-  engine insns (the engine does not use the lines yet), text insns, against their plain
-  twins (target: at most 1.15x the plain decode);
+  engine insns (counts and i-cache footprints per slice), text insns, against their plain
+  twins (target: at most 1.15x the plain decode); the whole ``ptscope decode`` with it
+  (``ptscope dlfilter``, the default), without (``ptscope dlfilter plain``,
+  ``--no-insn-detail``) and with every slice's ``drill`` arg (``ptscope dlfilter drill``,
+  with its trace size);
 * perf's own per-instruction path, the way to exact counts without a block cache
   (perf2perfetto's ``--itrace=i0ns``): perf i0ns floor (every instruction synthesized and
   handed to the null dlfilter) and perf i0ns text (printed, ``-F ...,insn``, thrown away).
@@ -331,7 +334,9 @@ def _child_parallel_engine(perf_data: Path, jobs: int) -> dict[str, float]:
     return _engine_run(decode_parallel(perf_data, jobs=jobs, itrace=ITRACE))
 
 
-def _pipeline(perf_data: Path, decoder: str, jobs: int) -> dict[str, float]:
+def _pipeline(
+    perf_data: Path, decoder: str, jobs: int, *, insns: bool = True, drill: bool = False
+) -> dict[str, float]:
     import tempfile
 
     from ptscope import pipeline  # type: ignore[attr-defined, unused-ignore]
@@ -341,9 +346,15 @@ def _pipeline(perf_data: Path, decoder: str, jobs: int) -> dict[str, float]:
         summary = pipeline.decode_recording(
             Recording.find(perf_data),
             Path(tmp) / "trace.fxt.gz",
-            pipeline.DecodeOptions(decoder=decoder, jobs=jobs),
+            pipeline.DecodeOptions(
+                decoder=decoder,
+                jobs=jobs,
+                insn_detail=insns,
+                drill=perf_data.parent.resolve() if drill else None,
+            ),
         )
-        return {"events": summary.events, "slices": summary.slices}
+        size = sum(p.file_bytes for p in summary.parts)
+        return {"events": summary.events, "slices": summary.slices, "trace_bytes": size}
 
 
 def _child_pipeline_dlfilter(perf_data: Path, _jobs: int) -> dict[str, float]:
@@ -373,6 +384,8 @@ CHILDREN: dict[str, Callable[[Path, int], dict[str, float]]] = {
     "ptscope dlfilter": _child_pipeline_dlfilter,
     "ptscope --jobs": _child_pipeline_parallel,
     "ptscope text": _child_pipeline_text,
+    "ptscope dlfilter plain": lambda p, _j: _pipeline(p, "dlfilter", 1, insns=False),
+    "ptscope dlfilter drill": lambda p, _j: _pipeline(p, "dlfilter", 1, drill=True),
     "perf+dlfilter insns": lambda p, _j: _perf_dlfilter(p, True),
     "dlfilter insns": lambda p, _j: _dlfilter(p, True),
     "columnar insns": lambda p, _j: _columnar(p, True),
@@ -391,6 +404,9 @@ INSNS_SET = [
     "columnar insns",
     "columnar+C engine",
     "columnar+C engine insns",
+    "ptscope dlfilter plain",
+    "ptscope dlfilter",
+    "ptscope dlfilter drill",
     "perf i0ns floor",
     "perf i0ns text",
 ]
@@ -567,6 +583,13 @@ def main() -> None:
             f"\nperf samples: {int(d['samples']):,}; the dlfilter dropped {int(d['dropped']):,}"
             f" same-function jumps ({d['dropped'] / d['samples']:.0%})"
         )
+    for name in ("ptscope dlfilter plain", "ptscope dlfilter", "ptscope dlfilter drill"):
+        if name in results and results[name].get("trace_bytes"):
+            r = results[name]
+            print(
+                f"{name}: trace {r['trace_bytes'] / 1e6:.1f} MB"
+                f" ({r['trace_bytes'] / max(r['slices'], 1):.1f} bytes/slice)"
+            )
     if "dlfilter insns" in results:
         d = results["dlfilter insns"]
         print(
@@ -583,6 +606,8 @@ def main() -> None:
         ("columnar insns", "columnar"),
         ("columnar+C engine insns", "columnar+C engine"),
         ("text insns", "text"),
+        ("ptscope dlfilter", "ptscope dlfilter plain"),
+        ("ptscope dlfilter drill", "ptscope dlfilter"),
         ("perf i0ns floor", "dlfilter insns"),
         ("perf i0ns text", "dlfilter insns"),
     ):
