@@ -14,11 +14,13 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from fxt.models import DurationCompleteEventRecord
 
 from ptscope.fxt.reader import TraceSlice, read_trace
 from support import qemu_truth
 from support.cli import ptscope
 from support.emulated_corpus import Case, Recorded, recorded
+from support.fxt_check import third_party_view
 
 pytestmark = pytest.mark.slow
 
@@ -110,6 +112,14 @@ def test_a_slices_drill_command_lists_its_instructions(leaf: Recorded, tmp_path:
     # the caller's instructions around it).
     assert leaf_lines[:1] == ["leaf100+0x0"] and "leaf100+0x63" in leaf_lines
     assert len(leaf_lines) >= 100
+    # The third-party reader reads the same args.
+    view = third_party_view(tmp_path / "t.fxt.gz")
+    drills = {
+        (r.name, r.args.get("icache_lines"), r.args.get("drill"))
+        for r in view.records
+        if isinstance(r, DurationCompleteEventRecord)
+    }
+    assert ("leaf100", 2, call.args["drill"]) in drills
 
 
 def test_no_insn_detail_and_no_kept_recording(leaf: Recorded, tmp_path: Path) -> None:
