@@ -14,6 +14,7 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
+from ptscope.decode.blocks import InstructionDetail
 from ptscope.decode.dlfilter_stream import DlfilterRun, choose_decoder, selection_arguments
 from ptscope.decode.landing_pads import LandingPads
 from ptscope.decode.parallel import (
@@ -109,6 +110,9 @@ class DecodeSummary:
     decode_errors: int = 0
     unexpected: int = 0
     unknown_lines: int = 0
+    uncounted_blocks: int = 0
+    """Instruction detail: runs of code between branches that could not be read (their
+    instructions are in no count)."""
     unknown_examples: list[str] = field(default_factory=list)
     top_functions: list[FunctionStat] = field(default_factory=list)
     write: WriteStats = field(default_factory=WriteStats)
@@ -408,6 +412,7 @@ def _feed_branches(
     locations = LocationTable()
     maps = _perf_maps(recording)
     text_stats: list[TextStats] = []
+    details: list[InstructionDetail] = []
     runs: list[DlfilterRun] = []
     for index, path in enumerate(recording.perf_data_paths()):
         if index:
@@ -446,6 +451,7 @@ def _feed_branches(
                 perf=perf,
                 on_stats=text_stats.append,
                 insns=options.insn_detail,
+                on_detail=details.append,
             )
             for batch in _counted(_with_maps(batches, maps), tracker):
                 engine.feed_all(batch)
@@ -454,6 +460,9 @@ def _feed_branches(
         _take_text_stats(summary, stats)
     for run in runs:
         _take_text_stats(summary, run.stats.text)
+        trailer = run.stats.trailer or {}
+        summary.uncounted_blocks += int(trailer.get("blocks_unknown", 0))
+    summary.uncounted_blocks += sum(d.unknown_blocks for d in details)
 
 
 def _sampled_timeline(

@@ -134,3 +134,25 @@ def test_no_insn_detail_and_no_kept_recording(leaf: Recorded, tmp_path: Path) ->
     (thread,) = read_trace(out).slices.values()
     assert not any("drill" in s.args for s in thread)
     assert {s.args["icache_lines"] for s in thread if s.name == "leaf100"} == {2}
+
+
+@pytest.mark.parametrize("jobs", ["1", "3"])
+def test_every_block_is_counted_and_no_warning_says_otherwise(
+    corpus_dir: Path, tmp_path: Path, jobs: str
+) -> None:
+    # Parallel windows start mid-block; that is fixed up, not code that could not be read.
+    rec = recorded(Case("basics", static=True), corpus_dir)
+    result = ptscope("decode", str(rec.directory), "-o", str(tmp_path / "t.fxt"), "-j", jobs)
+    assert result.returncode == 0, result.stderr
+    assert "instruction counts are short" not in result.stdout
+
+
+def test_the_summary_says_when_counts_are_short() -> None:
+    import io
+
+    from ptscope.cli.output import print_summary
+    from ptscope.pipeline import DecodeSummary
+
+    out = io.StringIO()
+    print_summary(DecodeSummary(Path("t.fxt.gz"), "dlfilter", "", uncounted_blocks=3), out)
+    assert "instruction counts are short: 3 runs of code" in out.getvalue()

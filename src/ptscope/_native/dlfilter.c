@@ -468,6 +468,8 @@ struct thread_state {
 	uint64_t pending_cyc;
 	uint64_t block_start;  /* insns: where the thread's current block began (the last
 				* branch's target); 0 = not known */
+	int seen;	       /* insns: a sample of the thread came before (else a window's
+				* first branch: its count is fixed up from the previous window) */
 	struct line_set lines; /* insns: code lines run since the last kept branch */
 	uint64_t last_kept;    /* time of the thread's last kept branch */
 	uint64_t gap_time;     /* first dropped branch later than that, 0 if none yet */
@@ -903,11 +905,16 @@ static int account_block(struct ptscope_filter *f, struct thread_state *th,
 			 const struct perf_dlfilter_sample *s, void *ctx, uint32_t gen)
 {
 	uint64_t start = th->block_start;
+	int seen = th->seen;
 	th->block_start = s->addr; /* 0 when tracing stops: nothing known until it restarts */
+	th->seen = 1;
 	if (!s->ip)
 		return 0; /* tracing (re)starts: nothing ran since the previous sample */
 	if (!start) {
-		f->counters.blocks_unknown++;
+		/* The thread's first sample in this decode starts mid-block (a parallel window
+		 * begins at a PSB): not unknown code, and parallel.py fixes its count. */
+		if (seen)
+			f->counters.blocks_unknown++;
 		return 0;
 	}
 	struct block_slot *b = block_of(f, start, s->ip, loc_meta(s->pid, gen, 0), ctx);

@@ -48,6 +48,13 @@ def print_summary(
             f"  {summary.decode_errors} decode error{'s' * (summary.decode_errors != 1)}: "
             "shown as [decode error] markers; stacks were stitched across them where they agree\n"
         )
+    if summary.uncounted_blocks:
+        n = summary.uncounted_blocks
+        out.write(
+            f"  instruction counts are short: {n:,} run{'s' * (n != 1)} of code between "
+            "branches could not be read (code perf cannot find: --symfs, or kernel code "
+            "without kcore)\n"
+        )
     if summary.unknown_lines:
         n = summary.unknown_lines
         out.write(f"  {n:,} line{'s' * (n != 1)} of perf output not understood, e.g.:\n")
