@@ -451,6 +451,12 @@ def parse_flags_text(text: str) -> int:
     return value
 
 
+_DIGITS3: Final = np.array(
+    [[48 + n // 100, 48 + n // 10 % 10, 48 + n % 10] for n in range(1000)], dtype=np.uint8
+)
+"""The ASCII digits of 000..999."""
+
+
 def drill_strings(
     prefix: str, perf_start: npt.NDArray[np.int64], perf_end: npt.NDArray[np.int64]
 ) -> tuple[int, npt.NDArray[np.uint64]]:
@@ -472,12 +478,14 @@ def drill_strings(
         at = len(head) + k * (field + 1)
         sec, nsec = np.divmod(np.maximum(times, 0), 1_000_000_000)
         for column, value, digits in ((at, sec, width), (at + width + 1, nsec, 9)):
-            # right to left, one divmod per digit, in 32 bits where they fit (faster)
-            rest = value.astype(np.uint32) if digits <= 9 else value
-            for d in range(digits - 1, -1, -1):
-                rest, digit = np.divmod(rest, 10)
-                out[:, column + d] = digit
-            out[:, column : column + digits] += 48
+            # right to left, three digits at a time from a table (a third of the divisions)
+            rest = value
+            d = digits
+            while d > 0:
+                rest, group = np.divmod(rest, 1000)
+                take = min(3, d)
+                out[:, column + d - take : column + d] = _DIGITS3[group, 3 - take :]
+                d -= take
         out[:, at + width] = ord(".")
         if k == 0:
             out[:, at + field] = ord(",")
