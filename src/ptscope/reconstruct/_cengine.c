@@ -108,11 +108,13 @@ typedef struct {
 	size_t n, cap;
 } Vec;
 
-/* A set of 64-byte code lines (address >> 6), open addressing: slots hold line + 1, 0 is
- * empty, at most half full. What a frame executed, for its i-cache footprint. */
+/* A set of 64-byte code lines (address >> 6), stored as line + 1: a small array, or an
+ * open-addressing table (0 empty, at most half full). What a frame executed, for its
+ * i-cache footprint. */
 typedef struct {
 	uint64_t *v;
 	uint32_t n, cap;
+	bool hashed;
 } LineSet;
 
 /* A slot's resolved time (on the engine's time axis), the cumulative instruction/cycle
@@ -357,59 +359,86 @@ static inline void vec_push(Engine *e, Vec *a, int64_t x)
 
 /* ---------------------------------------------------------------- line sets */
 
+/* Up to SMALL_SET lines a set is a plain array (most frames run a few lines: no hashing,
+ * and emptying it costs nothing); beyond, an open-addressing table. */
+#define SMALL_SET 8
+
 static inline uint32_t line_hash(uint64_t key)
 {
 	key *= 0x9E3779B97F4A7C15u;
 	return (uint32_t)(key >> 32);
 }
 
-static void ls_insert(Engine *e, LineSet *s, uint64_t key);
-
-static void ls_grow(Engine *e, LineSet *s)
+static inline void table_put(uint64_t *v, uint32_t cap, uint64_t key, uint32_t *n)
 {
-	LineSet old = *s;
-	uint32_t cap = old.cap ? old.cap * 2 : 8;
-	if (cap < old.cap)
-		fail_nomem(e);
-	s->v = calloc(cap, sizeof(uint64_t));
-	if (!s->v)
-		fail_nomem(e);
-	s->cap = cap;
-	s->n = 0;
-	for (uint32_t i = 0; i < old.cap; i++)
-		if (old.v[i])
-			ls_insert(e, s, old.v[i]);
-	free(old.v);
-}
-
-static inline void ls_insert(Engine *e, LineSet *s, uint64_t key)
-{
-	if ((s->n + 1) * 2 > s->cap)
-		ls_grow(e, s);
-	uint32_t mask = s->cap - 1;
+	uint32_t mask = cap - 1;
 	for (uint32_t i = line_hash(key) & mask;; i = (i + 1) & mask) {
-		if (s->v[i] == key)
+		if (v[i] == key)
 			return;
-		if (!s->v[i]) {
-			s->v[i] = key;
-			s->n++;
+		if (!v[i]) {
+			v[i] = key;
+			++*n;
 			return;
 		}
 	}
 }
 
-/* Empty it (a big table is given back rather than cleared: reused frames are mostly
- * leaves). */
+/* A bigger table (or the first one, from the small array) holding what s holds. */
+static void ls_rehash(Engine *e, LineSet *s)
+{
+	uint32_t cap = s->hashed ? s->cap * 2 : 4 * SMALL_SET;
+	if (cap < s->cap)
+		fail_nomem(e);
+	uint64_t *v = calloc(cap, sizeof(uint64_t));
+	if (!v)
+		fail_nomem(e);
+	uint32_t n = 0;
+	if (s->hashed) {
+		for (uint32_t i = 0; i < s->cap; i++)
+			if (s->v[i])
+				table_put(v, cap, s->v[i], &n);
+	} else {
+		for (uint32_t i = 0; i < s->n; i++)
+			table_put(v, cap, s->v[i], &n);
+	}
+	free(s->v);
+	s->v = v;
+	s->cap = cap;
+	s->n = n;
+	s->hashed = true;
+}
+
+static inline void ls_insert(Engine *e, LineSet *s, uint64_t key)
+{
+	if (!s->hashed) {
+		for (uint32_t i = 0; i < s->n; i++)
+			if (s->v[i] == key)
+				return;
+		if (s->n < SMALL_SET) {
+			if (!s->v) {
+				s->v = malloc(SMALL_SET * sizeof(uint64_t));
+				if (!s->v)
+					fail_nomem(e);
+				s->cap = SMALL_SET;
+			}
+			s->v[s->n++] = key;
+			return;
+		}
+		ls_rehash(e, s);
+	} else if ((s->n + 1) * 2 > s->cap) {
+		ls_rehash(e, s);
+	}
+	table_put(s->v, s->cap, key, &s->n);
+}
+
+/* Empty it: a small array just forgets; a table is given back (it was a big frame's). */
 static inline void ls_clear(LineSet *s)
 {
-	if (!s->n)
-		return;
-	if (s->cap > 256) {
+	if (s->hashed) {
 		free(s->v);
 		s->v = NULL;
 		s->cap = 0;
-	} else {
-		memset(s->v, 0, s->cap * sizeof(uint64_t));
+		s->hashed = false;
 	}
 	s->n = 0;
 }
@@ -419,15 +448,21 @@ static void ls_merge(Engine *e, LineSet *into, LineSet *from)
 {
 	if (!from->n)
 		return;
-	if (into->n == 0 && into->cap <= from->cap) {
+	if (into->n == 0 && (from->hashed || !into->hashed)) {
 		LineSet t = *into;
 		*into = *from;
 		*from = t;
+		ls_clear(from);
 		return;
 	}
-	for (uint32_t i = 0; i < from->cap; i++)
-		if (from->v[i])
+	if (from->hashed) {
+		for (uint32_t i = 0; i < from->cap; i++)
+			if (from->v[i])
+				ls_insert(e, into, from->v[i]);
+	} else {
+		for (uint32_t i = 0; i < from->n; i++)
 			ls_insert(e, into, from->v[i]);
+	}
 	ls_clear(from);
 }
 
