@@ -98,11 +98,21 @@ def recorded(case: Case, base: Path) -> Recorded:
     directory = base / case.id
     raw = directory / "qemu.log"
     directory.mkdir(parents=True, exist_ok=True)
-    result = record(
-        argv, directory, options=EmulationOptions(raw_log=raw, single_step=case.single_step)
-    )
     exe = Path(argv[0])
-    truth = qemu_truth.load(raw, exe)
+    for attempt in range(3):
+        result = record(
+            argv, directory, options=EmulationOptions(raw_log=raw, single_step=case.single_step)
+        )
+        try:
+            truth = qemu_truth.load(raw, exe)
+            break
+        except qemu_truth.AmbiguousLog:
+            # The truth's log, not ptscope, could not be read (threads' strace lines
+            # interleaved): a new run interleaves differently.
+            if attempt == 2:
+                raise
+            shutil.rmtree(directory)
+            directory.mkdir()
     children = {}
     for log in sorted(directory.glob("qemu.log.*")):
         pid = int(log.suffix[1:])

@@ -72,6 +72,11 @@ _MD.detail = True
 STRING_OPS = {"movs", "stos", "lods", "cmps", "scas", "ins", "outs"}
 
 
+class AmbiguousLog(ValueError):
+    """QEMU's strace lines of several threads interleaved so that a thread's id cannot be
+    told (a clone's result lost among other threads' output): record the run again."""
+
+
 @dataclass(frozen=True)
 class Insn:
     pc: int
@@ -265,6 +270,8 @@ def load(log: Path, program: Path, *, parent_log: Path | None = None, pid: int =
                         _add_mmap(args, result, fds, images)
     images = (parent.images if parent else _startup_images(program, page)) + images
     threads = []
+    if len(clone_tids) < len(order) - 1:
+        raise AmbiguousLog(f"{log}: {len(order)} threads ran, {len(clone_tids)} clone results read")
     for n, slot in enumerate(order):
         run = ThreadRun(cpu=slot, tid=pid if n == 0 else clone_tids[n - 1])
         _expand(run, per_cpu[slot])
