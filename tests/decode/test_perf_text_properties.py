@@ -253,9 +253,12 @@ def test_dropping_keeps_exactly_the_non_intra_function_jumps(cases: list[Case]) 
             if key not in first_dropped and e.time > last_kept.get(key, 0):
                 first_dropped[key] = e.time
         else:
+            # A kept branch carries the time of the first jump dropped before it (as the
+            # dlfilter's gap_delta does).
+            gap = first_dropped.pop(key, 0)
+            e.gap_time = gap if gap and gap < e.time and e.time - gap <= 0xFFFFFFFF else 0
             expected.append(e)
             last_kept[key] = e.time
-            first_dropped.pop(key, None)
     # A thread whose input ends with dropped jumps keeps the last one (it ran until then).
     trailing = []
     for key, e in last_dropped.items():
