@@ -467,8 +467,8 @@ def drill_strings(
     zero-filled (``ptscope insns`` reads them as numbers)."""
     head = prefix.encode()
     n = len(perf_start)
-    secs = np.concatenate([perf_start, perf_end]) // 1_000_000_000
-    width = max(1, len(str(int(secs.max(initial=0)))))
+    latest = max(int(perf_start.max(initial=0)), int(perf_end.max(initial=0)))
+    width = len(str(latest // 1_000_000_000))
     field = width + 10  # SEC.NSEC
     length = len(head) + 2 * field + 1
     words = -(-length // 8)

@@ -448,7 +448,7 @@ static void ls_merge(Engine *e, LineSet *into, LineSet *from)
 {
 	if (!from->n)
 		return;
-	if (into->n == 0 && (from->hashed || !into->hashed)) {
+	if (into->n == 0) { /* (an empty set is never a table: ls_clear gives tables back) */
 		LineSet t = *into;
 		*into = *from;
 		*from = t;
