@@ -6,6 +6,10 @@ against the system's ``<perf/perf_dlfilter.h>`` (Debian/Ubuntu package ``linux-p
 never a vendored copy. Set ``PTSCOPE_NO_DLFILTER=1`` to skip it (ptscope then decodes with
 the slower ``perf script`` text decoder).
 
+``ptscope.record.emulated.recorder`` is the emulated backend's QEMU TCG plugin, also a plain
+shared object (QEMU loads it with ``-plugin``); it needs only a C compiler. Set
+``PTSCOPE_NO_RECORDER=1`` to skip it (the emulated backend then refuses to record).
+
 ``ptscope.reconstruct._cengine`` is an ordinary, optional extension module (the C twin of
 the reconstruction engine): when it cannot be built the install still succeeds and ptscope
 uses the Python engine. ``PTSCOPE_NO_CENGINE=1`` skips it.
@@ -25,6 +29,14 @@ HEADER = "perf/perf_dlfilter.h"
 class SharedObject(Extension):
     """A plain shared object (loaded with dlopen by another program)."""
 
+    needs_perf_header = True
+
+
+class QemuPlugin(SharedObject):
+    """A QEMU TCG plugin: a plain shared object with no header but its own."""
+
+    needs_perf_header = False
+
 
 class BuildExt(build_ext):
     def get_ext_filename(self, fullname: str) -> str:
@@ -39,7 +51,11 @@ class BuildExt(build_ext):
         return super().get_export_symbols(ext)
 
     def build_extension(self, ext: Extension) -> None:
-        if isinstance(ext, SharedObject) and not _header_found(ext.include_dirs):
+        if (
+            isinstance(ext, SharedObject)
+            and ext.needs_perf_header
+            and not _header_found(ext.include_dirs)
+        ):
             raise CompileError(
                 f"ptscope: <{HEADER}> not found, so the perf dlfilter cannot be built. "
                 "Install perf's headers (Debian/Ubuntu: sudo apt-get install linux-perf), "
@@ -66,6 +82,31 @@ if not os.environ.get("PTSCOPE_NO_DLFILTER"):
             sources=["src/ptscope/_native/dlfilter.c", "src/ptscope/_native/x86_length.c"],
             depends=["src/ptscope/_native/record_format.h", "src/ptscope/_native/x86_length.h"],
             extra_compile_args=["-O2", "-Wall", "-Werror", "-std=c11", "-fvisibility=hidden"],
+        )
+    )
+
+PLUGIN = "src/ptscope/record/emulated/plugin"
+if not os.environ.get("PTSCOPE_NO_RECORDER"):
+    ext_modules.append(
+        QemuPlugin(
+            "ptscope.record.emulated.recorder",
+            sources=[
+                f"{PLUGIN}/{name}.c"
+                for name in ("recorder", "perf_file", "x86_branch", "elf_facts", "code_pages")
+            ],
+            depends=[
+                f"{PLUGIN}/{name}.h"
+                for name in (
+                    "qemu_plugin_api",
+                    "pt_writer",
+                    "perf_file",
+                    "x86_branch",
+                    "elf_facts",
+                    "code_pages",
+                )
+            ],
+            extra_compile_args=["-O2", "-Wall", "-Werror", "-std=gnu11", "-fvisibility=hidden"],
+            extra_link_args=["-pthread"],
         )
     )
 

@@ -44,6 +44,7 @@ from ptscope.reconstruct.engine import EngineStats, TraceSegmentEngine
 from ptscope.reconstruct.fast_engine import FastEngine, make_engine
 from ptscope.reconstruct.region_filter import filter_regions
 from ptscope.reconstruct.sampled import SampledStackBuilder
+from ptscope.record import emulated
 from ptscope.recording import Recording, TriggerHit
 from ptscope.timeline import Instant, ThreadTimeline, Timeline
 
@@ -199,6 +200,12 @@ def decode_recording(
 ) -> DecodeSummary:
     """Decode every perf.data of ``recording`` into one trace at ``output``."""
     started = time.perf_counter()
+    if recording.backend == "emulated" and emulated.recover(recording):
+        log.warning(
+            "%s: its recording was not finished (ptscope was stopped while it ran); "
+            "decoding what the recorder wrote",
+            recording.directory,
+        )
     for path in recording.perf_data_paths():
         if not path.exists():
             raise BadInputError(f"{path}: no such file (the recording is incomplete)")

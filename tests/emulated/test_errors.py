@@ -106,8 +106,9 @@ def test_newer_qemu_flag_name_is_detected(tmp_path: Path, monkeypatch: pytest.Mo
     """QEMU >= 8.1 calls -singlestep -one-insn-per-tb: the tool description adapts."""
     fake = _fake_qemu(
         tmp_path,
-        "-one-insn-per-tb      run with one guest instruction per emulated TB",
-        "'exec  show trace' 'nochain  x' 'in_asm  x' 'page  x' 'strace  x'",
+        "-one-insn-per-tb      run with one guest instruction per emulated TB\n"
+        "-plugin      [file=]<file>[,<argname>=<argvalue>]",
+        "'exec  show trace' 'nochain  x' 'in_asm  x' 'page  x' 'strace  x' 'plugin  x'",
     )
     monkeypatch.setenv("PTSCOPE_QEMU", str(fake))
     qemu_module.find_qemu.cache_clear()
@@ -119,9 +120,8 @@ def test_newer_qemu_flag_name_is_detected(tmp_path: Path, monkeypatch: pytest.Mo
     assert tool.version == (8, 2, 0)
 
 
-def test_qemu_without_the_log_items_says_what_is_missing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_qemu_without_plugins_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The recorder is a TCG plugin: a QEMU built without them cannot record."""
     fake = _fake_qemu(tmp_path, "-singlestep  run in singlestep mode", "'exec  x' 'in_asm  x'")
     monkeypatch.setenv("PTSCOPE_QEMU", str(fake))
     qemu_module.find_qemu.cache_clear()
@@ -131,7 +131,8 @@ def test_qemu_without_the_log_items_says_what_is_missing(
     finally:
         qemu_module.find_qemu.cache_clear()
     message = _one_line(e.value)
-    assert "nochain, page, strace" in message
+    assert "cannot load TCG plugins" in message
+    assert e.value.hint and "plugin support" in e.value.hint
 
 
 def test_crash_is_recorded_up_to_the_fault(tmp_path: Path) -> None:

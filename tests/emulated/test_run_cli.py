@@ -96,7 +96,8 @@ def test_print_perf_commands_shows_the_emulator_command(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     [command] = [line for line in done.stderr.splitlines() if "qemu-x86_64" in line]
-    assert command.endswith(f"{exe} 5") and " -d exec,nochain" in command
+    assert command.endswith(f"{exe} 5") and " -plugin file=" in command
+    assert "recorder.so,dir=" in command and " -d " not in command  # no log: the plugin records
 
 
 def test_attach_help_offers_only_the_backends_attach_has() -> None:
@@ -166,7 +167,9 @@ def test_ctrl_c_keeps_and_decodes_what_was_recorded(how: str, tmp_path: Path) ->
     exe = str(programs.build("spin"))
     rec, out = tmp_path / "rec", tmp_path / "t.fxt.gz"
     options = ["--backend", "emulated", "--keep-recording", str(rec), "-o", str(out)]
-    code, output = _interrupted_run(["run", *options, "--", exe, "spinning"], how, tmp_path)
+    code, output = _interrupted_run(
+        ["run", *options, "--", exe, "spinning", "paced"], how, tmp_path
+    )
     assert code == 0, output
     assert "Traceback" not in output and "interrupted" not in output, output
     assert "stopped; decoding what was recorded" in output, output

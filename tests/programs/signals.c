@@ -13,7 +13,7 @@ __attribute__((noinline)) static int helper(int x) { return x + 1; }
 __attribute__((noinline)) static void on_usr1(int sig) { hits = helper(hits) + sig * 0; }
 __attribute__((noinline)) static void on_alarm(int sig) { (void)sig; ticks = ticks + 1; }
 
-__attribute__((noinline)) static long spin(long n) {
+__attribute__((noinline, noipa)) static long spin(long n) {
     long s = 0;
     for (long i = 0; i < n; i++) s += helper((int)i) & 3;
     return s;

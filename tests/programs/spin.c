@@ -1,6 +1,8 @@
 /* Never ends on its own (for --max-instructions and Ctrl-C). With an argument, prints it
- * first: a test waits for that line to know the program runs. */
+ * first: a test waits for that line to know the program runs. With a second argument it
+ * sleeps a millisecond every thousand steps, so a recording of a second stays small. */
 #include <stdio.h>
+#include <time.h>
 
 static volatile unsigned state = 1;
 
@@ -11,5 +13,9 @@ int main(int argc, char **argv) {
         puts(argv[1]);
         fflush(stdout);
     }
-    for (;;) state = step(state);
+    struct timespec pause = {0, 1000000};
+    for (unsigned n = 0;; n++) {
+        state = step(state);
+        if (argc > 2 && n % 1000 == 0) nanosleep(&pause, NULL);
+    }
 }

@@ -27,12 +27,18 @@ CFLAGS = ["-O2", "-Wall", "-Werror", "-std=c11"]
 
 
 def compile_c(
-    sources: Sequence[Path], name: str, *, shared: bool, extra: Sequence[str] = ()
+    sources: Sequence[Path],
+    name: str,
+    *,
+    shared: bool,
+    extra: Sequence[str] = (),
+    depends: Sequence[Path] = (),
 ) -> Path:
-    """Compile C sources into tests/.build/native (cached by content and flags)."""
+    """Compile C sources into tests/.build/native (cached by content and flags; ``depends``:
+    headers outside ``_native`` they include)."""
     h = hashlib.sha256()
     flags = [*CFLAGS, *(["-fPIC", "-shared", "-fvisibility=hidden"] if shared else []), *extra]
-    for src in sources:
+    for src in [*sources, *depends]:
         h.update(src.read_bytes())
     for header in sorted(NATIVE_SRC.glob("*.h")):
         h.update(header.read_bytes())

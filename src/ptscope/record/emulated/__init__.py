@@ -1,10 +1,11 @@
 """The emulated Intel PT backend: run a program under QEMU and record it as a PT perf.data.
 
-``record()`` runs the program under ``qemu-x86_64`` (user mode), turns QEMU's exact
-instruction trace into a genuine Intel PT packet stream per thread, and writes it with its
-sideband into ``DIRECTORY/perf.data`` plus the recording metadata, so the normal decode
-pipeline (the real ``perf script``) reads it like a hardware recording.
-See ``docs/emulated-pt.md`` for the design.
+``record()`` runs the program under ``qemu-x86_64`` (user mode) with ptscope's recorder
+plugin (``plugin/``, C), which turns every block the program executes into Intel PT packets
+and writes them, with the sideband perf needs, straight into ``DIRECTORY/perf.data``. The
+normal decode pipeline (the real ``perf script``) reads it like a hardware recording.
+Python only starts QEMU, reports progress from the recorder's shared state (:mod:`.state`)
+and writes the recording's metadata. See ``docs/emulated-pt.md`` for the design.
 """
 
 from __future__ import annotations
@@ -12,23 +13,37 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import BinaryIO
 
 from ptscope.errors import BadInputError, PtscopeError, RecordingError, UsageError
 from ptscope.record.emulated.cycle_model import DEFAULT_CYCLE_MODEL, CycleModel
 from ptscope.record.emulated.elf_image import describe_machine, program_path, read_elf
-from ptscope.record.emulated.perf_data import PerfDataWriter
-from ptscope.record.emulated.qemu import BlockRun, LogSplitter, QemuProcess, find_qemu
-from ptscope.record.emulated.tracer import EmulationState, Session
+from ptscope.record.emulated.perf_data import finish_perf_data, header_matches, scan_sideband
+from ptscope.record.emulated.qemu import find_qemu, plugin_arguments, recorder_plugin, start_qemu
+from ptscope.record.emulated.state import (
+    DISK_FULL,
+    FAILED,
+    LIMIT_REACHED,
+    NO_REGISTERS,
+    STATE_NAME,
+    EmulationState,
+    StateError,
+    read_state,
+)
 from ptscope.record.stop_signals import STOP_SIGNALS, terminal_sent_sigint
 from ptscope.recording import Recording, keep_perf_maps
 
-__all__ = ["CycleModel", "EmulatedResult", "EmulationOptions", "record"]
+__all__ = ["CycleModel", "EmulatedResult", "EmulationOptions", "record", "recover"]
+
+_FAULT_SIGNALS = frozenset(
+    {signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGTRAP, signal.SIGSYS}
+)
+_OUTPUTS = ("perf.data", STATE_NAME, "jitted-code.bin")
 
 
 @dataclass(frozen=True)
@@ -36,13 +51,16 @@ class EmulationOptions:
     """Knobs that are not part of the everyday API (tests and benchmarks use them)."""
 
     single_step: bool = False
-    """One instruction per QEMU block (slower; the log then shows every instruction)."""
+    """One instruction per QEMU block (slower; QEMU's log then shows every instruction)."""
     psb_period: int = 4096
     """Bytes of PT between PSB+ packets (resynchronisation points for the decoder)."""
     raw_log: Path | None = None
-    """Also copy QEMU's raw log to this file (for tests that compute the ground truth)."""
+    """Also have QEMU log what it executes (``-d exec,nochain,in_asm,page,strace``) to this
+    file, ``.<pid>`` beside it for each forked child: the tests' ground truth."""
     env: dict[str, str] | None = None
     cwd: Path | None = None
+    chunk_size: int | None = None
+    """Bytes of the first trace chunk of each thread (tests of chunk boundaries)."""
 
 
 @dataclass
@@ -62,6 +80,8 @@ class EmulatedResult:
     """The program died of a fault (SIGSEGV, SIGILL, ...) under emulation."""
     interrupted: bool = False
     """Ctrl-C (or SIGTERM, SIGHUP) stopped the recording; what ran until then is kept."""
+    disk_full: bool = False
+    """The disk filled up: the program was stopped, the recording holds what was written."""
     seconds: float = 0.0
     threads: int = 1
     notes: dict[str, object] = field(default_factory=dict)
@@ -72,6 +92,8 @@ class EmulatedResult:
         n = f"{self.instructions:,} instructions"
         if self.stopped_at_limit:
             return f"stopped after {n} (--max-instructions)"
+        if self.disk_full:
+            return f"the disk is full: stopped after {n}, the recording holds them"
         if self.signal is not None:
             name = _signal_name(self.signal)
             what = "crashed with" if self.crashed else "was killed by"
@@ -99,10 +121,12 @@ def record(
     """Run ``command`` under QEMU and write an Intel PT recording of it into ``directory``.
 
     Raises a :class:`~ptscope.errors.PtscopeError` when nothing could be recorded (program
-    not found or not x86-64, QEMU missing or not understood). A program that crashes, is
+    not found or not x86-64, QEMU missing or without plugins). A program that crashes, is
     killed or reaches ``max_instructions`` still gives a recording of what it ran, and so
     does Ctrl-C (see :class:`_StopOnSignal`): the program is stopped, not the recording.
-    ``print_command`` is given the QEMU command line (shell-quoted) before it starts.
+    The metadata is written before the program starts, so even a recording whose ptscope
+    was killed can be decoded (:func:`recover`). ``print_command`` is given the QEMU
+    command line (shell-quoted) before it starts.
     """
     if not command:
         raise UsageError("no program to run")
@@ -118,94 +142,225 @@ def record(
             "the emulated backend runs x86-64 programs only"
         )
     tool = find_qemu()
+    plugin = recorder_plugin(tool)
     directory.mkdir(parents=True, exist_ok=True)
-    perf_data = directory / "perf.data"
-    writer = PerfDataWriter(perf_data, model, command=list(command))
-    started = time.perf_counter()
-    try:
-        proc = QemuProcess(
-            tool,
-            program,
-            command,
-            single_step=opts.single_step,
-            env=opts.env,
-            cwd=opts.cwd,
-            print_command=print_command,
-        )
-    except BaseException:
-        writer.abort()
-        perf_data.unlink(missing_ok=True)
-        raise
-    raw = _RawLogCopy(opts.raw_log) if opts.raw_log else None
-    session = Session(
-        writer,
+    for name in _OUTPUTS:
+        (directory / name).unlink(missing_ok=True)
+    notes: dict[str, object] = {
+        "qemu_version": tool.version_text,
+        "mode": "single-step" if opts.single_step else "block",
+        "cycle_model": asdict(model),
+        "state": "recording",
+        "recorder_pid": os.getpid(),
+    }
+    recording = Recording(
+        directory=directory,
+        backend="emulated",
+        perf_data=["perf.data"],
+        command=list(command),
+        scope="user",
+        notes=notes,
+    )
+    with contextlib.suppress(PtscopeError):
+        from ptscope.perftool import find_perf
+
+        recording.perf_version = find_perf().version_text
+    recording.save()
+    arguments = plugin_arguments(
+        directory,
+        command,
         model,
         psb_period=opts.psb_period,
         max_instructions=max_instructions,
-        progress=progress,
+        raw_log=opts.raw_log,
+        chunk_size=opts.chunk_size,
     )
-    main = EmulationState(
-        session,
-        pid=proc.proc.pid,
-        program=image,
-        comm=os.path.basename(command[0])[:15],
-        cwd=str(opts.cwd or Path.cwd()),
+    started = time.perf_counter()
+    proc = start_qemu(
+        tool,
+        plugin,
+        program,
+        command,
+        arguments,
+        single_step=opts.single_step,
+        raw_log=opts.raw_log,
+        env=opts.env,
+        cwd=opts.cwd,
+        print_command=print_command,
     )
-    stop = _StopOnSignal(proc)
+    stop = _StopOnSignal(proc, directory)
     try:
         with stop.installed():
-            _consume(proc, main, raw, stop.check)
-            rc = proc.wait()
-        for state in session.processes:
-            state.finish()
-        writer.finished_round()
+            rc = _wait(proc, directory, progress, stop)
     except BaseException:
-        proc.stop()
+        stop.kill_all()
         proc.wait()
-        writer.abort()
-        perf_data.unlink(missing_ok=True)
         raise
-    finally:
-        proc.close()
-        if raw is not None:
-            raw.close()
-        if session.jit_file is not None:
-            session.jit_file.close()
     seconds = time.perf_counter() - started
-    if not main.threads:
-        writer.abort()
-        perf_data.unlink(missing_ok=True)
+    try:
+        state = read_state(directory)
+    except StateError:
+        raise RecordingError(
+            f"QEMU could not start the recording of {command[0]}"
+            + (f" (QEMU exit status {rc}; its message is above)" if rc else "")
+        ) from None
+    if not state.threads:
+        for name in _OUTPUTS:
+            (directory / name).unlink(missing_ok=True)
         raise RecordingError(
             f"nothing was recorded: QEMU ran {command[0]} but it executed no instructions"
             + (f" (QEMU exit status {rc})" if rc else "")
+            + (f": {state.error}" if state.error else "")
         )
-    writer.close(main.build_ids())
-    return _result(
-        command,
-        directory,
-        session,
-        main,
-        rc,
-        proc,
-        tool.version,
-        opts,
-        model,
-        seconds,
-        interrupted=bool(stop.received),
+    _finish(recording, state)
+    return _result(recording, state, rc, seconds, interrupted=bool(stop.received))
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie has finished)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1][:3].strip() not in ("Z", "X")
+
+
+def _wait(
+    proc: subprocess.Popen[bytes],
+    directory: Path,
+    progress: Callable[[int], None] | None,
+    stop: _StopOnSignal,
+) -> int:
+    """Wait for QEMU, then for the processes the program forked (each its own QEMU), with
+    progress reports from the recorder's state."""
+    reported = 0.0
+
+    def report() -> EmulationState | None:
+        nonlocal reported
+        try:
+            state = read_state(directory, details=False)
+        except StateError:
+            return None
+        if progress is not None and time.monotonic() - reported >= 0.1:
+            reported = time.monotonic()
+            progress(state.instructions)
+        return state
+
+    rc: int | None = None
+    while rc is None:
+        try:
+            rc = proc.wait(timeout=0.05)
+        except subprocess.TimeoutExpired:
+            stop.check()
+            report()
+    while True:
+        state = report()
+        if state is None:
+            break
+        others = [pid for pid in state.pids if pid != proc.pid and _alive(pid)]
+        if not others:
+            break
+        if state.has(LIMIT_REACHED | DISK_FULL | FAILED):
+            stop.kill_all()  # the recording is over: the rest of the program stops with it
+        time.sleep(0.05)
+        stop.check()
+    if progress is not None and state is not None:
+        progress(state.instructions)
+    return rc
+
+
+def _finish(recording: Recording, state: EmulationState) -> None:
+    """Make the recording whole from what the recorder left: the perf.data's last
+    checkpoint (if QEMU died in the middle of one), the processes and threads, the notes."""
+    perf_data = recording.directory / "perf.data"
+    if not header_matches(perf_data, state):
+        finish_perf_data(perf_data, state, recording.command)
+    sideband = scan_sideband(perf_data, state.data_end)
+    command = " ".join(recording.command)
+    recording.processes = {pid: command for pid in sideband.processes or state.pids}
+    recording.threads = {t.tid: sideband.threads.get(t.tid, "") for t in state.threads}
+    notes = recording.notes
+    notes.pop("state", None)
+    notes.pop("recorder_pid", None)
+    notes["instructions"] = state.instructions
+    notes["stopped_at_limit"] = state.has(LIMIT_REACHED)
+    notes["registers"] = not state.has(NO_REGISTERS)
+    if state.has(DISK_FULL):
+        notes["disk_full"] = True
+    if state.error:
+        notes["recorder_error"] = state.error
+    perf_maps = keep_perf_maps(recording.directory, recording.processes)
+    if perf_maps:
+        notes["perf_maps"] = perf_maps
+    if state.jit_size:
+        notes["jitted_code"] = "jitted-code.bin"
+
+
+def _result(
+    recording: Recording, state: EmulationState, rc: int, seconds: float, *, interrupted: bool
+) -> EmulatedResult:
+    limit = state.has(LIMIT_REACHED)
+    disk_full = state.has(DISK_FULL)
+    stopped = limit or disk_full
+    exit_code = rc if rc >= 0 and not stopped else None
+    sig = -rc if rc < 0 and not stopped else None
+    crashed = sig is not None and sig in _FAULT_SIGNALS and not interrupted
+    notes = recording.notes
+    if sig is not None:
+        notes["signal"] = _signal_name(sig)
+    if interrupted:
+        notes["interrupted"] = True
+    if exit_code is not None:
+        notes["exit_code"] = exit_code
+    recording.save()
+    return EmulatedResult(
+        recording=recording,
+        instructions=state.instructions,
+        exit_code=exit_code,
+        signal=sig,
+        stopped_at_limit=limit,
+        crashed=crashed,
+        interrupted=interrupted,
+        disk_full=disk_full,
+        seconds=seconds,
+        threads=len(state.threads),
+        notes=notes,
     )
+
+
+def recover(recording: Recording) -> bool:
+    """Finish a recording whose ptscope was killed while it ran (its metadata still says
+    "recording"): the perf.data as the recorder last left it, the processes and threads.
+    Returns whether anything was done; raises if the recording is still going on."""
+    if recording.backend != "emulated" or recording.notes.get("state") != "recording":
+        return False
+    owner = recording.notes.get("recorder_pid")
+    if isinstance(owner, int) and owner != os.getpid() and _alive(owner):
+        raise RecordingError(
+            f"{recording.directory} is still being recorded (by ptscope, process {owner})"
+        )
+    try:
+        state = read_state(recording.directory)
+    except StateError as e:
+        raise BadInputError(f"{recording.directory}: the recording never started ({e})") from e
+    _finish(recording, state)
+    recording.notes["recovered"] = True
+    recording.save()
+    return True
 
 
 class _StopOnSignal:
     """Ctrl-C (SIGINT), SIGTERM or SIGHUP while the program runs stops the program, not the
     recording: the signal goes to the program (QEMU passes it on; a Ctrl-C typed in the
-    terminal reached it already), the log is read to its end and the recording written
-    as usual. If the program is still running 5 s later, or at a second signal, QEMU is
-    killed; what was read until then is still written."""
+    terminal reached it already) and the recording is finished as usual: everything the
+    recorder wrote until then is a valid perf.data. If the program is still running 5 s
+    later, or at a second signal, QEMU is killed."""
 
     PATIENCE = 5.0
 
-    def __init__(self, proc: QemuProcess) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], directory: Path) -> None:
         self.proc = proc
+        self.directory = directory
         self.received: list[int] = []
         self.deadline: float | None = None
 
@@ -222,184 +377,34 @@ class _StopOnSignal:
             for sig, handler in old.items():
                 signal.signal(sig, handler)
 
+    def _pids(self) -> list[int]:
+        pids = [self.proc.pid]
+        with contextlib.suppress(StateError):
+            pids += [p for p in read_state(self.directory, details=False).pids if p not in pids]
+        return pids
+
     def _handler(self, signum: int, frame: FrameType | None) -> None:
         self.received.append(signum)
         if len(self.received) > 1:
-            self.proc.stop()
+            self.kill_all()
             return
         self.deadline = time.monotonic() + self.PATIENCE
         if not (signum == signal.SIGINT and terminal_sent_sigint()):
-            self.proc.send_signal(signum)
+            self._send(signum)
+
+    def _send(self, signum: int) -> None:
+        for pid in self._pids():
+            if pid == self.proc.pid and self.proc.poll() is not None:
+                continue
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signum)
+
+    def kill_all(self) -> None:
+        """Kill QEMU and the program's forked processes (each its own QEMU)."""
+        self._send(signal.SIGKILL)
 
     def check(self) -> None:
-        """Called while the log is read: past the patience, kill the program."""
+        """Called while waiting: past the patience, kill the program."""
         if self.deadline is not None and time.monotonic() > self.deadline:
             self.deadline = None
-            self.proc.stop()
-
-
-class _Stream:
-    """One process's log: its splitter, and its state once the fork point is known."""
-
-    def __init__(self, state: EmulationState | None) -> None:
-        self.splitter = LogSplitter()
-        self.state = state
-        self.waiting: list[bytes] = []
-
-
-def _feed(stream: _Stream, data: bytes, final: bool = False) -> bool:
-    state = stream.state
-    assert state is not None
-    items = stream.splitter.finish() if final else stream.splitter.feed(data)
-    for item in items:
-        if isinstance(item, BlockRun):
-            if not state.blocks(item):
-                return False
-        else:
-            state.line(item)
-    return True
-
-
-def _consume(
-    proc: QemuProcess, main: EmulationState, raw: _RawLogCopy | None, idle: Callable[[], None]
-) -> None:
-    streams: dict[int, _Stream] = {0: _Stream(main)}
-    for pid, chunk in proc.chunks(idle):
-        if raw is not None:
-            raw.write(pid, chunk)
-        stream = streams.get(pid)
-        if stream is None:
-            stream = streams[pid] = _Stream(None)
-        if stream.state is None:
-            # A forked child: its blocks may need translations its parent logged before
-            # the fork, so it waits until the parent's log has shown the fork.
-            stream.waiting.append(chunk)
-            _adopt_children(streams)
-            continue
-        if not _feed(stream, chunk):
-            proc.stop()
-            return
-        if pid == 0 or main.forks:
-            _adopt_children(streams)
-        main.session.writer_flush()
-    if proc.killed:
-        return  # a line QEMU was writing when it was killed is cut off: left out
-    for stream in streams.values():
-        if stream.state is not None and not _feed(stream, b"", final=True):
-            return
-
-
-class _RawLogCopy:
-    """Copies of the raw QEMU logs (tests): ``PATH`` for the program, ``PATH.<pid>`` for
-    each forked child."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.files: dict[int, BinaryIO] = {}
-
-    def write(self, pid: int, data: bytes) -> None:
-        f = self.files.get(pid)
-        if f is None:
-            name = self.path if pid == 0 else self.path.with_name(f"{self.path.name}.{pid}")
-            f = self.files[pid] = open(name, "wb")  # noqa: SIM115 - closed by close()
-        f.write(data)
-
-    def close(self) -> None:
-        for f in self.files.values():
-            f.close()
-
-
-def _adopt_children(streams: dict[int, _Stream]) -> None:
-    """Start the state of every child whose parent has now logged the fork."""
-    for pid, stream in streams.items():
-        if stream.state is not None or pid == 0:
-            continue
-        for other in list(streams.values()):
-            parent = other.state
-            if parent is None:
-                continue
-            fork = next((f for f in parent.forks if f.pid == pid), None)
-            if fork is None:
-                continue
-            stream.state = EmulationState(
-                parent.session,
-                pid=pid,
-                program=parent.program,
-                comm=parent.comm,
-                cwd=parent.cwd,
-                parent=parent,
-                fork=fork,
-            )
-            for chunk in stream.waiting:
-                _feed(stream, chunk)
-            stream.waiting.clear()
-            break
-
-
-def _result(
-    command: Sequence[str],
-    directory: Path,
-    session: Session,
-    state: EmulationState,
-    rc: int,
-    proc: QemuProcess,
-    qemu_version: tuple[int, ...],
-    opts: EmulationOptions,
-    model: CycleModel,
-    seconds: float,
-    *,
-    interrupted: bool,
-) -> EmulatedResult:
-    limit = session.stopped_at_limit
-    exit_code = rc if rc >= 0 and not limit else None
-    if exit_code is None and state.ending.exit_code is not None and not proc.killed:
-        exit_code = state.ending.exit_code
-    sig = -rc if rc < 0 and not limit else None
-    crashed = sig is not None and state.ending.fault
-    notes: dict[str, object] = {
-        "qemu_version": ".".join(map(str, qemu_version)),
-        "mode": "single-step" if opts.single_step else "block",
-        "instructions": session.insns,
-        "cycle_model": asdict(model),
-        "stopped_at_limit": limit,
-        "forks_separated": proc.separates_forks,
-        "threads_named_by": "plugin" if proc.names_threads else "strace",
-    }
-    if sig is not None:
-        notes["signal"] = _signal_name(sig)
-    if interrupted:
-        notes["interrupted"] = True
-    perf_maps = keep_perf_maps(directory, (p.pid for p in session.processes if p.threads))
-    if perf_maps:
-        notes["perf_maps"] = perf_maps
-    if session.jit_file is not None:
-        notes["jitted_code"] = session.jit_file.path.name
-    if exit_code is not None:
-        notes["exit_code"] = exit_code
-    recording = Recording(
-        directory=directory,
-        backend="emulated",
-        perf_data=["perf.data"],
-        command=list(command),
-        processes={p.pid: " ".join(command) for p in session.processes if p.threads},
-        threads={t.tid: t.name for p in session.processes for t in p.threads},
-        scope="user",
-        notes=notes,
-    )
-    with contextlib.suppress(PtscopeError):
-        from ptscope.perftool import find_perf
-
-        recording.perf_version = find_perf().version_text
-    recording.save()
-    return EmulatedResult(
-        recording=recording,
-        instructions=session.insns,
-        exit_code=exit_code,
-        signal=sig,
-        stopped_at_limit=limit,
-        crashed=crashed,
-        interrupted=interrupted,
-        seconds=seconds,
-        threads=sum(len(p.threads) for p in session.processes),
-        notes=notes,
-    )
+            self.kill_all()

@@ -1,23 +1,18 @@
-"""Classify an x86-64 instruction's control transfer from its bytes, the way perf's PT decoder does.
+"""The Python twin of the recorder's branch classifier (``plugin/x86_branch.c``).
 
 The Intel PT decoder walks the program's code and needs a packet exactly where the hardware
-would have produced one, so the encoder must classify every instruction with the same rules
+would have produced one, so the recorder classifies every instruction with the same rules
 as perf (``intel_pt_insn_decoder()``): legacy prefixes and REX are skipped, VEX/EVEX opcodes
-are never branches, and only the opcode (plus ModRM.reg for ``FF``) decides the kind.
-Instruction lengths come from QEMU's ``in_asm`` dump, so no length decoder is needed here.
+are never branches, and only the opcode (plus ModRM.reg for ``FF``) decides the kind. The
+tests run both on the same bytes (``tests/emulated/test_recorder_units.py``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from enum import IntEnum
 from typing import Final, NamedTuple
 
-import capstone
-
-__all__ = ["Insn", "InsnKind", "classify", "split_block"]
-
-_DISASSEMBLER: Final = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+__all__ = ["Insn", "InsnKind", "classify"]
 
 
 class InsnKind(IntEnum):
@@ -122,23 +117,3 @@ def classify(pc: int, code: bytes) -> Insn:
     elif rep and op in _REP_STRING_OPCODES:
         return Insn(pc, n, InsnKind.OTHER, None, True)
     return Insn(pc, n, kind, target)
-
-
-def split_block(listing: Sequence[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
-    """Instruction boundaries of a translated block, from QEMU's ``in_asm`` listing.
-
-    QEMU's listing comes from its own disassembler, which may not know recent instructions
-    (it shows CET's ``rdsspq`` as four ``.byte`` lines and then mis-decodes what follows)
-    although QEMU executes them. The bytes are right, so the block is decoded again here
-    with capstone; only when capstone cannot decode all of it is the listing trusted.
-    """
-    if len(listing) == 1:
-        return list(listing)
-    start = listing[0][0]
-    code = b"".join(c for _, c in listing)
-    out: list[tuple[int, bytes]] = []
-    offset = 0
-    for address, size, _, _ in _DISASSEMBLER.disasm_lite(code, start):
-        out.append((address, code[offset : offset + size]))
-        offset += size
-    return out if offset == len(code) else list(listing)
