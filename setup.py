@@ -93,7 +93,9 @@ if not os.environ.get("PTSCOPE_NO_RECORDER"):
             sources=[
                 f"{PLUGIN}/{name}.c"
                 for name in ("recorder", "perf_file", "x86_branch", "elf_facts", "code_pages")
-            ],
+            ]
+            + ["src/ptscope/_native/x86_length.c"],
+            include_dirs=["src/ptscope/_native"],
             depends=[
                 f"{PLUGIN}/{name}.h"
                 for name in (
@@ -104,7 +106,8 @@ if not os.environ.get("PTSCOPE_NO_RECORDER"):
                     "elf_facts",
                     "code_pages",
                 )
-            ],
+            ]
+            + ["src/ptscope/_native/x86_length.h"],
             extra_compile_args=["-O2", "-Wall", "-Werror", "-std=gnu11", "-fvisibility=hidden"],
             extra_link_args=["-pthread"],
         )

@@ -26,7 +26,7 @@ class Case:
     opt: str = "-O1"
     single_step: bool = False
     link: str = ""
-    """``lld``, ``gold`` or ``static-pie`` (see :func:`support.programs.build`)."""
+    """``lld``, ``gold``, ``static-pie`` or ``nopie`` (see :func:`support.programs.build`)."""
 
     @property
     def id(self) -> str:
@@ -62,6 +62,14 @@ CORPUS = [
     Case("basics", link="lld"),
     Case("basics", link="gold"),
     Case("basics", link="static-pie"),
+    # Dynamically linked but not position-independent (gcc -no-pie): the program at its
+    # link-time addresses, its libraries where QEMU maps them.
+    Case("basics", link="nopie"),
+    # Blocks cut at a page boundary (QEMU leaves the instruction there for the next one).
+    Case("page_cross", static=True),
+    Case("page_cross"),
+    Case("signals", link="nopie"),
+    Case("threads", link="nopie"),
     Case("rust_calls"),
 ]
 

@@ -51,7 +51,8 @@ def build(
 
     ``static``: a static non-PIE executable (native addresses); otherwise a dynamic PIE.
     ``shared``: a shared library (``lib<name>.so``). ``link``: ``lld`` or ``gold`` (that
-    linker instead of the default), ``static-pie`` (a static position-independent one).
+    linker instead of the default), ``static-pie`` (a static position-independent one),
+    ``nopie`` (a dynamically linked executable at its link-time addresses).
     A Rust program is built by rustc its own way (a PIE; ``opt`` gives the level).
     """
     source = next(
@@ -73,6 +74,8 @@ def build(
         flags += ["-static", "-no-pie"]
     elif link == "static-pie":
         flags += ["-static-pie", "-fPIE"]
+    elif link == "nopie":
+        flags += ["-no-pie", "-fno-pie"]
     else:
         flags += ["-pie", "-fPIE"]
     if link in LINKERS:
@@ -80,7 +83,7 @@ def build(
             pytest.skip(f"{LINKERS[link]} is not installed (apt-get install {link} / binutils)")
         flags.append(f"-fuse-ld={link}")
     flags += list(extra)
-    libs = ["-lpthread"] if name in ("threads",) else []
+    libs = ["-lpthread"] if name in ("threads", "thread_names") else []
     key = hashlib.sha256(
         "\0".join([source.read_text(), _compiler_version(compiler), *flags, *libs]).encode()
     ).hexdigest()[:16]

@@ -232,8 +232,12 @@ def load(log: Path, program: Path, *, parent_log: Path | None = None, pid: int =
                 _add_mmap(pending_mmap, line[3:].split()[0], fds, images)
                 pending_mmap = None
             if pending_clone and line.startswith(" = "):
-                clone_tids.append(int(line[3:].split()[0], 0))
-                pending_clone = False
+                # Results are printed when calls return, other threads' among them: a
+                # clone's result is a new tid, above the process id (" = 0" is a futex's).
+                value = int(line[3:].split()[0], 0)
+                if value > pid:
+                    clone_tids.append(value)
+                    pending_clone = False
             m = _STRACE_RE.match(line)
             if m and m.group(4) is None and ")" in line[m.end(3) :]:
                 # The call's result comes later; other output may share its line.
@@ -255,7 +259,9 @@ def load(log: Path, program: Path, *, parent_log: Path | None = None, pid: int =
                     cpu = max(in_syscall, key=in_syscall.__getitem__)
                     del in_syscall[cpu], slots[cpu]
                 elif name == "clone" and "CLONE_THREAD" in args:
-                    if result:
+                    # A result on the call's own line may be another thread's (QEMU prints
+                    # a result when a call returns: " = 0" from a new thread's first call).
+                    if result and int(result, 0) > pid:
                         clone_tids.append(int(result, 0))
                     else:
                         pending_clone = True

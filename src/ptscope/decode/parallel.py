@@ -207,7 +207,7 @@ def _scan(m: mmap.mmap) -> TraceLayout | None:
     psbs: list[PsbPoint] = []
     total = 0
     for start, size in buffers:
-        stop = min(start + size, len(m))
+        stop = _used_end(m, start, min(start + size, len(m)))
         at = m.find(_PSB, start, stop)
         while at >= 0:
             tsc = _psb_tsc(m, at + len(_PSB), stop)
@@ -216,6 +216,17 @@ def _scan(m: mmap.mmap) -> TraceLayout | None:
             at = m.find(_PSB, at + len(_PSB), stop)
         total += stop - start
     return TraceLayout(trace_bytes=total, buffers=len(buffers), psbs=psbs, spans=buffers)
+
+
+def _used_end(m: mmap.mmap, start: int, stop: int) -> int:
+    """Where a buffer's packets end: PAD packets (zeros) after the last one carry no trace.
+    A buffer written ahead of its packets (ptscope's emulated recorder reserves chunks and
+    fills them as the program runs) ends in many of them; perf's never does."""
+    if stop <= start or m[stop - 1] != 0:
+        return stop
+    # Packets after the last PSB are at most a PSB period long: trim only from there.
+    last = max(m.rfind(_PSB, start, stop), start)
+    return last + len(m[last:stop].rstrip(b"\0"))
 
 
 def _tsc_to_perf_time(tsc: int, shift: int, mult: int, zero: int) -> int:

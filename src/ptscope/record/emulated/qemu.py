@@ -119,8 +119,9 @@ def _build_plugin(api: int) -> Path | None:
     """The recorder compiled from the package's sources for plugin API ``api`` (cached by
     content), or None when it cannot be (no compiler, no sources)."""
     folder = Path(str(resources.files(__package__) / "plugin"))
+    native = Path(str(resources.files("ptscope") / "_native"))
     try:
-        sources = sorted(folder.glob("*.c")) + sorted(folder.glob("*.h"))
+        sources = [*sorted(folder.glob("*.[ch]")), *sorted(native.glob("x86_length.[ch]"))]
         digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()[:16]
     except OSError:
         return None
@@ -143,9 +144,11 @@ def _build_plugin(api: int) -> Path | None:
                 "-pthread",
                 "-fvisibility=hidden",
                 f"-DPTSCOPE_PLUGIN_API={api}",
+                f"-I{native}",
                 "-o",
                 str(tmp),
                 *(str(folder / f"{name}.c") for name in _PLUGIN_SOURCES),
+                str(native / "x86_length.c"),
             ],
             capture_output=True,
             timeout=300,

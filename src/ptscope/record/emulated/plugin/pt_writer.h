@@ -2,7 +2,8 @@
    writes them and perf's decoder reads them (docs/emulated-pt.md, "The PT encoder"):
 
    - PSB+ (PSB, CYC, TSC, CBR, MODE.Exec, [FUP], PSBEND) at the start and every psb_period
-     bytes; perf's decoder forgets the last IP and its return stack at a PSB, so do we;
+     bytes; perf's decoder forgets the last IP and its return stack at a PSB, so do we; the
+     FUP in PSB+ carries its whole IP (pt_ip_full);
    - short TNT (oldest bit highest), flushed before any other packet;
    - TIP / TIP.PGE / TIP.PGD / FUP with last-IP compression;
    - return compression: a ret whose target is the top of a 64-deep stack of return
@@ -156,6 +157,18 @@ static inline void pt_ip_packet(struct pt_writer *w, uint8_t opcode, uint64_t ip
 	w->last_ip = ip;
 }
 
+/* An IP packet that does not depend on the last IP: the one in PSB+. perf's decoder
+   reads it before it forgets its last IP at the PSB (intel_pt_psb_with_fup()), so a
+   compressed one would take the upper bits of whatever IP came before: a program below
+   4 GiB (not position-independent) would seem to run at 0x40_0000_0000 plus its address. */
+static inline void pt_ip_full(struct pt_writer *w, uint8_t opcode, uint64_t ip)
+{
+	int sign_extended = ip < (1ULL << 47) || (ip >> 47) == 0x1ffff;
+	pt_byte(w, (uint8_t)((sign_extended ? 0x60 : 0xc0) | opcode));
+	pt_le(w, ip, sign_extended ? 6 : 8);
+	w->last_ip = ip;
+}
+
 static inline void pt_tsc(struct pt_writer *w)
 {
 	pt_cyc(w, 1);
@@ -178,7 +191,7 @@ static inline void pt_psb(struct pt_writer *w, const uint64_t *ip)
 	w->last_ip = 0;
 	w->stack_n = 0;
 	if (ip)
-		pt_ip_packet(w, PT_FUP, *ip);
+		pt_ip_full(w, PT_FUP, *ip);
 	pt_byte(w, 0x02);
 	pt_byte(w, 0x23); /* PSBEND */
 	w->next_psb = pt_stream_pos(w) + w->psb_period;

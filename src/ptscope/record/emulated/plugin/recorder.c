@@ -48,6 +48,7 @@
 #include "pt_writer.h"
 #include "qemu_plugin_api.h"
 #include "x86_branch.h"
+#include "x86_length.h"
 
 #ifndef PTSCOPE_PLUGIN_API
 #define PTSCOPE_PLUGIN_API 1
@@ -993,6 +994,17 @@ static int is_handler(uint64_t pc)
 	return 0;
 }
 
+/* QEMU 7.2 starts translating an instruction, finds that it crosses into the next page
+   (or starts there) while the block has instructions already, and leaves it for the next
+   block, but the plugin's list of the block's instructions keeps it, with the bytes read
+   so far. Such an instruction is cut at the page boundary. */
+static int phantom(const uint8_t *code, size_t size, uint64_t vaddr)
+{
+	if (size == 0)
+		return 1;
+	return ((vaddr + size) & 4095) == 0 && ptscope_x86_length(code, size) < 0;
+}
+
 static void on_translate(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 {
 	(void)id;
@@ -1018,6 +1030,10 @@ static void on_translate(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 		if (size > 15 || total + size > sizeof code) {
 			pthread_mutex_unlock(&blocks.lock);
 			return;
+		}
+		if (k > 0 && k == n - 1 && phantom(qemu_plugin_insn_data(insn), size, vaddr)) {
+			n--; /* QEMU left it for the next block */
+			break;
 		}
 		memcpy(code + total, qemu_plugin_insn_data(insn), size);
 		lens[k] = (uint8_t)size;
