@@ -1,20 +1,22 @@
-/* Asynchronous preemption the way Go does it: a timer signal's handler rewrites the saved
- * RIP so that, when the handler returns, the thread "calls" preempt_stub, which saves the
- * registers, runs preempted() and returns to where the thread was interrupted. Every
- * interrupted RIP is logged by the handler (the program's own truth) and written to
- * argv[2] at the end. argv[1]: how many preemptions. Built with -mno-red-zone. */
+/* Asynchronous preemption the way Go does it: a second thread (Go's sysmon) sends SIGURG
+ * to the main thread, whose handler rewrites the saved RIP so that, when the handler
+ * returns, the thread "calls" preempt_stub, which saves the registers, runs preempted()
+ * and returns to where the thread was interrupted. Every interrupted RIP is logged by the
+ * handler (the program's own truth) and written to argv[2] at the end. argv[1]: how many
+ * preemptions. Built with -mno-red-zone (the stub's return address goes below RSP). */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 #include <ucontext.h>
 
 #define MAX 20000
 static volatile int preemptions;
 static unsigned long interrupted[MAX];
 static volatile int wanted = 3000;
+static volatile int finished;
 
 void preempt_stub(void);
 __attribute__((noinline, used)) void preempted(void) { preemptions = preemptions + 1; }
@@ -38,7 +40,7 @@ __asm__(".text\n"
 
 static int seen;
 
-static void on_timer(int sig, siginfo_t *si, void *ctx) {
+static void on_urg(int sig, siginfo_t *si, void *ctx) {
     (void)sig, (void)si;
     greg_t *g = ((ucontext_t *)ctx)->uc_mcontext.gregs;
     if (seen < MAX) interrupted[seen++] = (unsigned long)g[REG_RIP];
@@ -57,19 +59,29 @@ __attribute__((noinline)) static long work(long n) {
     return s;
 }
 
+/* Go's sysmon: once the last preemption happened, the next one, at once. */
+static void *sysmon(void *target) {
+    int sent = 0;
+    while (sent < wanted) {
+        while (preemptions < sent) sched_yield();
+        pthread_kill(*(pthread_t *)target, SIGURG);
+        sent++;
+    }
+    return NULL;
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) wanted = atoi(argv[1]);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
-    sa.sa_sigaction = on_timer;
+    sa.sa_sigaction = on_urg;
     sa.sa_flags = SA_SIGINFO | SA_RESTART;
-    sigaction(SIGALRM, &sa, NULL);
-    struct itimerval it = {{0, 100}, {0, 100}};
-    setitimer(ITIMER_REAL, &it, NULL);
+    sigaction(SIGURG, &sa, NULL);
+    pthread_t self = pthread_self(), monitor;
+    pthread_create(&monitor, NULL, sysmon, &self);
     long s = 0;
-    while (preemptions < wanted) s += work(1000);
-    struct itimerval off = {{0, 0}, {0, 0}};
-    setitimer(ITIMER_REAL, &off, NULL);
+    while (preemptions < wanted) s += work(100);
+    pthread_join(monitor, NULL);
     FILE *out = argc > 2 ? fopen(argv[2], "w") : stdout;
     for (int i = 0; i < seen; i++) fprintf(out, "%lx\n", interrupted[i]);
     if (out != stdout) fclose(out);

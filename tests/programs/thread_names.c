@@ -10,7 +10,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-static long tids[3];
+static volatile long tids[3];
 static pthread_barrier_t named;
 
 __attribute__((noinline)) static long work(long n) {

@@ -238,6 +238,7 @@ static char jit_path[PATH_MAX + 32];
 static uint32_t first_pid;
 
 static void stop_recording(uint32_t flag, const char *why);
+static void stop_process(void);
 
 /* Read guest memory without risking a fault in QEMU's process. */
 static int guest_read(uint64_t addr, void *out, size_t n)
@@ -959,6 +960,17 @@ static void on_exit_(qemu_plugin_id_t id, void *data)
 		__atomic_or_fetch(&pf_state()->flags, EMU_EXITED, __ATOMIC_RELAXED);
 }
 
+/* Kill this process (QEMU and the program), but first let the other threads finish the
+   block they may be writing packets for: blocks take nanoseconds, and none starts once
+   `stopping` is set, so every stream ends on its provisional end, not on half a block. */
+static void stop_process(void)
+{
+	stopping = 1;
+	struct timespec ts = {0, 20 * 1000 * 1000};
+	nanosleep(&ts, NULL);
+	kill(getpid(), SIGKILL);
+}
+
 /* Stop: the recording cannot go on (budget spent, disk full, an error). What is in the
    file stays a valid recording; the program is stopped with it. */
 static void stop_recording(uint32_t flag, const char *why)
@@ -970,7 +982,7 @@ static void stop_recording(uint32_t flag, const char *why)
 		snprintf(st->error, sizeof st->error, "%s", why);
 	else
 		__atomic_or_fetch(&st->flags, flag, __ATOMIC_RELAXED);
-	kill(getpid(), SIGKILL);
+	stop_process();
 }
 
 /* -- translation ------------------------------------------------------------------------------- */
@@ -1409,7 +1421,7 @@ static void *watch(void *arg)
 		if (!watched_alive()) {
 			/* ptscope is gone: stop the program rather than let it run untraced. The
 			   recording is complete up to here (provisional ends). */
-			kill(getpid(), SIGKILL);
+			stop_process();
 		}
 	}
 	return NULL;
