@@ -183,7 +183,7 @@ def test_qemu_killed_outright_leaves_a_decodable_recording(tmp_path: Path) -> No
     assert len(got.errors) <= 1, got.errors
     (branches,) = got.by_tid.values()
     assert len(branches) > 20_000
-    assert got.errors or branches[-1].kind in ("async", "return", "call", "jcc", "jmp")
+    assert got.errors or branches[-1].kind in ("async", "syscall", "return", "call", "jcc", "jmp")
 
 
 def test_a_torn_checkpoint_is_finished_when_decoded(tmp_path: Path) -> None:
