@@ -1,23 +1,30 @@
-"""Emulated-PT recording speed and memory, against QEMU alone measured in the same run.
+"""Emulated-PT recording speed and memory, against plain QEMU and callgrind in the same run.
 
 Usage::
 
-    python bench/emulated.py                  # 5 M and 22 M instruction runs (default)
-    python bench/emulated.py --sizes 2 20 50  # other sizes, in millions of instructions
-    python bench/emulated.py --no-decode      # recording only
+    python bench/emulated.py                    # 40 M and 1 G instructions, best of 3 rounds
+    python bench/emulated.py --sizes 40 --rounds 5
+    python bench/emulated.py --no-end-to-end    # recording only (no `ptscope run`)
 
-Each measurement runs in a fresh child process (so its peak RSS is its own):
+The workload is the call-heavy program of ``bench/call_heavy.c`` (``top`` calls ``mid`` once
+per round, ``mid`` calls a tiny ``leaf`` 40-43 times), built ``-O1 -g`` the way gcc builds by
+default (a dynamically linked PIE). Its rounds are chosen for each size from the instruction
+count of a 60,000-round recording. Every figure comes from one run, each measurement in a
+fresh child process (so that its peak RSS is its own), interleaved round by round; the best
+wall time and the best CPU time (user + system, with every child process) are kept:
 
-* qemu alone: the same program under ``qemu-x86_64`` with the same log items, its log
-  streamed through a FIFO to a reader that throws it away: the floor for the recorder,
-  which has to read and encode that same log;
-* record: ``ptscope.record.emulated.record()`` (QEMU + log parsing + PT encoding + perf.data),
-  with QEMU's own CPU time and ours;
-* end to end: record, then ``ptscope.pipeline.decode_recording`` to ``.fxt.gz`` (perf script,
-  the engine and the writer) -- the figure the issue's target (>= 1 M instructions/s) is for.
+* native: the program alone;
+* plain QEMU: ``qemu-x86_64 PROGRAM`` with no plugin and no log: the floor of any recorder
+  inside QEMU;
+* callgrind: ``valgrind --tool=callgrind`` (its output thrown away): what CI setups that gate
+  on instruction counts use;
+* record: ``ptscope.record.emulated.record()`` (QEMU with the recorder plugin writing the
+  perf.data, Python waiting), with the recording's peak RSS (QEMU's) and perf.data size;
+* ptscope run: the whole ``ptscope run --backend emulated -o trace.fxt.gz`` (record and
+  decode), with its peak RSS (the largest of its processes).
 
-:func:`measure_record` and :func:`measure_qemu_alone` take any command line, so another
-workload (or another benchmark) can reuse them.
+Figures: instructions per second of wall time, and the ratios record / plain QEMU and
+record / callgrind (the issue's target: record <= callgrind).
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ import hashlib
 import json
 import os
 import resource
-import select
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -36,154 +43,148 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCE = ROOT / "tests" / "programs" / "bench.c"
+SOURCE = ROOT / "bench" / "call_heavy.c"
 BUILD = ROOT / "tests" / ".build" / "bench"
-INSNS_PER_ITERATION = 880  # measured: the workload's instructions per iteration (-O1, static)
+CALIBRATION_ROUNDS = 60_000
 
 
 def build_workload() -> Path:
-    """Compile ``tests/programs/bench.c`` (static, -O1), cached by source hash."""
+    """Compile ``bench/call_heavy.c`` with ``-O1 -g`` (a PIE), cached by source hash."""
     digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:12]
-    exe = BUILD / f"bench-{digest}"
+    exe = BUILD / f"call_heavy-{digest}"
     if not exe.exists():
         BUILD.mkdir(parents=True, exist_ok=True)
         tmp = exe.with_name(f".{exe.name}.{os.getpid()}")
-        subprocess.run(
-            ["gcc", "-O1", "-static", "-no-pie", "-o", str(tmp), str(SOURCE)], check=True
-        )
+        subprocess.run(["gcc", "-O1", "-g", "-o", str(tmp), str(SOURCE)], check=True)
         tmp.replace(exe)
     return exe
 
 
-def measure_record(argv: list[str], directory: Path, decode: bool) -> dict[str, Any]:
-    """Record ``argv`` into ``directory`` (and decode it); timings, counts and CPU times."""
-    from ptscope.record.emulated import record
+def _cpu(children: resource.struct_rusage, me: resource.struct_rusage | None = None) -> float:
+    total = children.ru_utime + children.ru_stime
+    if me is not None:
+        total += me.ru_utime + me.ru_stime
+    return total
 
+
+def _timed(argv: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run a command (output thrown away): wall time, CPU time and peak RSS of its tree."""
     started = time.perf_counter()
-    result = record(argv, directory)
-    recorded = time.perf_counter()
+    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, env=env)
+    wall = time.perf_counter() - started
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    me = resource.getrusage(resource.RUSAGE_SELF)
-    out: dict[str, Any] = {
-        "instructions": result.instructions,
-        "record_s": recorded - started,
-        "qemu_cpu_s": children.ru_utime + children.ru_stime,
-        "recorder_cpu_s": me.ru_utime + me.ru_stime,
-        "record_rss_mib": me.ru_maxrss / 1024,
-        "perf_data_mib": (directory / "perf.data").stat().st_size / 2**20,
-    }
-    if decode:
-        from ptscope.pipeline import decode_recording
-
-        summary = decode_recording(result.recording, directory / "trace.fxt.gz")
-        out["decode_s"] = time.perf_counter() - recorded
-        out["slices"] = summary.slices
-        out["rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return out
+    return {"wall": wall, "cpu": _cpu(children), "rss_mib": children.ru_maxrss / 1024}
 
 
-def measure_qemu_alone(argv: list[str]) -> dict[str, Any]:
-    """QEMU with the recorder's flags, its log drained from a FIFO and thrown away."""
-    from ptscope.record.emulated.qemu import REQUIRED_LOG_ITEMS, find_qemu
+def measure(kind: str, argv: list[str]) -> dict[str, Any]:
+    """One measurement (run in a child process by :func:`_child`)."""
+    if kind == "native":
+        return _timed(argv)
+    if kind == "qemu":
+        from ptscope.record.emulated.qemu import find_qemu
 
-    tool = find_qemu()
-    with tempfile.TemporaryDirectory() as tmp:
-        fifo = os.path.join(tmp, "log")
-        os.mkfifo(fifo)
-        fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
-        keep = os.open(fifo, os.O_WRONLY)
-        try:
-            import fcntl
-
-            fcntl.fcntl(fd, 1031, 1 << 20)  # F_SETPIPE_SZ, as the recorder does
-        except OSError:
-            pass
-        started = time.perf_counter()
-        proc = subprocess.Popen(
-            [tool.path, "-d", ",".join(REQUIRED_LOG_ITEMS), "-D", fifo, *argv],
-            stdout=subprocess.DEVNULL,
+        return _timed([find_qemu().path, *argv])
+    if kind == "callgrind":
+        return _timed(
+            ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", "-q", *argv]
         )
-        size = 0
-        while True:
-            try:
-                data = os.read(fd, 1 << 20)
-            except BlockingIOError:
-                data = b""
-            size += len(data)
-            if not data:
-                if proc.poll() is not None:
-                    break
-                select.select([fd], [], [], 0.05)
-        elapsed = time.perf_counter() - started
-        os.close(fd)
-        os.close(keep)
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return {
-        "seconds": elapsed,
-        "log_mib": size / 2**20,
-        "qemu_cpu_s": children.ru_utime + children.ru_stime,
-    }
+    with tempfile.TemporaryDirectory(prefix="ptscope-bench-") as tmp:
+        if kind == "record":
+            from ptscope.record.emulated import record
+
+            started = time.perf_counter()
+            result = record(argv, Path(tmp) / "rec")
+            wall = time.perf_counter() - started
+            children = resource.getrusage(resource.RUSAGE_CHILDREN)
+            me = resource.getrusage(resource.RUSAGE_SELF)
+            return {
+                "wall": wall,
+                "cpu": _cpu(children, me),
+                "qemu_cpu": _cpu(children),
+                "rss_mib": children.ru_maxrss / 1024,
+                "instructions": result.instructions,
+                "perf_data_mib": (Path(tmp) / "rec" / "perf.data").stat().st_size / 2**20,
+            }
+        # ptscope run: record and decode, end to end
+        out = Path(tmp) / "trace.fxt.gz"
+        command = [sys.executable, "-m", "ptscope", "run", "--backend", "emulated"]
+        result = _timed([*command, "-o", str(out), "--", *argv])
+        me = resource.getrusage(resource.RUSAGE_SELF)
+        result["rss_mib"] = max(result["rss_mib"], me.ru_maxrss / 1024)
+        result["trace_mib"] = out.stat().st_size / 2**20
+        return result
 
 
-def _child(kind: str, argv: list[str], decode: bool) -> dict[str, Any]:
-    """Run one measurement in a fresh Python process; returns its JSON result."""
+def _child(kind: str, argv: list[str]) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--child", kind, json.dumps(argv)]
-    if not decode:
-        cmd.append("--no-decode")
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=ROOT)
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     return result
 
 
-def _run_child(kind: str, argv: list[str], decode: bool) -> None:
-    if kind == "qemu_alone":
-        result = measure_qemu_alone(argv)
-    else:
-        with tempfile.TemporaryDirectory(prefix="ptscope-bench-") as tmp:
-            result = measure_record(argv, Path(tmp), decode)
-    print(json.dumps(result))
+def _best(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    best = dict(min(runs, key=lambda r: r["wall"]))
+    best["cpu"] = min(r["cpu"] for r in runs)
+    return best
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
-        "--sizes", type=float, nargs="+", default=[5, 22], help="millions of instructions"
+        "--sizes", type=float, nargs="+", default=[40, 1000], help="millions of instructions"
     )
-    parser.add_argument("--no-decode", action="store_true", help="time the recording only")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (best kept)")
+    parser.add_argument("--no-end-to-end", action="store_true", help="skip `ptscope run`")
     parser.add_argument("--child", nargs=2, metavar=("KIND", "ARGV"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        _run_child(args.child[0], json.loads(args.child[1]), not args.no_decode)
+        print(json.dumps(measure(args.child[0], json.loads(args.child[1]))))
         return
+    if shutil.which("valgrind") is None:
+        sys.exit("bench/emulated.py needs valgrind (apt-get install valgrind)")
     exe = build_workload()
-    print(f"workload: {exe.relative_to(ROOT)} ({os.cpu_count()} CPUs)")
-    header = (
-        f"{'insns':>7} {'qemu alone':>11} {'record':>11} {'ratio':>6} "
-        f"{'qemu cpu':>9} {'our cpu':>8} {'rec RSS':>8}"
-    )
-    if not args.no_decode:
-        header += f" {'decode':>8} {'end to end':>11} {'RSS':>7}"
-    print(header)
-    for millions in args.sizes:
-        iterations = max(1, int(millions * 1e6 / INSNS_PER_ITERATION))
-        argv = [str(exe), str(iterations)]
-        alone = _child("qemu_alone", argv, False)
-        rec = _child("record", argv, not args.no_decode)
-        n = rec["instructions"]
-        qemu_rate = n / alone["seconds"] / 1e6
-        rec_rate = n / rec["record_s"] / 1e6
-        line = (
-            f"{n / 1e6:6.1f}M {qemu_rate:7.2f} M/s {rec_rate:7.2f} M/s "
-            f"{rec_rate / qemu_rate:5.2f}x {rec['qemu_cpu_s']:8.1f}s "
-            f"{rec['recorder_cpu_s']:7.1f}s {rec['record_rss_mib']:5.0f} MiB"
-        )
-        if not args.no_decode:
-            total = rec["record_s"] + rec["decode_s"]
-            line += f" {rec['decode_s']:7.1f}s {n / total / 1e6:7.2f} M/s {rec['rss_mib']:4.0f} MiB"
-        print(line, flush=True)
+    calibration = _child("record", [str(exe), str(CALIBRATION_ROUNDS)])
+    per_round = calibration["instructions"] / CALIBRATION_ROUNDS
     print(
-        "qemu alone: QEMU with the same log items into a FIFO drained by a trivial reader; "
-        "ratio = record / qemu alone; RSS = peak resident set of the recording process."
+        f"workload: {exe.relative_to(ROOT)} (-O1 -g, PIE), {per_round:.1f} instructions per "
+        f"round; {os.cpu_count()} CPUs; best of {args.rounds} interleaved rounds"
+    )
+    kinds = ["native", "qemu", "callgrind", "record"]
+    if not args.no_end_to_end:
+        kinds.append("run")
+    for millions in args.sizes:
+        rounds = max(1, round(millions * 1e6 / per_round))
+        argv = [str(exe), str(rounds)]
+        runs: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
+        for _ in range(args.rounds):
+            for kind in kinds:
+                if kind == "run" and millions >= 500 and runs[kind]:
+                    continue  # one end-to-end run of a big trace is enough
+                runs[kind].append(_child(kind, argv))
+        best = {k: _best(v) for k, v in runs.items()}
+        rec = best["record"]
+        n = rec["instructions"]
+        print(
+            f"\n{n / 1e6:,.1f} M instructions ({rounds:,} rounds, {n / per_round / 1e6:.2f}"
+            f" M calls of mid, {rec['perf_data_mib']:.0f} MiB of perf.data)"
+        )
+        print(
+            f"{'':14} {'wall':>8} {'cpu':>8} {'M insn/s':>9} {'x qemu':>7} {'x callgrind':>11}"
+            f" {'peak RSS':>9}"
+        )
+        for kind in kinds:
+            r = best[kind]
+            label = {"run": "ptscope run", "qemu": "plain QEMU"}.get(kind, kind)
+            print(
+                f"{label:14} {r['wall']:7.2f}s {r['cpu']:7.2f}s {n / r['wall'] / 1e6:9.1f}"
+                f" {r['wall'] / best['qemu']['wall']:6.2f}x"
+                f" {r['wall'] / best['callgrind']['wall']:10.2f}x"
+                f" {r['rss_mib']:6.0f} MiB"
+            )
+    print(
+        "\nx qemu, x callgrind: wall time over that of plain QEMU / callgrind in the same run "
+        "(record <= 1.00x callgrind is the target); peak RSS: of the recording QEMU for "
+        "record, of the largest process for the others."
     )
 
 

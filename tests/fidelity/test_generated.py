@@ -17,7 +17,8 @@ pytestmark = pytest.mark.slow
 
 SEEDS = {
     0: "plain, static",
-    3: "plain, dynamic (PIE)",
+    3: "plain, dynamic (a PIE; not position-independent at -O1)",
+    17: "signal handler, dynamic (not position-independent at -O1)",
     2: "setjmp/longjmp out of recursion",
     60: "C++ exceptions caught inside recursion",
     6: "signal handler re-entered by its own signal",

@@ -124,7 +124,14 @@ def build_source(
         flags.append("-pg")
         if opt not in ("-O0", "-O1"):
             flags.append("-fno-optimize-sibling-calls")  # uftrace nests tail calls
-    link = ["-static", "-no-pie"] if static and variant != "pg" else ["-pie", "-fPIE"]
+    if static and variant != "pg":
+        link = ["-static", "-no-pie"]
+    elif opt == "-O1" and variant != "pg":
+        # Dynamically linked at its link-time addresses: the program below 4 GiB, its
+        # libraries where QEMU maps them (at -O0 and -O2 such programs are PIEs).
+        link = ["-no-pie", "-fno-pie"]
+    else:
+        link = ["-pie", "-fPIE"]
     hooks = [str(_hooks_object())] if variant == "instrumented" else []
     key = hashlib.sha256("\0".join([source, compiler, *flags, *link]).encode()).hexdigest()[:16]
     out = BUILD / f"prog-{key}"

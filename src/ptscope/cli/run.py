@@ -595,6 +595,12 @@ class RunCommand:
             print("ptscope: stopped; decoding what was recorded", file=sys.stderr)
         elif result.stopped_at_limit:
             print(f"ptscope: stopped after {result.instructions:,} instructions", file=sys.stderr)
+        elif result.disk_full:
+            print(
+                f"ptscope: the disk is full: the program was stopped; the recording keeps its "
+                f"first {result.instructions:,} instructions",
+                file=sys.stderr,
+            )
         elif result.crashed:
             print(f"ptscope: the program crashed (signal {result.signal})", file=sys.stderr)
         return decode_step(result.recording, output, args, place)

@@ -17,6 +17,7 @@ from typing import Final
 
 from ptscope.errors import PtscopeError
 from ptscope.perftool import PerfTool, find_perf, perf_output
+from ptscope.record.emulated.qemu import installed_plugin
 
 __all__ = ["Capabilities", "IntelPtCaps", "probe", "probe_perf_build_options"]
 
@@ -93,6 +94,8 @@ class Capabilities:
     qemu: str | None
     dlfilter_built: bool
     dlfilter_path: str
+    recorder_built: bool = False
+    """The emulated backend's QEMU plugin was built by ``pip install``."""
 
     @property
     def is_root(self) -> bool:
@@ -232,6 +235,7 @@ def probe(
         qemu=shutil.which("qemu-x86_64"),
         dlfilter_built=dlfilter_path is not None and dlfilter_path.is_file(),
         dlfilter_path=str(dlfilter_path or ""),
+        recorder_built=installed_plugin().is_file(),
     )
 
 

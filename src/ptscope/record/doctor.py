@@ -18,6 +18,7 @@ __all__ = ["Finding", "Status", "diagnose", "refusal", "render", "require"]
 
 INSTALL_PERF: Final = "sudo apt-get install linux-perf"
 INSTALL_QEMU: Final = "sudo apt-get install qemu-user"
+BUILD_RECORDER: Final = "reinstall ptscope with a C compiler (sudo apt-get install gcc; make venv)"
 BUILD_DLFILTER: Final = (
     "make venv   (or: pip install -e . with perf's headers: sudo apt-get install linux-perf)"
 )
@@ -191,6 +192,17 @@ def diagnose(caps: Capabilities) -> list[Finding]:
             if caps.qemu
             else "qemu-x86_64 not found: --backend emulated cannot run",
             None if caps.qemu else INSTALL_QEMU,
+        )
+    )
+    out.append(
+        Finding(
+            "recorder",
+            Status.OK if caps.recorder_built else Status.WARN,
+            "the emulated backend's QEMU plugin is built"
+            if caps.recorder_built
+            else "the QEMU plugin was not built: --backend emulated compiles it on first use "
+            "(a C compiler is needed)",
+            None if caps.recorder_built else BUILD_RECORDER,
         )
     )
     out.append(

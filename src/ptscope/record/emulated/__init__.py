@@ -11,6 +11,7 @@ and writes the recording's metadata. See ``docs/emulated-pt.md`` for the design.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -39,6 +40,8 @@ from ptscope.record.stop_signals import STOP_SIGNALS, terminal_sent_sigint
 from ptscope.recording import Recording, keep_perf_maps
 
 __all__ = ["CycleModel", "EmulatedResult", "EmulationOptions", "record", "recover"]
+
+log = logging.getLogger("ptscope")
 
 _FAULT_SIGNALS = frozenset(
     {signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGTRAP, signal.SIGSYS}
@@ -312,7 +315,12 @@ def _result(
         notes["interrupted"] = True
     if exit_code is not None:
         notes["exit_code"] = exit_code
-    recording.save()
+    try:
+        recording.save()
+    except OSError as e:
+        # A full disk: the metadata written at the start stays, and `ptscope decode`
+        # finishes it from the recorder's state (recover()).
+        log.warning("cannot update %s: %s", recording.directory, e.strerror or e)
     return EmulatedResult(
         recording=recording,
         instructions=state.instructions,

@@ -118,42 +118,38 @@ static inline void pt_cyc(struct pt_writer *w, int force)
 	}
 }
 
-/* Header and payload of an IP packet for `ip`, compressed against `last`:
-   returns the packet's length (at most 9) in *len and its bytes in out[0..len). */
-static inline void pt_ip_encode(uint8_t opcode, uint64_t ip, uint64_t last, uint8_t out[16],
-				size_t *len)
+/* The header bits (IPBytes << 5) and payload size of an IP packet for `ip` compressed
+   against `last`: 2, 4 or 6 low bytes replace the last IP's, or 6 sign-extended, or 8. */
+static inline size_t pt_ip_form(uint64_t ip, uint64_t last, uint8_t *header)
 {
 	uint64_t x = ip ^ last;
-	uint8_t header;
-	size_t n;
 	if ((x >> 16) == 0) {
-		header = 0x20;
-		n = 2;
-	} else if ((x >> 32) == 0) {
-		header = 0x40;
-		n = 4;
-	} else if ((x >> 48) == 0) {
-		header = 0x80;
-		n = 6;
-	} else if (ip < (1ULL << 47) || (ip >> 47) == 0x1ffff) {
-		header = 0x60; /* 48 bits, sign-extended */
-		n = 6;
-	} else {
-		header = 0xc0;
-		n = 8;
+		*header = 0x20;
+		return 2;
 	}
-	out[0] = header | opcode;
-	memcpy(out + 1, &ip, 8);
-	*len = 1 + n;
+	if ((x >> 32) == 0) {
+		*header = 0x40;
+		return 4;
+	}
+	if ((x >> 48) == 0) {
+		*header = 0x80;
+		return 6;
+	}
+	if (ip < (1ULL << 47) || (ip >> 47) == 0x1ffff) {
+		*header = 0x60; /* 48 bits, sign-extended */
+		return 6;
+	}
+	*header = 0xc0;
+	return 8;
 }
 
 static inline void pt_ip_packet(struct pt_writer *w, uint8_t opcode, uint64_t ip)
 {
-	uint8_t bytes[16];
-	size_t n;
-	pt_ip_encode(opcode, ip, w->last_ip, bytes, &n);
-	memcpy(w->buf + w->pos, bytes, 16);
-	w->pos += n;
+	uint8_t header;
+	size_t n = pt_ip_form(ip, w->last_ip, &header);
+	w->buf[w->pos] = header | opcode;
+	memcpy(w->buf + w->pos + 1, &ip, 8); /* the bytes past n are overwritten later */
+	w->pos += 1 + n;
 	w->last_ip = ip;
 }
 
@@ -282,21 +278,21 @@ static inline void pt_interrupt(struct pt_writer *w, uint64_t ip)
 }
 
 /* The provisional end after the last packet: pending TNT bits, FUP(ip) and TIP.PGD while
-   tracing is on (the thread is about to run `ip`), nothing but zeros while it is off. */
+   tracing is on (the thread is about to run `ip`), nothing but zeros while it is off.
+   Built in a register and stored at once: it is written after every block. */
 static inline void pt_tail(struct pt_writer *w, uint64_t ip)
 {
-	uint8_t t[PT_TAIL_BYTES + 16];
-	memset(t, 0, sizeof t);
+	unsigned __int128 t = 0;
 	if (w->enabled) {
-		size_t n = 0, k;
+		uint8_t header;
+		size_t n = pt_ip_form(ip, w->last_ip, &header);
+		uint64_t payload = n == 8 ? ip : ip & ((1ULL << (8 * n)) - 1);
+		t = (unsigned __int128)(header | PT_FUP) | (unsigned __int128)payload << 8 |
+		    (unsigned __int128)PT_TIP_PGD << (8 * (n + 1));
 		if (w->tnt_n)
-			t[n++] = (uint8_t)((1u << (w->tnt_n + 1)) | (w->tnt_bits << 1));
-		pt_ip_encode(PT_FUP, ip, w->last_ip, t + n, &k);
-		n += k;
-		t[n] = PT_TIP_PGD;
-		memset(t + n + 1, 0, 8);
+			t = t << 8 | (uint8_t)((1u << (w->tnt_n + 1)) | (w->tnt_bits << 1));
 	}
-	memcpy(w->buf + w->pos, t, PT_TAIL_BYTES);
+	memcpy(w->buf + w->pos, &t, PT_TAIL_BYTES);
 }
 
 #endif

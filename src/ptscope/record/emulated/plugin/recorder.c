@@ -58,6 +58,7 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_version = PTSCOPE_PLUGIN_API;
 
 #define LIKELY(x) __builtin_expect(!!(x), 1)
 #define UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define NOINLINE __attribute__((noinline))
 
 /* x86-64 system calls the recorder follows */
 enum {
@@ -264,28 +265,22 @@ static void append(const uint8_t *records, size_t len)
 static uint64_t earliest_clock_ns(void)
 {
 	uint64_t min = UINT64_MAX;
-	for (struct thread *t = proc.threads; t; t = t->next)
-		if (!t->exited && t->w.now < min)
-			min = t->w.now;
+	for (struct thread *t = proc.threads; t; t = t->next) {
+		uint64_t now = t->slot ? __atomic_load_n(&t->slot->now, __ATOMIC_RELAXED) : 0;
+		if (!t->exited && now < min)
+			min = now;
+	}
 	return clock_ns(min == UINT64_MAX ? 0 : min) - 1;
 }
 
-/* Start the next chunk of the thread's stream (the first, or after a full one). */
-static int next_chunk(struct thread *t)
+/* Start the next chunk of the thread's stream (the first, or after a full one). The old
+   one keeps its provisional end until the new one is there, so a failure (a full disk)
+   leaves the stream ending where the thread was. */
+NOINLINE static int next_chunk(struct thread *t)
 {
 	struct pt_writer *w = &t->w;
 	uint64_t offset = w->chunk_start + w->cap;
-	if (w->buf) {
-		/* The stream goes on in the new chunk: no provisional end in the old one. */
-		size_t left = w->cap - w->pos;
-		memset(w->buf + w->pos, 0, left < PT_TAIL_BYTES ? left : PT_TAIL_BYTES);
-		munmap(t->map, t->map_len);
-		t->map = NULL;
-		w->buf = NULL;
-	}
 	uint64_t size = t->chunk_size;
-	if (t->chunk_size < MAX_CHUNK)
-		t->chunk_size *= 2;
 	uint64_t payload = pf_reserve_chunk(t->pid, t->tid, clock_ns(w->now), t->queue, offset,
 					    size, cfg.start_tsc + w->now);
 	if (!payload) {
@@ -306,6 +301,14 @@ static int next_chunk(struct thread *t)
 		stop_recording(EMU_FAILED, strerror(errno));
 		return -1;
 	}
+	if (w->buf) {
+		/* The stream goes on in the new chunk: no provisional end in the old one. */
+		size_t left = w->cap - w->pos;
+		memset(w->buf + w->pos, 0, left < PT_TAIL_BYTES ? left : PT_TAIL_BYTES);
+		munmap(t->map, t->map_len);
+	}
+	if (t->chunk_size < MAX_CHUNK)
+		t->chunk_size *= 2;
 	t->map = map;
 	t->map_len = len;
 	w->buf = (uint8_t *)map + (payload - base);
@@ -327,7 +330,7 @@ static inline int room(struct thread *t)
 /* -- counting and the instruction budget -------------------------------------------------- */
 
 /* Take more of the shared budget; 1 when it is spent (the recording stops). */
-static int refill(struct thread *t, uint64_t need)
+NOINLINE static int refill(struct thread *t, uint64_t need)
 {
 	struct emu_state *st = pf_state();
 	if (!st->limit) {
@@ -505,9 +508,11 @@ static void resume(struct thread *t, struct block *b)
 	/* Waiting in the kernel (futex, read...) looks like waiting: the clock catches up
 	   with the latest clock of the process's other threads. */
 	pthread_mutex_lock(&proc.lock);
-	for (struct thread *o = proc.threads; o; o = o->next)
-		if (o != t && !o->exited && o->w.now > w->now)
-			w->now = o->w.now;
+	for (struct thread *o = proc.threads; o; o = o->next) {
+		uint64_t other = o->slot ? __atomic_load_n(&o->slot->now, __ATOMIC_RELAXED) : 0;
+		if (o != t && !o->exited && other > w->now)
+			w->now = other;
+	}
 	pthread_mutex_unlock(&proc.lock);
 	t->slot->now = w->now;
 	pt_start(&t->w, b->pc);
@@ -515,7 +520,7 @@ static void resume(struct thread *t, struct block *b)
 }
 
 /* Everything but the common transitions. */
-static void slow_arrival(struct thread *t, struct block *b)
+NOINLINE static void slow_arrival(struct thread *t, struct block *b)
 {
 	struct pt_writer *w = &t->w;
 	struct block *p = t->cur;
@@ -808,7 +813,7 @@ static void announce(struct thread *t, int fork_record)
 }
 
 /* A thread's first block (the program's first, a new thread's, a forked child's first). */
-static void first_block(struct thread *t, struct block *b, uint64_t *env)
+NOINLINE static void first_block(struct thread *t, struct block *b, uint64_t *env)
 {
 	if (stopping)
 		return;
@@ -852,9 +857,13 @@ static void first_block(struct thread *t, struct block *b, uint64_t *env)
 				t->ptid = t->pid;
 				memcpy(t->name, cfg.comm, sizeof t->name);
 				pthread_mutex_lock(&proc.lock);
-				for (struct thread *o = proc.threads; o; o = o->next)
-					if (!o->exited && o->w.now > now)
-						now = o->w.now;
+				for (struct thread *o = proc.threads; o; o = o->next) {
+					uint64_t other = o->slot ? __atomic_load_n(&o->slot->now,
+										   __ATOMIC_RELAXED)
+								 : 0;
+					if (!o->exited && other > now)
+						now = other;
+				}
 				pthread_mutex_unlock(&proc.lock);
 			}
 		}
@@ -1112,7 +1121,8 @@ static void rename_thread(uint32_t tid, const char *name, uint64_t fallback_now)
 	for (struct thread *o = proc.threads; o; o = o->next)
 		if (o->tid == tid && !o->exited) {
 			memcpy(o->name, clean, sizeof o->name);
-			now = o->w.now;
+			if (o->slot)
+				now = __atomic_load_n(&o->slot->now, __ATOMIC_RELAXED);
 		}
 	pthread_mutex_unlock(&proc.lock);
 	append(rec, pf_comm(rec, proc.pid, tid, clean, clock_ns(now), 0));
