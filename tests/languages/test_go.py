@@ -19,8 +19,8 @@ import pytest
 
 from ptscope.fxt.columns import read_columns
 from ptscope.perftool import find_perf, perf_env
-from ptscope.record.emulated import record
 from ptscope.reconstruct import engine as reference_engine
+from ptscope.record.emulated import record
 from ptscope.timeline import Timeline
 from support import fidelity, oracles, programs
 from support.fidelity import record_and_decode
