@@ -272,3 +272,13 @@ def test_execve_ends_the_trace_of_that_process(tmp_path: Path) -> None:
     assert branches[-1].kind == "syscall"
     names = {b.dst for b in branches if b.kind == "call"}
     assert _symbol(exe, "before_exec") + 0x4000000000 in names
+
+
+def test_a_recording_directory_with_commas_and_equals(tmp_path: Path) -> None:
+    """The directory reaches the plugin inside QEMU's option list (commas doubled)."""
+    needs_tools()
+    exe = programs.build("basics", static=True)
+    rec = tmp_path / "a,b=c d" / "rec"
+    result = record([str(exe)], rec)
+    assert result.exit_code == 0 and (rec / "perf.data").is_file()
+    assert not perf_branches(rec / "perf.data").errors

@@ -190,6 +190,7 @@ struct thread {
 	uint64_t chunk_size;
 	uint8_t *map;       /* the mapping of the current chunk */
 	size_t map_len;
+	uint64_t payload;   /* the current chunk's file offset */
 	int64_t sc_num;     /* the system call in progress */
 	uint64_t sc_arg[6];
 	uint64_t generation; /* the process generation it belongs to (forks) */
@@ -311,6 +312,7 @@ NOINLINE static int next_chunk(struct thread *t)
 		t->chunk_size *= 2;
 	t->map = map;
 	t->map_len = len;
+	t->payload = payload;
 	w->buf = (uint8_t *)map + (payload - base);
 	w->pos = 0;
 	w->cap = size;
@@ -928,6 +930,28 @@ static void finish_thread(struct thread *t, uint8_t *rec, size_t *n)
 	}
 }
 
+/* The thread's stream is over: give back the disk space its last chunk did not use (it
+   reads as zeros, PAD packets, as before). */
+static void release_chunk(struct thread *t)
+{
+	struct pt_writer *w = &t->w;
+	if (!t->map)
+		return;
+	uint64_t used = (t->payload + w->pos + PT_TAIL_BYTES + 4095) & ~4095ULL;
+	uint64_t end = (t->payload + w->cap) & ~4095ULL;
+	munmap(t->map, t->map_len);
+	t->map = NULL;
+	w->buf = NULL;
+	if (used >= end)
+		return;
+	int fd = open(pf_path(), O_RDWR | O_CLOEXEC);
+	if (fd >= 0) {
+		fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)used,
+			  (off_t)(end - used));
+		close(fd);
+	}
+}
+
 static void on_vcpu_exit(qemu_plugin_id_t id, unsigned int vcpu)
 {
 	(void)id, (void)vcpu;
@@ -940,11 +964,7 @@ static void on_vcpu_exit(qemu_plugin_id_t id, unsigned int vcpu)
 	finish_thread(t, rec, &n);
 	pthread_mutex_unlock(&proc.lock);
 	append(rec, n);
-	if (t->map) {
-		munmap(t->map, t->map_len);
-		t->map = NULL;
-		t->w.buf = NULL;
-	}
+	release_chunk(t);
 	self = NULL;
 }
 
@@ -965,6 +985,8 @@ static void on_exit_(qemu_plugin_id_t id, void *data)
 	if (rec)
 		append(rec, n);
 	free(rec);
+	if (self && self->in_syscall) /* the thread that ends the process: its stream is over */
+		release_chunk(self);
 	if (proc.pid == first_pid)
 		__atomic_or_fetch(&pf_state()->flags, EMU_EXITED, __ATOMIC_RELAXED);
 }
