@@ -278,21 +278,22 @@ static inline void pt_interrupt(struct pt_writer *w, uint64_t ip)
 }
 
 /* The provisional end after the last packet: pending TNT bits, FUP(ip) and TIP.PGD while
-   tracing is on (the thread is about to run `ip`), nothing but zeros while it is off.
-   Built in a register and stored at once: it is written after every block. */
+   tracing is on (the thread is about to run `ip`), nothing but zeros while it is off. It is
+   written after every block, so it is cheap: the FUP carries the whole IP (6 bytes,
+   sign-extended: no compression to work out) and the bytes go in two 8-byte stores. */
 static inline void pt_tail(struct pt_writer *w, uint64_t ip)
 {
-	unsigned __int128 t = 0;
+	uint64_t lo = 0, hi = 0;
 	if (w->enabled) {
-		uint8_t header;
-		size_t n = pt_ip_form(ip, w->last_ip, &header);
-		uint64_t payload = n == 8 ? ip : ip & ((1ULL << (8 * n)) - 1);
-		t = (unsigned __int128)(header | PT_FUP) | (unsigned __int128)payload << 8 |
-		    (unsigned __int128)PT_TIP_PGD << (8 * (n + 1));
-		if (w->tnt_n)
-			t = t << 8 | (uint8_t)((1u << (w->tnt_n + 1)) | (w->tnt_bits << 1));
+		lo = (uint64_t)(0x60 | PT_FUP) | (ip & 0xffffffffffffULL) << 8 |
+		     (uint64_t)PT_TIP_PGD << 56;
+		if (w->tnt_n) {
+			hi = lo >> 56;
+			lo = lo << 8 | (uint8_t)((1u << (w->tnt_n + 1)) | (w->tnt_bits << 1));
+		}
 	}
-	memcpy(w->buf + w->pos, &t, PT_TAIL_BYTES);
+	memcpy(w->buf + w->pos, &lo, 8);
+	memcpy(w->buf + w->pos + 8, &hi, 8);
 }
 
 #endif
