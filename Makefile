@@ -13,9 +13,12 @@ APT_COMMANDS := perf qemu-x86_64 uftrace gcc g++ make ld.lld rustc
 # rustc on PATH will do, rustup's too).
 TEST_APT_PACKAGES := chromium ocaml-nox golang-go
 TEST_APT_COMMANDS := chromium ocamlopt go
+# Only the benchmarks need these: callgrind, the yardstick of bench/emulated.py.
+BENCH_APT_PACKAGES := valgrind
+BENCH_APT_COMMANDS := valgrind
 PYTEST_ARGS ?=
 
-.PHONY: help deps system-deps test-system-deps venv demo test lint format unit bench fuzz clean
+.PHONY: help deps system-deps test-system-deps bench-system-deps venv demo test lint format unit bench fuzz clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -40,7 +43,10 @@ system-deps: ## install missing Debian packages (perf, qemu-user, uftrace, compi
 test-system-deps: ## install what only the tests need (chromium, ocaml-nox, golang-go) when root
 	$(call apt_install,$(TEST_APT_COMMANDS),$(TEST_APT_PACKAGES))
 
-$(STAMP): pyproject.toml setup.py $(wildcard src/ptscope/_native/*.c src/ptscope/_native/*.h src/ptscope/reconstruct/*.c)
+bench-system-deps: ## install what only the benchmarks need (valgrind) when root
+	$(call apt_install,$(BENCH_APT_COMMANDS),$(BENCH_APT_PACKAGES))
+
+$(STAMP): pyproject.toml setup.py $(wildcard src/ptscope/_native/*.c src/ptscope/_native/*.h src/ptscope/reconstruct/*.c src/ptscope/record/emulated/plugin/*.[ch])
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[test]'
 	@touch $@
@@ -71,7 +77,7 @@ N ?= 500
 fuzz: deps ## generated programs vs every oracle: make fuzz N=500 (prints K/N identical)
 	$(BIN)/python tests/fidelity/fuzz.py -n $(N)
 
-bench: deps ## run the benchmarks in bench/
+bench: deps bench-system-deps ## run the benchmarks in bench/
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean: ## remove the venv and build outputs
