@@ -197,6 +197,70 @@ def test_segment_breaks_give_identical_traces(events: list[Event], breaks: list[
     assert_same(a, ta, b, tb)
 
 
+def _broken(items: Sequence[Event | None]) -> list[tuple[str, int, int, int]]:
+    """Events through both engines, ``None`` a segment break: the same trace, returned as
+    thread 1's slices (name, start, end, depth)."""
+    a = TraceSegmentEngine(keep_slots=True)
+    b = FastEngine(keep_slots=True)
+    for item in items:
+        if item is None:
+            a.end_segment()
+            b.end_segment()
+        else:
+            a.feed(item)
+            b.feed(item)
+    ta, tb = a.finish(), b.finish()
+    assert_same(a, ta, b, tb)
+    assert check_outcome(a, ta) == check_outcome(b, tb) == ""
+    t = next(t for t in ta.threads if (t.pid, t.tid) == (1, 1))
+    return list(
+        zip(
+            [ta.names[i] for i in t.name_id.tolist()],
+            t.start.tolist(),
+            t.end.tolist(),
+            t.depth.tolist(),
+            strict=True,
+        )
+    )
+
+
+def test_a_break_leaves_a_thread_without_open_frames_as_it_is() -> None:
+    """Found by hypothesis: the thread's only branch before the break waits in a
+    transaction, so no frame is open at the break. The function it finds once committed
+    was running since the thread's first event, break or not; it used to start at the
+    break, empty (the break takes no time), and the C engine nested that empty slice in
+    the next segment's first frame, which starts at the same ns."""
+    main, after = Location(0x400000, "main", 0, "prog"), Location(0x400001, "main", 0, "prog")
+    events: list[Event | None] = [
+        BranchEvent(1, 1, 1000, BranchKind.SYSRET, TraceState.NONE, main, after, True),
+        DecodeError(1, 2, None, None, "lost"),
+        BranchEvent(1, 1, 1000, BranchKind.JUMP, TraceState.END, loc("ksys_write", 0x20), NOWHERE),
+    ]
+    unbroken = _broken(events)
+    assert unbroken == [
+        ("main", 1000, 1001, 0),
+        ("ksys_write", 1001, 1003, 0),
+        ("[untraced]", 1002, 1003, 1),
+    ]
+    assert _broken([events[0], None, *events[1:]]) == unbroken
+
+
+def test_a_segment_found_after_a_break_starts_at_its_first_frame() -> None:
+    """A break takes no time. When what follows continues no older stack, its segment
+    starts at its first frame, which lasts at least 1 ns as any segment start does: never
+    an empty slice at the break, which a viewer would nest in whatever starts next."""
+    call, jump, none = BranchKind.CALL, BranchKind.JUMP, TraceState.NONE
+    events: list[Event | None] = [
+        BranchEvent(1, 1, 1000, call, none, loc("main", 3), loc("f", 0)),
+        None,
+        BranchEvent(1, 1, 1000, jump, none, loc("g", 3), loc("g", 8)),  # g: on no stack
+        BranchEvent(1, 1, 1000, jump, TraceState.START, NOWHERE, loc("puts", 8)),
+    ]
+    before = [("main", 1000, 1002, 0), ("f", 1001, 1002, 1)]
+    assert _broken(events[:3]) == [*before, ("g", 1002, 1003, 0)]
+    assert _broken(events) == [*before, ("g", 1002, 1003, 0), ("puts", 1003, 1004, 0)]
+
+
 @settings(max_examples=100, deadline=None)
 @given(props.random_streams(), props.programs(), st.integers(0, 2**32))
 def test_property_test_strategies_too(

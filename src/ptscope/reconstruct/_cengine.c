@@ -169,6 +169,7 @@ typedef struct {
 	bool start_known, suspend_known;
 	bool detached;
 	bool switched_in; /* began with a stack switch: older contexts are other stacks */
+	bool after_break; /* began at a segment break: its segment starts at its first frame */
 	Vec spine;	  /* arena indices of the frames that start where this context starts */
 	/* Code lines since the context's start that no frame of it holds (executed before its
 	 * first frame, or by frames that ended at its bottom): a root inferred later takes
@@ -529,6 +530,7 @@ static Ctx *push_ctx(Engine *e, Thread *th, bool detached, int64_t start_slot)
 	c->suspend_slot = -1;
 	c->suspend_known = false;
 	c->switched_in = false;
+	c->after_break = false;
 	ls_clear(&c->base);
 	ls_clear(&c->before);
 	return c;
@@ -1050,9 +1052,13 @@ static void unexpected(Engine *e, Thread *th, int what, int32_t fn, int32_t fn2)
 
 /* ------------------------------------------------------------- stack surgery */
 
-/* engine.py: _first_frame */
-static void first_frame(Engine *e, Thread *th, Ctx *c, int32_t loc, int64_t flags)
+static void break_segment(Engine *e, Thread *th, int64_t slot);
+
+/* engine.py: _first_frame (a context begun by a segment break starts its segment here) */
+static void first_frame(Engine *e, Thread *th, Ctx *c, int32_t loc, int64_t flags, int64_t t)
 {
+	if (c->after_break)
+		break_segment(e, th, take_slot(e, th, t, START_SLOT));
 	int32_t fn = e->loc_fn[loc];
 	int64_t ix = new_frame(e, th, c, -1, fn, c->start_slot, e->loc_entry[loc], flags, 0);
 	ls_merge(e, &frame(th, ix)->lines, &c->base); /* it began where the context did */
@@ -1068,6 +1074,7 @@ static void break_segment(Engine *e, Thread *th, int64_t slot)
 		retire_spine(e, th, c);
 		c->start_slot = slot;
 		c->start_known = false;
+		c->after_break = false;
 		return;
 	}
 	c->suspend_slot = slot;
@@ -1313,7 +1320,7 @@ static Ctx *sync_source(Engine *e, Thread *th, int32_t src, int64_t t)
 		unexpected(e, th, 1, fn, -1);
 		c = push_detached(e, th, t);
 	}
-	first_frame(e, th, c, src, FL_INFERRED);
+	first_frame(e, th, c, src, FL_INFERRED, t);
 	return c;
 }
 
@@ -1347,7 +1354,7 @@ static void stack_switch(Engine *e, Thread *th, int32_t dst, int64_t t)
 	}
 	Ctx *c = push_detached(e, th, t);
 	c->switched_in = true;
-	first_frame(e, th, c, dst, e->loc_off[dst] == 0 ? 0 : FL_INFERRED);
+	first_frame(e, th, c, dst, e->loc_off[dst] == 0 ? 0 : FL_INFERRED, t);
 }
 
 /* engine.py: _return_slow */
@@ -1404,7 +1411,7 @@ static void return_slow(Engine *e, Thread *th, int32_t src, int32_t dst, int64_t
 	}
 	unexpected(e, th, 2, fn, -1);
 	c = push_detached(e, th, t);
-	first_frame(e, th, c, dst, FL_INFERRED);
+	first_frame(e, th, c, dst, FL_INFERRED, t);
 }
 
 /* engine.py: _end_every_frame (then no context is left) */
@@ -1442,7 +1449,7 @@ static void goroutine_switch(Engine *e, Thread *th, int32_t src, int32_t dst, in
 	end_every_frame(e, th, slot);
 	c = push_ctx(e, th, true, slot);
 	e->segments_started++;
-	first_frame(e, th, c, dst, e->loc_off[dst] == 0 ? 0 : FL_INFERRED);
+	first_frame(e, th, c, dst, e->loc_off[dst] == 0 ? 0 : FL_INFERRED, t);
 }
 
 /* engine.py: _jump */
@@ -1507,7 +1514,7 @@ static void long_return(Engine *e, Thread *th, int32_t dst, int64_t t)
 	if (land(e, th, fn, t, false, -1))
 		return;
 	if (!n) {
-		first_frame(e, th, c, dst, FL_INFERRED);
+		first_frame(e, th, c, dst, FL_INFERRED, t);
 		return;
 	}
 	add_root(e, th, c, dst, t);
@@ -1548,7 +1555,7 @@ static void trace_start(Engine *e, Thread *th, int32_t dst, int64_t t)
 	size_t n = c->nframes;
 	if (!n) {
 		if (!land(e, th, fn, t, entry, -1))
-			first_frame(e, th, c, dst, FL_INFERRED);
+			first_frame(e, th, c, dst, FL_INFERRED, t);
 		return;
 	}
 	Handle *top = &c->frames[n - 1];
@@ -1573,7 +1580,7 @@ static void trace_start(Engine *e, Thread *th, int32_t dst, int64_t t)
 	if (land(e, th, fn, t, entry, -1))
 		return;
 	c = push_detached(e, th, t);
-	first_frame(e, th, c, dst, entry ? 0 : FL_INFERRED);
+	first_frame(e, th, c, dst, entry ? 0 : FL_INFERRED, t);
 }
 
 /* engine.py: _apply */
@@ -2159,8 +2166,12 @@ static PyObject *engine_end_segment(Engine *e, PyObject *Py_UNUSED(ignored))
 	}
 	for (size_t i = 0; i < e->nthreads; i++) {
 		Thread *th = e->threads[i];
+		Ctx *c = cur(th);
+		if (!c->nframes && c->detached)
+			continue; /* no open frame: nothing to stitch to */
 		int64_t slot = take_slot(e, th, th->last_time, 0);
 		break_segment(e, th, slot);
+		cur(th)->after_break = true;
 	}
 	Py_RETURN_NONE;
 }

@@ -136,6 +136,7 @@ class _Context:
     """One stack of open frames (see the module docstring)."""
 
     __slots__ = (
+        "after_break",
         "detached",
         "frames",
         "parent",
@@ -155,6 +156,9 @@ class _Context:
         # Began with a stack switch: the contexts below it are other stacks, which names
         # must not land on (see _stack_switch).
         self.switched_in = False
+        # Began at a segment break (end_segment), whose slot takes no time: if control does
+        # not land on an older stack, the segment starts at its first frame (_first_frame).
+        self.after_break = False
 
 
 class _Thread:
@@ -472,12 +476,20 @@ class TraceSegmentEngine:
         """Break every thread's segment here without a marker (parallel-decode windows).
 
         What follows is stitched to what came before exactly as after a decode error; the
-        break takes no time, so a stitched decode equals an unbroken one.
+        break takes no time, so a stitched decode equals an unbroken one. A segment that
+        does not continue an older stack starts at its first frame, as any segment starts:
+        with a segment-start slot (at least 1 ns), never at the break (see _first_frame). A
+        thread with no open frame is left as it is: there is nothing to stitch to, and the
+        frames it finds later were running since its segment started, break or not.
         """
         for th in self._threads.values():
+            cur = th.ctxs[-1]
+            if not cur.frames and cur.detached:
+                continue
             slot = len(th.log)
             th.log.append(th.last_time * 4)
             self._break(th, slot)
+            th.ctxs[-1].after_break = True
 
     def decode_error(self, err: DecodeError) -> None:
         """A decode error: an instant marker, and the thread's segment ends here."""
@@ -653,7 +665,7 @@ class TraceSegmentEngine:
             self._unexpected(th, f"branch from {fn}, which is not on the stack")
             ctx = self._push_detached(th, t)
         # The function we are in was entered before we could see it.
-        self._first_frame(th, ctx, src, _INFERRED)
+        self._first_frame(th, ctx, src, _INFERRED, t)
         return ctx
 
     def _return_slow(self, th: _Thread, ev: BranchEvent, t: int) -> None:
@@ -702,7 +714,7 @@ class TraceSegmentEngine:
         # A return into a function that is nowhere on a non-empty stack: data was lost.
         self._unexpected(th, f"return to {fn}, which is not on the stack")
         ctx = self._push_detached(th, t)
-        self._first_frame(th, ctx, dst, _INFERRED)
+        self._first_frame(th, ctx, dst, _INFERRED, t)
 
     def _stack_switch(self, th: _Thread, dst: Location, t: int) -> None:
         """A return from swapcontext/setcontext: control goes on on another stack.
@@ -733,7 +745,7 @@ class TraceSegmentEngine:
         ctx = self._push_detached(th, t)
         ctx.switched_in = True
         # At a function's first instruction, a coroutine's first run: its start is exact.
-        self._first_frame(th, ctx, dst, 0 if dst.offset == 0 else _INFERRED)
+        self._first_frame(th, ctx, dst, 0 if dst.offset == 0 else _INFERRED, t)
 
     def _jump(self, th: _Thread, ev: BranchEvent, t: int) -> None:
         """A jump between functions: tail call, unwind (longjmp) or leaf replacement."""
@@ -798,7 +810,7 @@ class TraceSegmentEngine:
         ctxs = th.ctxs
         ctxs[:] = [_Context(-1, True, slot)]  # in place: feed_all holds the list
         self.stats.segments_started += 1
-        self._first_frame(th, ctxs[0], dst, 0 if dst.offset == 0 else _INFERRED)
+        self._first_frame(th, ctxs[0], dst, 0 if dst.offset == 0 else _INFERRED, t)
 
     def _enter_nested(self, th: _Thread, ev: BranchEvent, t: int) -> None:
         """Syscall / interrupt entry with kernel tracing: a new stack on top of this frame."""
@@ -822,7 +834,7 @@ class TraceSegmentEngine:
         if self._land(th, fn, t):
             return
         if not frames:
-            self._first_frame(th, ctx, dst, _INFERRED)
+            self._first_frame(th, ctx, dst, _INFERRED, t)
             return
         # The kernel was entered before the trace began: the user function it returns to
         # was running underneath all of it.
@@ -859,7 +871,7 @@ class TraceSegmentEngine:
         frames = ctx.frames
         if not frames:
             if not self._land(th, fn, t, entry):
-                self._first_frame(th, ctx, dst, _INFERRED)
+                self._first_frame(th, ctx, dst, _INFERRED, t)
             return
         top = frames[-1]
         if top[_FN] == fn:
@@ -886,7 +898,7 @@ class TraceSegmentEngine:
         # segment, which stitching rejoins if control comes back to this stack. At a
         # function's first instruction the call starts right here: its start is exact.
         ctx = self._push_detached(th, t)
-        self._first_frame(th, ctx, dst, 0 if entry else _INFERRED)
+        self._first_frame(th, ctx, dst, 0 if entry else _INFERRED, t)
 
     # ------------------------------------------------------ stack surgery
 
@@ -909,9 +921,14 @@ class TraceSegmentEngine:
             self._close(th, f, slot, flags)
         del frames[index + 1 :]
 
-    @staticmethod
-    def _first_frame(th: _Thread, ctx: _Context, loc: Location, flags: int) -> Handle:
-        """The first frame of an empty context (its call was not seen)."""
+    def _first_frame(self, th: _Thread, ctx: _Context, loc: Location, flags: int, t: int) -> Handle:
+        """The first frame of an empty context (its call was not seen), at time ``t``.
+
+        A context begun by a segment break starts its segment here (the break took no
+        time): with a segment-start slot, so that its frames are never empty.
+        """
+        if ctx.after_break:
+            self._break(th, self._slot(th, t, _START_SLOT))
         frame = _new_frame(th, loc.function, ctx.parent, ctx.start_slot, loc.entry, flags)
         ctx.frames.append(frame)
         ctx.toplevel.append(frame[_IX])
@@ -926,6 +943,7 @@ class TraceSegmentEngine:
         cur = th.ctxs[-1]
         if not cur.frames and cur.detached:
             cur.start_slot = slot
+            cur.after_break = False
             return
         cur.suspend_slot = slot
         th.ctxs.append(_Context(-1, True, slot))
