@@ -27,19 +27,21 @@ class Case:
     single_step: bool = False
     link: str = ""
     """``lld``, ``gold``, ``static-pie`` or ``nopie`` (see :func:`support.programs.build`)."""
+    args: tuple[str, ...] = ()
 
     @property
     def id(self) -> str:
         kind = "static" if self.static else "dynamic"
         mode = "-single-step" if self.single_step else ""
         link = f"-{self.link}" if self.link else ""
-        return f"{self.name}-{kind}{self.opt}{link}{mode}"
+        args = "".join(f"-{a}" for a in self.args)
+        return f"{self.name}{args}-{kind}{self.opt}{link}{mode}"
 
     def argv(self) -> list[str]:
         exe = programs.build(self.name, static=self.static, opt=self.opt, link=self.link)
         if self.name == "dlopen":
             return [str(exe), str(programs.build("plugin", shared=True))]
-        return [str(exe)]
+        return [str(exe), *self.args]
 
 
 # Every program of tests/programs that runs to completion on its own.
@@ -71,6 +73,9 @@ CORPUS = [
     Case("signals", link="nopie"),
     Case("threads", link="nopie"),
     Case("rust_calls"),
+    # Signal handlers that leave by siglongjmp (SIGALRM in pause(); SIGSEGV on an altstack).
+    Case("siglongjmp"),
+    Case("siglongjmp", static=True, args=("segv",)),
 ]
 
 

@@ -38,7 +38,9 @@ Call tree semantics (:func:`expected_call_tree`), per thread, on that instructio
 * a ``syscall`` is a ``[syscall]`` child of the current frame from the syscall instruction to
   the next instruction of the thread;
 * a signal delivery nests the handler as a new frame on top of the interrupted frame; the
-  ``rt_sigreturn`` back to the interrupted point closes it (and everything above it);
+  ``rt_sigreturn`` back to the interrupted point closes it (and everything above it); a
+  ``jmp`` from a handler into the middle of a function of the interrupted stack
+  (``siglongjmp``) closes the handler and every frame above the one jumped into;
 * frames whose call was never seen (``_start``; callers returned into) start at the thread's
   first instruction.
 
@@ -122,6 +124,10 @@ class ThreadRun:
     tid: int = 0
     insns: list[Insn] = field(default_factory=list)
     deliveries: set[int] = field(default_factory=set)
+    faults: dict[int, int] = field(default_factory=dict)
+    """Index of the handler's first instruction -> the faulting instruction's address, for
+    signals raised by a fault (the instruction did not complete; it runs again if the
+    handler returns)."""
     """Indices into ``insns`` of signal handlers' first instructions."""
     syscall_names: dict[int, str] = field(default_factory=dict)
     """Index of a syscall instruction -> the system call QEMU logged for it."""
@@ -157,6 +163,7 @@ def load(log: Path, program: Path, *, parent_log: Path | None = None, pid: int =
     per_cpu: dict[int, list[tuple[str, object]]] = {}
     order: list[int] = []
     pending_signal = False
+    fault = False
     clone_tids: list[int] = []
     page: dict[str, int] = {}
     fds: dict[int, str] = {}
@@ -203,7 +210,7 @@ def load(log: Path, program: Path, *, parent_log: Path | None = None, pid: int =
                     per_cpu[slot] = []
                     order.append(slot)
                 if pending_signal:
-                    per_cpu[slot].append(("sig", None))
+                    per_cpu[slot].append(("sig", "fault" if fault else None))
                     pending_signal = False
                 per_cpu[slot].append(("tb", blocks[key]))
                 last_block = (slot, blocks[key])
@@ -215,6 +222,7 @@ def load(log: Path, program: Path, *, parent_log: Path | None = None, pid: int =
                 continue
             if line.startswith("--- SIG"):
                 pending_signal = True
+                fault = _FAULT_RE.match(line) is not None
                 continue
             if line.startswith("Stopped execution of TB chain before"):
                 # QEMU logged that block but did not run it.
@@ -337,6 +345,7 @@ def _successors(i: Insn) -> tuple[int, ...] | None:
 
 
 _TARGETS: dict[int, int | None] = {}
+_FAULT_RE = re.compile(r"--- SIG(?:SEGV|BUS|ILL|FPE) \{si_signo=\w+, si_code=[1-9]")
 
 
 def _direct_target(i: Insn) -> int | None:
@@ -351,6 +360,12 @@ def _expand(run: ThreadRun, events: list[tuple[str, object]]) -> None:
     for what, value in events:
         if what == "sig":
             sig_next = True
+            if value == "fault" and insns:
+                # The instruction that faulted did not complete: taken to be its block's
+                # last (the log cannot tell how far a block ran; corpus programs fault on
+                # an indirect call, which ends its block).
+                faulted = insns.pop()
+                run.faults[len(insns)] = faulted.pc
             continue
         if what == "syscall":
             if insns and insns[-1].kind == "syscall":
@@ -457,7 +472,9 @@ def expected_branches(run: ThreadRun) -> list[Branch]:
             if succ is not None and len(succ) == 1:
                 resume = succ[0]
             if resume is None:
-                resume = i.pc  # never resumed: the branch is shown as not executed
+                # Never resumed: where it was interrupted (the faulting instruction, or the
+                # branch, shown as not executed).
+                resume = run.faults.get(k + 1, i.pc)
             else:
                 out.extend(_taken(i, resume, k))
             out.append(Branch("async", resume, 0, k))
@@ -606,6 +623,9 @@ class Slice:
     children: list[Slice] = field(default_factory=list, repr=False, compare=False)
     ret: int | None = field(default=None, repr=False, compare=False)
     """Return address that closes this frame (None: its call was never seen)."""
+    resumes: set[int] = field(default_factory=set, repr=False, compare=False)
+    """Where the setjmp-family calls this frame made returned to: a longjmp to one of
+    them resumes this frame."""
 
 
 SYSCALL_NAME = "[syscall]"
@@ -735,6 +755,8 @@ def _flow(tree: _Tree, i: Insn, dst: int, now: int) -> None:
     if i.kind == "ret":
         for depth in range(len(stack) - 1, -1, -1):
             if stack[depth].ret == dst:
+                if depth and ("setjmp" in stack[depth].name or "sigjmp_save" in stack[depth].name):
+                    stack[depth - 1].resumes.add(dst)  # where a longjmp may come back to
                 tree.close_to(depth, now)
                 return
         tree.caller_found(dst, now)
@@ -748,17 +770,47 @@ def _flow(tree: _Tree, i: Insn, dst: int, now: int) -> None:
     if _key(name) == _key(leaf.name) and entry != dst:
         return  # a jump inside the function
     if entry != dst:
-        found = [d for d in range(len(stack) - 2, -1, -1) if _key(stack[d].name) == _key(name)]
+        found = _resumed(stack, len(stack) - 2, name, dst)
         if found:
             if len(found) > 1:
                 tree.ambiguous.append(f"{name}: {len(found)} activations at instruction {now}")
             tree.close_to(found[0] + 1, now)  # longjmp / exception landing pad
+            return
+        if _jump_out_of_handler(tree, name, dst, now):
             return
     if _key(name) != _key(leaf.name):
         # A tail call: the leaf is replaced, the new function returns to the same place.
         ret = leaf.ret
         tree.close_to(len(stack) - 1, now)
         tree.open(dst, now, ret)
+
+
+def _resumed(stack: list[Slice], top: int, name: str, dst: int) -> list[int]:
+    """Depths at or below ``top`` of the activations of ``name`` that a jump to ``dst``
+    may resume, nearest first: those whose setjmp returned to ``dst`` if any, otherwise
+    every activation."""
+    found = [d for d in range(top, -1, -1) if _key(stack[d].name) == _key(name)]
+    armed = [d for d in found if dst in stack[d].resumes]
+    return armed or found
+
+
+def _jump_out_of_handler(tree: _Tree, name: str, dst: int, now: int) -> bool:
+    """A jump from a signal handler into the middle of a function of an interrupted
+    context (``siglongjmp``): the handlers' contexts end, and so does every frame above the
+    one jumped into."""
+    for c in range(len(tree.contexts) - 2, -1, -1):
+        stack = tree.contexts[c]
+        found = _resumed(stack, len(stack) - 1, name, dst)
+        if not found:
+            continue
+        if len(found) > 1:
+            tree.ambiguous.append(f"{name}: {len(found)} activations at instruction {now}")
+        while len(tree.contexts) > c + 1:
+            tree.close_to(0, now)
+            tree.contexts.pop()
+        tree.close_to(found[0] + 1, now)
+        return True
+    return False
 
 
 def _key(name: str) -> str:

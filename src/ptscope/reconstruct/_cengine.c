@@ -45,6 +45,7 @@
 #define FL_OPEN_AT_END 2
 #define FL_SYNTHETIC 4
 #define FL_AFTER_CALL (1 << 8)
+#define FL_KERNEL_ENTRY (1 << 9) /* engine.py: _KERNEL_ENTRY */
 /* A frame's name id lives above its flags. */
 #define NAME_SHIFT 16
 
@@ -170,6 +171,7 @@ typedef struct {
 	bool detached;
 	bool switched_in; /* began with a stack switch: older contexts are other stacks */
 	bool after_break; /* began at a segment break: its segment starts at its first frame */
+	bool interrupting; /* a signal handler: runs on top of the context below (engine.py) */
 	Vec spine;	  /* arena indices of the frames that start where this context starts */
 	/* Code lines since the context's start that no frame of it holds (executed before its
 	 * first frame, or by frames that ended at its bottom): a root inferred later takes
@@ -183,6 +185,33 @@ typedef struct {
 	int32_t kind, state, src, dst;
 	int64_t time;
 } TxEvent;
+
+/* A branch held while an ambiguous landing waits (engine.py: _Lookahead); its code lines
+ * are lines[line0, line0 + nlines) of the lookahead. */
+typedef struct {
+	int32_t kind, state, src, dst;
+	bool in_tx;
+	int64_t time, gap_time;
+	uint64_t insns, cycles;
+	size_t line0, nlines;
+} HeldEvent;
+
+/* engine.py: _Lookahead. A landing in one of several activations armed at the same resume
+ * point, and the thread's events held until their returns tell which one it was. */
+#define LOOKAHEAD_EVENTS 65536
+typedef struct {
+	bool on, within; /* within: in the current context (else land_on) */
+	size_t ci;	 /* the context landed in */
+	int64_t t;	 /* the landing's time */
+	ptrdiff_t *cand, *tops; /* candidate frame indices, nearest first; their tops (-1: out) */
+	size_t ncand, capcand, captops;
+	int32_t *above; /* functions pushed since the landing (-1: an untraced gap) */
+	size_t nabove, capabove;
+	HeldEvent *ev;
+	size_t nev, capev;
+	uint64_t *lines;
+	size_t nlines, caplines;
+} Lookahead;
 
 /* Something waiting for a slot's value. */
 enum { W_START, W_END, W_INSTANT, W_COUNTER };
@@ -228,6 +257,7 @@ typedef struct {
 	TxEvent *txq;
 	size_t ntx, captx;
 	Vec resume; /* (frame index, generation, address) triples: setjmp resume points */
+	Lookahead look;
 	bool closed;
 } Thread;
 
@@ -531,6 +561,7 @@ static Ctx *push_ctx(Engine *e, Thread *th, bool detached, int64_t start_slot)
 	c->suspend_known = false;
 	c->switched_in = false;
 	c->after_break = false;
+	c->interrupting = false;
 	ls_clear(&c->base);
 	ls_clear(&c->before);
 	return c;
@@ -858,7 +889,12 @@ static void stitch_lines(Engine *e, Thread *th, ptrdiff_t ci, LineSet *landed)
 		Ctx *c = th->ctxs[j];
 		lines_down(e, th, c, 0, NULL);
 		ls_merge(e, &c->base, &c->before);
-		if (c->detached || j == 0) {
+		if (c->interrupting) {
+			/* A handler: into the frame it interrupted (below the [syscall] frame that
+			 * ended where the handler began). */
+			Ctx *b = th->ctxs[j - 1];
+			ls_merge(e, &frame(th, b->frames[b->nframes - 2].ix)->lines, &c->base);
+		} else if (c->detached || j == 0) {
 			ls_merge(e, &late, &c->base);
 		} else {
 			Ctx *b = th->ctxs[j - 1];
@@ -1240,11 +1276,53 @@ static inline bool after_call(Thread *th, int64_t ix, uint64_t ip)
 	return !site || (ip > site && ip - site <= MAX_INSN);
 }
 
+/* engine.py: _look_ahead (a landing at dst in frame fi of context ci: held if farther
+ * activations armed the same resume point) */
+static bool look_ahead(Engine *e, Thread *th, size_t ci, size_t fi, int32_t dst, int64_t t)
+{
+	Ctx *c = th->ctxs[ci];
+	uint64_t ip = e->loc_ip[dst];
+	int32_t fn = e->loc_fn[dst];
+	if (!resumes_at(th, c->frames[fi].ix, ip))
+		return false;
+	Lookahead *l = &th->look;
+	l->ncand = 0;
+	for (size_t j = fi + 1; j-- > 0;) {
+		if (j != fi && (c->frames[j].fn != fn || !resumes_at(th, c->frames[j].ix, ip)))
+			continue;
+		if (l->ncand == l->capcand)
+			l->cand = grow(e, l->cand, &l->capcand, l->ncand + 1, sizeof(ptrdiff_t));
+		if (l->ncand == l->captops)
+			l->tops = grow(e, l->tops, &l->captops, l->ncand + 1, sizeof(ptrdiff_t));
+		l->cand[l->ncand] = l->tops[l->ncand] = (ptrdiff_t)j;
+		l->ncand++;
+	}
+	if (l->ncand < 2)
+		return false;
+	l->on = true;
+	l->within = ci + 1 == th->nctx;
+	l->ci = ci;
+	l->t = t;
+	l->nabove = l->nev = l->nlines = 0;
+	return true;
+}
+
 /* engine.py: _stopped_in */
 static bool stopped_in(Thread *th, Ctx *c, size_t i)
 {
 	size_t n = c->nframes;
 	return i + 1 == n || (i + 2 == n && (frame(th, c->frames[n - 1].ix)->flags & FL_SYNTHETIC));
+}
+
+/* engine.py: _end_frames (lines are the caller's business) */
+static void end_frames(Engine *e, Thread *th, Ctx *c, size_t index, int64_t end, int64_t flags,
+		       bool interrupted)
+{
+	size_t top = c->nframes;
+	if (interrupted && top-- > index)
+		close_frame(e, th, c->frames[top].ix, c->suspend_slot, FL_OPEN_AT_END);
+	for (size_t k = index; k < top; k++)
+		close_frame(e, th, c->frames[k].ix, end, flags);
 }
 
 /* engine.py: _land_on */
@@ -1253,17 +1331,23 @@ static void land_on(Engine *e, Thread *th, size_t ci, size_t fi, int64_t t)
 	Ctx *target = th->ctxs[ci];
 	int64_t end = take_slot(e, th, t, 0);
 	stitch_lines(e, th, (ptrdiff_t)ci, &frame(th, target->frames[fi].ix)->lines);
+	bool interrupted = false; /* the context above interrupts the one being closed */
 	for (size_t j = th->nctx - 1; j > ci; j--) {
 		Ctx *c = th->ctxs[j];
-		for (size_t k = 0; k < c->nframes; k++)
-			close_frame(e, th, c->frames[k].ix, end, 0);
+		end_frames(e, th, c, 0, end, 0, interrupted);
 		c->nframes = 0;
+		interrupted = false;
 		if (c->detached) {
 			e->stitched++;
-			end = th->ctxs[j - 1]->suspend_slot;
+			if (c->interrupting)
+				interrupted = true; /* siglongjmp: the interrupted frame ends now */
+			else
+				end = th->ctxs[j - 1]->suspend_slot;
 		}
 	}
-	close_above(e, th, target, fi, end, FL_OPEN_AT_END);
+	lines_down(e, th, target, fi + 1, NULL);
+	end_frames(e, th, target, fi + 1, end, interrupted ? 0 : FL_OPEN_AT_END, interrupted);
+	target->nframes = fi + 1;
 	pop_ctxs(e, th, ci + 1);
 	target->suspend_slot = -1;
 	target->suspend_known = false;
@@ -1292,6 +1376,8 @@ static bool land(Engine *e, Thread *th, int32_t fn, int64_t t, bool entry, int32
 		}
 		if (entry && !stopped_in(th, target, fi))
 			continue;
+		if (at >= 0 && look_ahead(e, th, ci, fi, at, t))
+			return true;
 		land_on(e, th, ci, fi, t);
 		return true;
 	}
@@ -1388,6 +1474,8 @@ static void return_slow(Engine *e, Thread *th, int32_t src, int32_t dst, int64_t
 	ptrdiff_t below = after_call(th, c->frames[n - 1].ix, e->loc_ip[dst]) ? 3 : 2;
 	ptrdiff_t i = resumed_frame(e, th, c, (ptrdiff_t)n - below, fn, dst);
 	if (i >= 0) {
+		if (look_ahead(e, th, th->nctx - 1, (size_t)i, dst, t))
+			return;
 		/* A return past several frames (exception unwinding, longjmp via ret). */
 		close_above(e, th, c, (size_t)i, take_slot(e, th, t, 0), 0);
 		return;
@@ -1418,12 +1506,13 @@ static void return_slow(Engine *e, Thread *th, int32_t src, int32_t dst, int64_t
 static void end_every_frame(Engine *e, Thread *th, int64_t end)
 {
 	stitch_lines(e, th, -1, NULL);
+	bool interrupted = false;
 	for (size_t j = th->nctx; j-- > 0;) {
 		Ctx *c = th->ctxs[j];
-		for (size_t k = 0; k < c->nframes; k++)
-			close_frame(e, th, c->frames[k].ix, end, FL_OPEN_AT_END);
+		end_frames(e, th, c, 0, end, FL_OPEN_AT_END, interrupted);
 		c->nframes = 0;
-		if (j > 0 && c->detached)
+		interrupted = j > 0 && c->detached && c->interrupting;
+		if (j > 0 && c->detached && !c->interrupting)
 			end = th->ctxs[j - 1]->suspend_slot;
 	}
 	pop_ctxs(e, th, 0);
@@ -1465,6 +1554,8 @@ static void jump(Engine *e, Thread *th, int32_t src, int32_t dst, int64_t t)
 	if (e->loc_off[dst] > 0) {
 		ptrdiff_t i = resumed_frame(e, th, c, (ptrdiff_t)c->nframes - 2, fn, dst);
 		if (i >= 0) {
+			if (look_ahead(e, th, th->nctx - 1, (size_t)i, dst, t))
+				return;
 			/* Into the middle of a caller: longjmp, landing pad, OCaml raise. */
 			close_above(e, th, c, (size_t)i, take_slot(e, th, t, 0), 0);
 			return;
@@ -1541,6 +1632,8 @@ static void trace_end(Engine *e, Thread *th, int kind, int32_t src, int64_t t)
 	}
 	int32_t name = kind == K_SYSCALL ? NAME_SYSCALL : NAME_UNTRACED;
 	int64_t flags = FL_SYNTHETIC | (kind == K_CALL ? FL_AFTER_CALL : 0);
+	if (kind == K_SYSCALL || kind == K_HWINT || kind == K_SWINT || kind == K_ASYNC)
+		flags |= FL_KERNEL_ENTRY;
 	int64_t slot = take_slot(e, th, t, CALL_SLOT);
 	int64_t ix = new_frame(e, th, c, c->frames[c->nframes - 1].ix, name, slot, 0, flags, 0);
 	push_handle(e, c, name, ix);
@@ -1579,7 +1672,10 @@ static void trace_start(Engine *e, Thread *th, int32_t dst, int64_t t)
 	}
 	if (land(e, th, fn, t, entry, -1))
 		return;
+	/* Right after a kernel entry: a signal handler, on top of the frame below (engine.py) */
+	bool interrupts = (frame(th, c->frames[n - 1].ix)->flags & FL_KERNEL_ENTRY) && n >= 2;
 	c = push_detached(e, th, t);
+	c->interrupting = interrupts;
 	first_frame(e, th, c, dst, entry ? 0 : FL_INFERRED, t);
 }
 
@@ -1662,13 +1758,12 @@ static inline void gap_slot(Engine *e, Thread *th, int64_t gap_time, int64_t t)
 		take_slot(e, th, gap_time, 0);
 }
 
-/* engine.py: TraceSegmentEngine._branch (in-transaction events and what follows them) */
-static void branch_slow(Engine *e, Thread *th, int kind, int state, bool in_tx, int32_t src,
+/* engine.py: TraceSegmentEngine._branch_body (in-transaction events and what follows
+ * them; held events as they are run) */
+static void branch_body(Engine *e, Thread *th, int kind, int state, bool in_tx, int32_t src,
 			int32_t dst, int64_t time, uint64_t insns, uint64_t cycles,
 			int64_t gap_time, const uint64_t *lines, size_t nlines)
 {
-	e->events++;
-	e->branches++;
 	int64_t t = time < th->last_time ? th->last_time : time;
 	th->last_time = t;
 	if (gap_time)
@@ -1699,10 +1794,161 @@ static void branch_slow(Engine *e, Thread *th, int kind, int state, bool in_tx, 
 	apply(e, th, kind, state, src, dst, t);
 }
 
+/* engine.py: _follow (false: an event the candidate stacks cannot follow) */
+static bool follow(Engine *e, Thread *th, const HeldEvent *h)
+{
+	Lookahead *l = &th->look;
+	if (h->in_tx)
+		return false;
+	if (h->state == S_END) {
+		if (l->nabove == l->capabove)
+			l->above = grow(e, l->above, &l->capabove, l->nabove + 1, sizeof(int32_t));
+		l->above[l->nabove++] = -1; /* an untraced gap: tracing resumes on top of it */
+		return true;
+	}
+	if (h->state == S_START) {
+		if (l->nabove && l->above[l->nabove - 1] < 0) {
+			l->nabove--;
+			return true;
+		}
+		return false;
+	}
+	if (h->state != S_NONE)
+		return false;
+	int32_t fn = e->loc_fn[h->dst], sfn = e->loc_fn[h->src];
+	uint64_t dip = e->loc_ip[h->dst], sip = e->loc_ip[h->src];
+	switch (h->kind) {
+	case K_CALL:
+		if (!(fn == sfn && dip > sip && dip - sip <= MAX_INSN)) {
+			if (l->nabove == l->capabove)
+				l->above =
+				    grow(e, l->above, &l->capabove, l->nabove + 1, sizeof(int32_t));
+			l->above[l->nabove++] = fn;
+		}
+		return true;
+	case K_RETURN: {
+		if (l->nabove) {
+			if (l->above[l->nabove - 1] < 0)
+				return false;
+			l->nabove--;
+			return true;
+		}
+		if (fn_flags(e, sfn) & FN_SPECIAL_RETURN)
+			return false;
+		Ctx *c = th->ctxs[l->ci];
+		for (size_t k = 0; k < l->ncand; k++) {
+			ptrdiff_t top = l->tops[k];
+			if (top < 0)
+				continue;
+			bool fits = top >= 1 && c->frames[top - 1].fn == fn &&
+				    after_call(th, c->frames[top].ix, dip);
+			l->tops[k] = fits ? top - 1 : -1;
+		}
+		return true;
+	}
+	case K_JUMP:
+	case K_CJUMP:
+		if (fn == sfn)
+			return true;
+		if (l->nabove && l->above[l->nabove - 1] >= 0) {
+			l->above[l->nabove - 1] = fn; /* a tail call above the landing */
+			return true;
+		}
+		return false;
+	default:
+		return false;
+	}
+}
+
+static void hold(Engine *e, Thread *th, int kind, int state, bool in_tx, int32_t src,
+		 int32_t dst, int64_t time, uint64_t insns, uint64_t cycles, int64_t gap_time,
+		 const uint64_t *lines, size_t nlines);
+
+/* engine.py: _settle */
+static void settle(Engine *e, Thread *th)
+{
+	Lookahead *l = &th->look;
+	if (!l->on)
+		return;
+	l->on = false;
+	ptrdiff_t fi = l->cand[0];
+	for (size_t k = 0; k < l->ncand; k++) {
+		if (l->tops[k] >= 0) {
+			fi = l->cand[k];
+			break;
+		}
+	}
+	if (l->within)
+		close_above(e, th, th->ctxs[l->ci], (size_t)fi, take_slot(e, th, l->t, 0), 0);
+	else
+		land_on(e, th, l->ci, (size_t)fi, l->t);
+	/* The held events run now; one may begin another lookahead, which needs the buffers:
+	 * take them. */
+	HeldEvent *ev = l->ev;
+	uint64_t *lines = l->lines;
+	size_t nev = l->nev;
+	l->ev = NULL;
+	l->lines = NULL;
+	l->nev = l->capev = l->nlines = l->caplines = 0;
+	for (size_t k = 0; k < nev; k++) {
+		const HeldEvent *h = &ev[k];
+		if (l->on)
+			hold(e, th, h->kind, h->state, h->in_tx, h->src, h->dst, h->time, h->insns,
+			     h->cycles, h->gap_time, lines + h->line0, h->nlines);
+		else
+			branch_body(e, th, h->kind, h->state, h->in_tx, h->src, h->dst, h->time,
+				    h->insns, h->cycles, h->gap_time, lines + h->line0, h->nlines);
+	}
+	free(ev);
+	free(lines);
+}
+
+/* engine.py: _hold */
+static void hold(Engine *e, Thread *th, int kind, int state, bool in_tx, int32_t src,
+		 int32_t dst, int64_t time, uint64_t insns, uint64_t cycles, int64_t gap_time,
+		 const uint64_t *lines, size_t nlines)
+{
+	Lookahead *l = &th->look;
+	if (l->nev == l->capev)
+		l->ev = grow(e, l->ev, &l->capev, l->nev + 1, sizeof(HeldEvent));
+	if (nlines) {
+		if (l->nlines + nlines > l->caplines)
+			l->lines =
+			    grow(e, l->lines, &l->caplines, l->nlines + nlines, sizeof(uint64_t));
+		memcpy(l->lines + l->nlines, lines, nlines * sizeof(uint64_t));
+	}
+	HeldEvent *h = &l->ev[l->nev++];
+	*h = (HeldEvent){kind, state, src, dst, in_tx, time, gap_time, insns, cycles, l->nlines,
+			 nlines};
+	l->nlines += nlines;
+	bool followed = follow(e, th, h);
+	size_t alive = 0;
+	for (size_t k = 0; k < l->ncand; k++)
+		alive += l->tops[k] >= 0;
+	if (!followed || l->nev >= LOOKAHEAD_EVENTS || alive <= 1)
+		settle(e, th);
+}
+
+/* engine.py: TraceSegmentEngine._branch */
+static void branch_slow(Engine *e, Thread *th, int kind, int state, bool in_tx, int32_t src,
+			int32_t dst, int64_t time, uint64_t insns, uint64_t cycles,
+			int64_t gap_time, const uint64_t *lines, size_t nlines)
+{
+	e->events++;
+	e->branches++;
+	if (th->look.on)
+		hold(e, th, kind, state, in_tx, src, dst, time, insns, cycles, gap_time, lines,
+		     nlines);
+	else
+		branch_body(e, th, kind, state, in_tx, src, dst, time, insns, cycles, gap_time,
+			    lines, nlines);
+}
+
 /* engine.py: TraceSegmentEngine._close_all, then every slot resolves and every slice is
  * written. */
 static void close_all(Engine *e, Thread *th)
 {
+	settle(e, th);
 	end_every_frame(e, th, take_slot(e, th, th->last_time, 0));
 	resolve(e, th, 0);
 	flush_groups(e, th, true);
@@ -1784,6 +2030,11 @@ static void free_thread(Thread *th)
 	}
 	free(th->ctxs);
 	free(th->txq);
+	free(th->look.cand);
+	free(th->look.tops);
+	free(th->look.above);
+	free(th->look.ev);
+	free(th->look.lines);
 	free(th);
 }
 
@@ -2048,7 +2299,7 @@ static PyObject *engine_feed_batch(Engine *e, PyObject *args)
 			 * (engine.py: _branch). */
 			th = thread_of(e, pid, tid, gap_time ? gap_time : time);
 		}
-		if ((flags & IN_TX_FLAG) || th->ntx) {
+		if ((flags & IN_TX_FLAG) || th->ntx || th->look.on) {
 			size_t l0 = has_lines ? (size_t)AT(cols[NCOLS], int32_t, i) : 0;
 			size_t l1 = has_lines ? (size_t)AT(cols[NCOLS], int32_t, i + 1) : 0;
 			branch_slow(e, th, kind, state, flags & IN_TX_FLAG, src, dst, time, insns,
@@ -2121,6 +2372,7 @@ static PyObject *engine_decode_error(Engine *e, PyObject *args)
 	}
 	if (!th)
 		Py_RETURN_FALSE;
+	settle(e, th);
 	int64_t t = has_time ? time : th->last_time;
 	if (t < th->last_time)
 		t = th->last_time;
@@ -2149,6 +2401,7 @@ static PyObject *engine_counter(Engine *e, PyObject *args)
 	}
 	e->events++;
 	Thread *th = thread_of(e, pid, tid, time);
+	settle(e, th);
 	int64_t t = time > th->last_time ? time : th->last_time;
 	th->last_time = t;
 	int64_t slot = take_slot(e, th, t, 0);
@@ -2166,6 +2419,7 @@ static PyObject *engine_end_segment(Engine *e, PyObject *Py_UNUSED(ignored))
 	}
 	for (size_t i = 0; i < e->nthreads; i++) {
 		Thread *th = e->threads[i];
+		settle(e, th);
 		Ctx *c = cur(th);
 		if (!c->nframes && c->detached)
 			continue; /* no open frame: nothing to stitch to */

@@ -15,10 +15,21 @@ Model (see ``docs/architecture.md`` for the rules with examples):
   - a *detached* context starts where the trace lost track of the stack (a decode error, a
     trace that resumes somewhere unrelated, a return to a function that is nowhere on the
     stack). Until something returns into an older context it is an independent *segment*.
+    One that began where the trace resumed right after the thread entered the kernel (a
+    signal handler) *interrupts* the context below: it runs on top of the frame that was
+    interrupted, which stays open until control comes back below it.
 * **Landing**: when control arrives (return, ``tr strt``, sysret/iret, a jump into the middle
   of a function, a call from a function) in a function that is on an older context, that
   context becomes current again: the segments above it are **stitched** underneath the frame
-  landed in, frames left behind are closed where their segment ended.
+  landed in, frames left behind are closed where their segment ended. An interrupting
+  segment is stitched under the frame it interrupted instead, and the frames between that
+  one and the frame landed in end at the landing (a handler that leaves by ``siglongjmp``).
+* **Lookahead**: a longjmp (or a ``ret`` past several frames) to a resume point that several
+  activations of a function armed (``setjmp`` at the same call site in recursion) cannot be
+  placed from the jump alone: the trace has no stack pointer. The thread's next events are
+  held (up to ``LOOKAHEAD_EVENTS``) while the returns among them are checked against each
+  candidate activation's callers; the landing goes to the only one they fit (the nearest
+  when several still fit), then the held events run as if never held.
 * **Roots**: a return out of the bottom frame of a context into a function that was never seen
   adds that function below *every* frame the context ever had (O(1) per frame, by re-parenting
   the context's top-level frames), starting at the context's start.
@@ -103,6 +114,10 @@ _SYNTHETIC: Final = int(SliceFlags.SYNTHETIC)
 # Private flag: an [untraced] frame that began with a call whose target was not traced; if
 # the trace resumes in an unrelated function, that function is the callee.
 _AFTER_CALL: Final = 1 << 8
+# Private flag: an [untraced]/[syscall] frame that began where the thread entered the kernel
+# (a system call, an interrupt, an asynchronous event): if the trace resumes somewhere
+# unrelated, a signal handler runs there, on top of the frame below this one.
+_KERNEL_ENTRY: Final = 1 << 9
 # A return lands this close after its call instruction (x86 instructions are <= 15 bytes).
 _MAX_INSN: Final = 15
 # Addresses are stored in a signed array: kernel addresses (>= 2**63) wrap around.
@@ -126,6 +141,7 @@ _HWINT: Final = int(BranchKind.HARDWARE_INTERRUPT)
 _IRET: Final = int(BranchKind.IRET)
 _SWINT: Final = int(BranchKind.SOFTWARE_INTERRUPT)
 _ASYNC: Final = int(BranchKind.ASYNC)
+_KERNEL_ENTRIES: Final = frozenset({_SYSCALL, _HWINT, _SWINT, _ASYNC})
 _TX_ABORT: Final = int(BranchKind.TX_ABORT)
 _ST_NONE: Final = int(TraceState.NONE)
 _ST_START: Final = int(TraceState.START)
@@ -139,6 +155,7 @@ class _Context:
         "after_break",
         "detached",
         "frames",
+        "interrupting",
         "parent",
         "start_slot",
         "suspend_slot",
@@ -159,6 +176,9 @@ class _Context:
         # Began at a segment break (end_segment), whose slot takes no time: if control does
         # not land on an older stack, the segment starts at its first frame (_first_frame).
         self.after_break = False
+        # Began where the trace resumed somewhere unrelated right after the thread entered
+        # the kernel: a signal handler, running on top of the context below (see _land_on).
+        self.interrupting = False
 
 
 class _Thread:
@@ -171,6 +191,7 @@ class _Thread:
         "cum_insns",
         "cycle_counts",
         "fd",
+        "held",
         "insn_counts",
         "instants",
         "last_time",
@@ -212,6 +233,38 @@ class _Thread:
         # Frame index -> where a setjmp-family call last returned into it: a longjmp to that
         # address resumes that frame, whichever activations of its function lie above.
         self.resume: dict[int, int] = {}
+        # A landing waiting for the events that tell where it goes (see _Lookahead).
+        self.held: _Lookahead | None = None
+
+
+LOOKAHEAD_EVENTS: Final = 65536
+"""At most this many events wait for an ambiguous landing to be settled."""
+
+
+class _Lookahead:
+    """A landing in one of several activations armed at the same resume point, and the
+    thread's events held until their returns tell which one it was.
+
+    The candidates share the stack below them, and the events after the landing run on top
+    of whichever it is: a return with nothing pushed since pops the landed frame, and must
+    land in its caller, right after its call. ``tops[k]``: where candidate k's stack top is
+    now (-1: a return did not fit it). ``above``: frames pushed since the landing (their
+    function and call site; empty function: an untraced gap).
+    """
+
+    __slots__ = ("above", "candidates", "ctx_index", "events", "time", "tops", "within")
+
+    def __init__(self, ctx_index: int, candidates: list[int], time: int, within: bool) -> None:
+        self.ctx_index = ctx_index
+        self.candidates = candidates  # frame indices in that context, nearest first
+        self.tops = list(candidates)
+        self.time = time
+        self.within = within  # the landing is in the current context (else: _land_on)
+        self.above: list[str] = []
+        self.events: list[BranchEvent] = []
+
+    def alive(self) -> list[int]:
+        return [c for c, top in zip(self.candidates, self.tops, strict=True) if top >= 0]
 
 
 @dataclass
@@ -303,6 +356,59 @@ def _after_call(th: _Thread, frame: Handle, ip: int) -> bool:
     ``caml_raise_exn``, the unwinder's return to a landing pad), not a return to the caller."""
     site: int = th.fd[frame[_IX] * _FIELDS + _CALLSITE] & _MASK64
     return site == 0 or 0 < ip - site <= _MAX_INSN
+
+
+def _follow(th: _Thread, held: _Lookahead, ev: BranchEvent) -> bool:
+    """Follow one held event on every candidate stack: returns rule out the candidates
+    whose caller they do not land in. False: an event this cannot follow (the landing must
+    be settled before it)."""
+    if ev.in_tx:
+        return False
+    above = held.above
+    state = ev.state
+    if state == _ST_END:
+        above.append("")  # an untraced gap: tracing resumes on top of it
+        return True
+    if state == _ST_START:
+        if above and not above[-1]:
+            above.pop()
+            return True
+        return False
+    if state != _ST_NONE:
+        return False
+    kind = ev.kind
+    src = ev.src
+    dst = ev.dst
+    if kind == _CALL:
+        if not (dst.function == src.function and 0 < dst.ip - src.ip <= _MAX_INSN):
+            above.append(dst.function)
+        return True
+    if kind == _RETURN:
+        if above:
+            if not above[-1]:
+                return False
+            above.pop()
+            return True
+        if src.function in SPECIAL_RETURNS:
+            return False
+        frames = th.ctxs[held.ctx_index].frames
+        tops = held.tops
+        for k, top in enumerate(tops):
+            if top >= 0:
+                fits = (
+                    top >= 1
+                    and frames[top - 1][_FN] == dst.function
+                    and _after_call(th, frames[top], dst.ip)
+                )
+                tops[k] = top - 1 if fits else -1
+        return True
+    if kind in (_JUMP, _CJUMP):
+        if dst.function == src.function:
+            return True
+        if above and above[-1]:
+            above[-1] = dst.function  # a tail call above the landing
+            return True
+    return False
 
 
 def _count(th: _Thread, insns: int, cycles: int) -> None:
@@ -402,7 +508,7 @@ class TraceSegmentEngine:
                 th = thread_of(cur_pid, cur_tid, ev.gap_time or ev.time)
                 ctxs = th.ctxs
                 fd = th.fd  # extended in place: the same array for the thread's life
-            if ev.in_tx or th.txq:
+            if ev.in_tx or th.txq or th.held is not None:
                 slow(ev)
                 continue
             count += 1
@@ -483,6 +589,7 @@ class TraceSegmentEngine:
         frames it finds later were running since its segment started, break or not.
         """
         for th in self._threads.values():
+            self._settle(th)
             cur = th.ctxs[-1]
             if not cur.frames and cur.detached:
                 continue
@@ -508,6 +615,7 @@ class TraceSegmentEngine:
         if th is None:
             self._orphan_errors.append(err)
             return
+        self._settle(th)
         time = err.time if err.time is not None else th.last_time
         if time < th.last_time:
             time = th.last_time
@@ -540,6 +648,7 @@ class TraceSegmentEngine:
     def _power(self, ev: PowerEvent) -> None:
         self.stats.events += 1
         th = self._thread(ev.pid, ev.tid, ev.time)
+        self._settle(th)
         t = ev.time if ev.time > th.last_time else th.last_time
         th.last_time = t
         th.counters.append((len(th.log), "CPU frequency (MHz)", ev.freq_mhz))
@@ -554,6 +663,12 @@ class TraceSegmentEngine:
         # A thread's first branch may carry the time of jumps before it (dropped by the
         # decoder): the thread's history, and the function it was in, start there.
         th = self._thread(ev.pid, ev.tid, ev.gap_time or ev.time)
+        if th.held is not None:
+            self._hold(th, ev)
+        else:
+            self._branch_body(th, ev)
+
+    def _branch_body(self, th: _Thread, ev: BranchEvent) -> None:
         t = ev.time
         if t < th.last_time:
             t = th.last_time
@@ -694,6 +809,8 @@ class TraceSegmentEngine:
         below = 3 if _after_call(th, frames[-1], dst.ip) else 2
         i = self._resumed_frame(th, frames, len(frames) - below, dst)
         if i >= 0:
+            if self._look_ahead(th, len(th.ctxs) - 1, i, dst, t):
+                return
             # A return past several frames (exception unwinding, longjmp via ret).
             self._close_above(th, ctx, i, self._slot(th, t), 0)
             return
@@ -762,6 +879,8 @@ class TraceSegmentEngine:
             frames = ctx.frames
             i = self._resumed_frame(th, frames, len(frames) - 2, dst)
             if i >= 0:
+                if self._look_ahead(th, len(th.ctxs) - 1, i, dst, t):
+                    return
                 # Into the middle of a caller: longjmp, landing pad, OCaml raise.
                 self._close_above(th, ctx, i, self._slot(th, t), 0)
                 return
@@ -857,6 +976,8 @@ class TraceSegmentEngine:
                 return
         name = SYNTHETIC_SYSCALL if kind == _SYSCALL else SYNTHETIC_UNTRACED
         flags = _SYNTHETIC | (_AFTER_CALL if kind == _CALL else 0)
+        if kind in _KERNEL_ENTRIES:
+            flags |= _KERNEL_ENTRY
         slot = self._slot(th, t, _CALL_SLOT)
         ctx.frames.append(_new_frame(th, name, ctx.frames[-1][_IX], slot, 0, flags))
 
@@ -897,7 +1018,10 @@ class TraceSegmentEngine:
         # Resumed somewhere unrelated to the stack (a signal handler, lost data): a new
         # segment, which stitching rejoins if control comes back to this stack. At a
         # function's first instruction the call starts right here: its start is exact.
+        # Right after a kernel entry it is a signal handler, on top of the frame below.
+        interrupts = bool(th.fd[base + _FLAGS] & _KERNEL_ENTRY) and len(frames) >= 2
         ctx = self._push_detached(th, t)
+        ctx.interrupting = interrupts
         self._first_frame(th, ctx, dst, 0 if entry else _INFERRED, t)
 
     # ------------------------------------------------------ stack surgery
@@ -995,6 +1119,56 @@ class TraceSegmentEngine:
                     return i
         return first
 
+    # ------------------------------------------------------------ lookahead
+
+    def _look_ahead(self, th: _Thread, ci: int, fi: int, dst: Location, t: int) -> bool:
+        """A landing at ``dst`` in frame ``fi`` of context ``ci``: if farther activations
+        of its function armed the same resume point, hold the landing and the events that
+        follow until they tell which one it is (see _Lookahead). Returns True if held."""
+        frames = th.ctxs[ci].frames
+        resume = th.resume
+        ip = dst.ip
+        if resume.get(frames[fi][_IX]) != ip:
+            return False
+        fn = dst.function
+        candidates = [fi] + [
+            j
+            for j in range(fi - 1, -1, -1)
+            if frames[j][_FN] == fn and resume.get(frames[j][_IX]) == ip
+        ]
+        if len(candidates) < 2:
+            return False
+        th.held = _Lookahead(ci, candidates, t, ci == len(th.ctxs) - 1)
+        return True
+
+    def _hold(self, th: _Thread, ev: BranchEvent) -> None:
+        held = th.held
+        assert held is not None
+        held.events.append(ev)
+        followed = _follow(th, held, ev)
+        if not followed or len(held.events) >= LOOKAHEAD_EVENTS or len(held.alive()) <= 1:
+            self._settle(th)
+
+    def _settle(self, th: _Thread) -> None:
+        """Land where the held events say (the nearest candidate that fits them, or the
+        nearest of all if none does), then run the held events."""
+        held = th.held
+        if held is None:
+            return
+        th.held = None
+        alive = held.alive()
+        fi = alive[0] if alive else held.candidates[0]
+        if held.within:
+            ctx = th.ctxs[held.ctx_index]
+            self._close_above(th, ctx, fi, self._slot(th, held.time), 0)
+        else:
+            self._land_on(th, held.ctx_index, fi, held.time)
+        for ev in held.events:
+            if th.held is not None:
+                self._hold(th, ev)  # the events landed again ambiguously
+            else:
+                self._branch_body(th, ev)
+
     def _land(
         self, th: _Thread, fn: str, t: int, entry: bool = False, at: Location | None = None
     ) -> bool:
@@ -1023,6 +1197,8 @@ class TraceSegmentEngine:
                 continue
             if entry and not _stopped_in(th, tframes, fi):
                 continue
+            if at is not None and self._look_ahead(th, ci, fi, at, t):
+                return True
             self._land_on(th, ci, fi, t)
             return True
         return False
@@ -1035,20 +1211,43 @@ class TraceSegmentEngine:
         landed = tframes[fi][_IX]
         end = self._slot(th, t)
         fd = th.fd
+        interrupted = False  # the context above interrupts the one being closed
         for j in range(len(ctxs) - 1, ci, -1):
             c = ctxs[j]
-            for f in c.frames:
-                self._close(th, f, end)
+            self._end_frames(th, c, 0, end, 0, interrupted)
+            interrupted = False
             if c.detached:
+                parent = landed
+                if c.interrupting:
+                    # A handler that did not return to where it interrupted (siglongjmp):
+                    # it ran on top of the interrupted frame, which ended only now.
+                    parent = fd[ctxs[j - 1].frames[-1][_IX] * _FIELDS + _PARENT]
+                    interrupted = True
+                else:
+                    end = ctxs[j - 1].suspend_slot
                 for i in c.toplevel:
-                    fd[i * _FIELDS + _PARENT] = landed
+                    fd[i * _FIELDS + _PARENT] = parent
                 self.stats.stitched += 1
-                end = ctxs[j - 1].suspend_slot
-        for f in tframes[fi + 1 :]:
-            self._close(th, f, end, _OPEN_AT_END)
+        # Left by a jump out of a handler, they end exactly; otherwise where nothing saw it.
+        self._end_frames(th, target, fi + 1, end, 0 if interrupted else _OPEN_AT_END, interrupted)
         del tframes[fi + 1 :]
         del ctxs[ci + 1 :]
         target.suspend_slot = -1
+
+    def _end_frames(
+        self, th: _Thread, ctx: _Context, index: int, end: int, flags: int, interrupted: bool
+    ) -> None:
+        """Close ``ctx``'s frames from ``index`` up at slot ``end`` (with ``flags``); when a
+        handler interrupted the context, its top [syscall]/[untraced] frame ended where the
+        handler began, and the frames below it ran until ``end``."""
+        frames = ctx.frames
+        top = len(frames)
+        if interrupted:
+            top -= 1
+            if top >= index:
+                self._close(th, frames[top], ctx.suspend_slot, _OPEN_AT_END)
+        for f in frames[index:top]:
+            self._close(th, f, end, flags)
 
     # ------------------------------------------------------------- output
 
@@ -1068,19 +1267,28 @@ class TraceSegmentEngine:
         return timeline
 
     def _close_all(self, th: _Thread) -> None:
+        self._settle(th)
         self._end_every_frame(th, self._slot(th, th.last_time))
 
     def _end_every_frame(self, th: _Thread, end: int) -> None:
         """Close every open frame of the thread at slot ``end``: a detached context's where
         the one above it began (its frames stopped there)."""
         ctxs = th.ctxs
+        interrupted = False
         for j in range(len(ctxs) - 1, -1, -1):
             c = ctxs[j]
-            for f in c.frames:
-                self._close(th, f, end, _OPEN_AT_END)
+            self._end_frames(th, c, 0, end, _OPEN_AT_END, interrupted)
             c.frames = []
+            interrupted = False
             if j > 0 and c.detached:
-                end = ctxs[j - 1].suspend_slot
+                if c.interrupting:
+                    # A handler still running: on top of the frame it interrupted.
+                    parent = th.fd[ctxs[j - 1].frames[-1][_IX] * _FIELDS + _PARENT]
+                    for i in c.toplevel:
+                        th.fd[i * _FIELDS + _PARENT] = parent
+                    interrupted = True
+                else:
+                    end = ctxs[j - 1].suspend_slot
 
     def _thread_timeline(self, th: _Thread, names: dict[str, int]) -> ThreadTimeline:
         n = len(th.names)
