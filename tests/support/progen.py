@@ -4,11 +4,14 @@
 random call graph (self recursion, mutual recursion cycles of 2–4 functions, calls through a
 function-pointer table, loops calling the same function, leaves, ``return f(x - 1)`` shapes
 that become tail calls at -O2, static and extern functions), and, for some seeds,
-``setjmp``/``longjmp`` out of deep recursion, C++ exceptions thrown through mutual recursion
-(C++ programs) or a signal handler that runs recursive functions and is re-entered by
-signals raised inside it. ``Program.source()`` writes the program; the same seed always
-gives the same program, and the program's behaviour is deterministic (no time, no
-addresses), so several builds of it (instrumented, plain, ``-pg``) make the same calls.
+``setjmp``/``longjmp`` out of deep recursion (some to the oldest armed activation rather
+than the nearest, through a guard that recursion arms again at the same call site), C++
+exceptions thrown through mutual recursion (C++ programs) or a signal handler that runs
+recursive functions and is re-entered by signals raised inside it (in some, the handler
+leaves by ``siglongjmp`` to a ``sigsetjmp`` guard armed inside the recursion).
+``Program.source()`` writes the program; the same seed always gives the same program, and
+the program's behaviour is deterministic (no time, no addresses), so several builds of it
+(instrumented, plain, ``-pg``) make the same calls.
 
 Every function takes a depth budget ``x`` and calls with less, and a global call counter
 stops all work after ``call_limit`` calls, so programs end quickly whatever their graph.
@@ -25,7 +28,19 @@ import random
 from dataclasses import dataclass, field
 from typing import Literal
 
-StmtKind = Literal["call", "loop", "cond", "fptr", "work", "longjmp", "throw", "raise", "guard"]
+StmtKind = Literal[
+    "call",
+    "loop",
+    "cond",
+    "fptr",
+    "work",
+    "longjmp",
+    "throw",
+    "raise",
+    "guard",
+    "jump_oldest",
+    "sigguard",
+]
 
 
 @dataclass(frozen=True)
@@ -37,7 +52,9 @@ class Stmt:
     straight-line arithmetic; ``longjmp``/``throw``/``raise``: leave through the armed
     ``setjmp``/``try`` or raise the signal, every ``period``-th time they run; ``guard``:
     call fT inside ``setjmp`` (C) or ``try`` (C++), catching what ``longjmp``/``throw``
-    statements further down send.
+    statements further down send; ``jump_oldest``: ``longjmp`` to the outermost armed guard
+    (not the nearest); ``sigguard``: call fT inside ``sigsetjmp``, where a signal handler
+    may ``siglongjmp`` back to.
     """
 
     kind: StmtKind
@@ -78,6 +95,9 @@ class Program:
     call_limit: int
     signal_roots: tuple[int, ...] = ()
     """Functions the signal handler calls; non-empty = the program has a handler."""
+    handler_escapes: int = 0
+    """> 0: every that-many-th run of the handler leaves by ``siglongjmp`` to the nearest
+    ``sigguard`` (when one is armed)."""
     static_link: bool = True
     features: tuple[str, ...] = field(default=())
 
@@ -93,7 +113,8 @@ class Program:
 
     @property
     def has_longjmp(self) -> bool:
-        return self._uses("longjmp")
+        """Does the program leave frames by a jump (longjmp or siglongjmp)?"""
+        return self._uses("longjmp") or self._uses("jump_oldest") or self._uses("sigguard")
 
     @property
     def has_throw(self) -> bool:
@@ -144,6 +165,8 @@ class Program:
                 out.append(self.without_stmt(f.index, k))
         if self.signal_roots:
             out.append(dataclasses.replace(self, signal_roots=()))
+        if self.handler_escapes:
+            out.append(dataclasses.replace(self, handler_escapes=0))
         return out
 
     # ------------------------------------------------------------------ source
@@ -164,11 +187,15 @@ class Program:
             "static long calls;",
             "static long events;",
         ]
-        escapes = self.has_longjmp or self.has_throw or self._uses("guard")
+        escapes = self._uses("longjmp") or self.has_throw or self._uses("guard")
         if escapes and cxx:
             out += ["struct Boom { long v; };", "static int armed;"]
         elif escapes:
             out.append("static jmp_buf *armed;")
+        if self._uses("jump_oldest"):
+            out.append("static jmp_buf *oldest;")
+        if self._uses("sigguard"):
+            out += ["static sigjmp_buf *sig_armed;", "static long sig_events;"]
         if self.signal_roots:
             out.append("static int handler_depth;")
         if cxx:
@@ -194,7 +221,7 @@ class Program:
         return ("static " if f.static else "") + attrs
 
     def _function(self, f: Function, inline: bool) -> list[str]:
-        jumps = any(s.kind == "guard" for s in f.body) and self.language != "c++"
+        jumps = any(s.kind in ("guard", "sigguard") for s in f.body) and self.language != "c++"
         acc = "volatile long acc" if jumps else "long acc"
         lines = [
             f"{self._attrs(f, inline)}long {f.name}(long x) {{",
@@ -233,6 +260,18 @@ class Program:
             if not self.signal_roots:
                 return []
             return [f"if (handler_depth < 3 && ++events % {s.period} == 0) raise(SIGUSR1);"]
+        if s.kind == "jump_oldest":
+            return [f"if (oldest && ++events % {s.period} == 0) longjmp(*oldest, 1);"]
+        if s.kind == "sigguard":
+            return [
+                "{",
+                "\tsigjmp_buf here, *outer = sig_armed;",
+                "\tint depth = handler_depth;",
+                f"\tif (!sigsetjmp(here, 1)) {{ sig_armed = &here; acc += {t}(x - {s.delta}); }}",
+                "\telse { acc += 5; handler_depth = depth; }",
+                "\tsig_armed = outer;",
+                "}",
+            ]
         if s.kind == "guard":
             if self.language == "c++":
                 return [
@@ -240,12 +279,15 @@ class Program:
                     f"try {{ acc += {t}(x - {s.delta}); }} catch (const Boom &b) {{ acc += b.v; }}",
                     "armed--;",
                 ]
+            oldest = self._uses("jump_oldest")
+            arm = "armed = &here; if (!oldest) oldest = &here;" if oldest else "armed = &here;"
             return [
                 "{",
                 "\tjmp_buf here, *outer = armed;",
-                f"\tif (!setjmp(here)) {{ armed = &here; acc += {t}(x - {s.delta}); }}",
+                f"\tif (!setjmp(here)) {{ {arm} acc += {t}(x - {s.delta}); }}",
                 "\telse acc += 7;",
                 "\tarmed = outer;",
+                *(["\tif (oldest == &here) oldest = 0;"] if oldest else []),
                 "}",
             ]
         raise AssertionError(s.kind)
@@ -254,6 +296,11 @@ class Program:
         lines = ["static void on_signal(int sig) {", "\thandler_depth++;"]
         for r in self.signal_roots:
             lines.append(f"\tsink += f{r}({max(2, self.budget // 2)} + sig % 2);")
+        if self.handler_escapes and self._uses("sigguard"):
+            lines.append(
+                f"\tif (sig_armed && ++sig_events % {self.handler_escapes} == 0)"
+                " siglongjmp(*sig_armed, 1);"
+            )
         lines += ["\thandler_depth--;", "}"]
         return lines
 
@@ -336,6 +383,10 @@ def generate(seed: int) -> Program:
         if feature == "signals":
             signal_roots = tuple(rng.sample(range(n), k=rng.randint(1, 2)))
     roots = tuple(rng.sample(range(n), k=min(n, rng.randint(1, 4))))
+    # The hard corners come from a generator of their own, so that adding them left every
+    # other seed's program as it was.
+    hard = random.Random(f"hard-{seed}")
+    functions, handler_escapes = _add_hard_corners(hard, functions, feature)
     return Program(
         seed=seed,
         language=language,
@@ -345,6 +396,7 @@ def generate(seed: int) -> Program:
         budget=rng.randint(4, 9),
         call_limit=rng.choice([200, 500, 1000]),
         signal_roots=signal_roots,
+        handler_escapes=handler_escapes,
         # C++ dynamic programs spend ~1 M instructions loading libstdc++ before main: too
         # slow under QEMU for a fuzzer (the corpus has a dynamic exceptions program).
         static_link=language == "c++" or rng.random() < 0.75,
@@ -369,3 +421,32 @@ def _add_escapes(rng: random.Random, functions: list[Function], feature: str) ->
         body.insert(rng.randint(0, len(body)), Stmt(kind, period=rng.randint(2, 7)))
         out[k] = dataclasses.replace(f, body=tuple(body))
     return out
+
+
+def _add_hard_corners(
+    rng: random.Random, functions: list[Function], feature: str
+) -> tuple[list[Function], int]:
+    """For half the longjmp programs: a guard in a function around a call of itself (so that
+    recursion arms it again at the same call site) and ``jump_oldest`` statements that leave
+    to the outermost armed guard. For half the signal programs: ``sigguard`` statements (one
+    around a call of its own function) and a handler that leaves by ``siglongjmp``. Returns
+    the functions and the handler's escape period (0: none)."""
+    n = len(functions)
+    out = list(functions)
+    if feature not in ("longjmp", "signals") or rng.random() < 0.5:
+        return out, 0
+
+    def add(k: int, stmt: Stmt) -> None:
+        body = list(out[k].body)
+        body.insert(rng.randint(0, len(body)), stmt)
+        out[k] = dataclasses.replace(out[k], body=tuple(body))
+
+    k = rng.randrange(n)
+    if feature == "longjmp":
+        add(k, Stmt("guard", k, delta=1))
+        for j in {k, rng.randrange(n)}:
+            add(j, Stmt("jump_oldest", period=rng.randint(2, 5)))
+        return out, 0
+    add(k, Stmt("sigguard", k, delta=1))
+    add(rng.randrange(n), Stmt("sigguard", rng.randrange(n), delta=1))
+    return out, rng.randint(1, 3)
