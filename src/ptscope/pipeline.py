@@ -518,7 +518,9 @@ def _finish(
     summary.threads = sum(1 for t in timeline.threads if t.pid != HITS_PID)
     summary.slices = timeline.slice_count()
     summary.top_functions = top_functions(timeline)
-    summary.write = write_timeline(timeline, summary.output)
+    summary.write = write_timeline(
+        timeline, summary.output, time_axis=options.time_axis, drill=options.drill
+    )
 
 
 # ---------------------------------------------------------------------- helpers

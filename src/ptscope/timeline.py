@@ -107,6 +107,10 @@ class ThreadTimeline:
     counters: list[CounterSample] = field(default_factory=list)
     icache_lines: Int64Array | None = None
     """None: unknown for every slice."""
+    perf_start: Int64Array | None = None
+    """Perf time of each slice's start and end as the events said, whatever the time axis
+    (what a slice's ``drill`` command selects by); None: not kept (the Python engine)."""
+    perf_end: Int64Array | None = None
 
     def __len__(self) -> int:
         return int(self.start.shape[0])

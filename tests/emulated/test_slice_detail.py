@@ -3,8 +3,9 @@
 Truth is QEMU's instruction log of the recorded run (``support.qemu_truth``), never the
 trace itself: every call of the 100-instruction leaf says 100 instructions and 2 code
 lines; a thread's outermost slice holds every instruction QEMU ran on it and exactly the
-64-byte lines their bytes cover; the instruction time axis gives each leaf call 100 ticks;
-and a slice's ``drill`` command lists that call's instructions.
+64-byte lines their bytes cover; the instruction time axis gives each leaf call 100 ticks,
+the cycles axis a length equal to its cycles; and a slice's ``drill`` command lists that
+call's instructions (``--filter`` keeps it).
 """
 
 from __future__ import annotations
@@ -88,13 +89,36 @@ def test_instructions_time_axis_gives_each_leaf_call_its_100_instructions(
     (thread,) = slices.values()
     calls = [s for s in thread if s.name == "leaf100"]
     assert {s.end - s.start for s in calls} == {100}
-    # Cycles: a call lasts its own cycle count, except where events before it shared one
-    # count (cycle counts come with timing packets) and were spread like equal times.
-    slices = _decode(leaf, tmp_path / "c.fxt.gz", "--time-axis", "cycles")
+    # A [syscall] gap runs no instruction: it lasts the least any slice lasts (1 tick, so
+    # that nesting by time stays unambiguous), not up to the next frame boundary.
+    gaps = [s for s in thread if s.name == "[syscall]"]
+    assert gaps and {(s.end - s.start, s.args["instructions"]) for s in gaps} == {(1, 0)}
+
+
+@pytest.mark.parametrize("decoder", DECODERS)
+def test_cycles_axis_lengths_are_the_cycles_args(
+    leaf: Recorded, tmp_path: Path, decoder: str
+) -> None:
+    slices = _decode(leaf, tmp_path / "c.fxt.gz", "--time-axis", "cycles", "--decoder", decoder)
     (thread,) = slices.values()
+    assert all(s.end - s.start == s.args["cycles"] for s in thread)
+    # The emulator's model: 1 cycle per instruction. perf counts cycles at timing packets,
+    # so a call's own cycle comes with its callee's return: at most one more.
     calls = [s for s in thread if s.name == "leaf100"]
-    assert sum(s.end - s.start == s.args["cycles"] for s in calls) >= 990
-    assert all(0 < s.end - s.start <= int(s.args["cycles"]) for s in calls)
+    assert {s.end - s.start for s in calls} <= {100, 101}
+
+
+def test_filter_keeps_each_slices_detail(leaf: Recorded, tmp_path: Path) -> None:
+    whole = _decode(leaf, tmp_path / "t.fxt.gz")
+    kept = _decode(leaf, tmp_path / "f.fxt.gz", "--filter", "main,exit")
+    ((key, thread),) = kept.items()
+    calls = [s for s in thread if s.name == "leaf100"]
+    assert len(calls) == 1000
+    assert {s.args["icache_lines"] for s in calls} == {2}
+    # the same drill commands as the whole trace's calls
+    drills = {s.args["drill"] for s in whole[key] if s.name == "leaf100"}
+    assert {s.args["drill"] for s in calls} == drills
+    assert all("drill" in s.args and "icache_lines" in s.args for s in thread)
 
 
 def test_a_slices_drill_command_lists_its_instructions(leaf: Recorded, tmp_path: Path) -> None:

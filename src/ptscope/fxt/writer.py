@@ -20,6 +20,7 @@ large absolute values) and records ``time_base`` on every process kernel object.
 from __future__ import annotations
 
 import gzip
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -795,16 +796,31 @@ class FxtWriter:
         out[pos] = end
         return out
 
-    def timeline(self, timeline: Timeline) -> None:
+    def timeline(
+        self, timeline: Timeline, *, time_axis: str = "time", drill: Path | None = None
+    ) -> None:
         """Write a whole Timeline: a process record per pid, then per thread its name,
-        slices, instants and counters. Its times must not be before ``time_base``."""
+        slices, instants and counters. Its times must not be before ``time_base``.
+        ``time_axis`` and ``drill`` as :class:`~ptscope.fxt.stream.TraceStream` takes them
+        (the drill command needs the threads' perf times)."""
         pids = sorted(set(timeline.processes) | {t.pid for t in timeline.threads})
+        extra = {rec.ARG_TIME_AXIS: time_axis} if time_axis != "time" else None
         for pid in pids:
-            self.process(pid, timeline.processes.get(pid, ""))
+            self.process(pid, timeline.processes.get(pid, ""), extra)
+        recording = None if drill is None else shlex.quote(str(drill))
         for thread in timeline.threads:
             pid, tid = thread.pid, thread.tid
             if thread.name:
                 self.thread_name(pid, tid, thread.name)
+            drill_args = (
+                None
+                if recording is None or thread.perf_start is None or thread.perf_end is None
+                else (
+                    f"ptscope insns {recording} --tid {tid} --time ",
+                    thread.perf_start,
+                    thread.perf_end,
+                )
+            )
             self.slices(
                 pid,
                 tid,
@@ -817,6 +833,7 @@ class FxtWriter:
                 cycles=thread.cycles,
                 flags=thread.flags,
                 icache_lines=thread.icache_lines,
+                drill=drill_args,
             )
             for instant in thread.instants:
                 self.instant(pid, tid, instant.time, instant.name, instant.args)
@@ -832,18 +849,21 @@ def write_timeline(
     *,
     compress: bool | None = None,
     gzip_level: int | None = None,
+    time_axis: str = "time",
+    drill: Path | None = None,
 ) -> WriteStats:
     """Write ``timeline`` to ``path`` (``.fxt``, or gzip for ``.gz`` unless ``compress``
     says otherwise; ``gzip_level`` as in :meth:`FxtWriter.open`), streaming. Times are
-    rebased to the timeline's earliest time."""
+    rebased to the timeline's earliest time (counts on another ``time_axis`` start at 0,
+    as in a streamed trace); ``drill`` as :meth:`FxtWriter.timeline` takes it."""
     path = Path(path)
     time_range = timeline.time_range()
-    base = time_range[0] if time_range is not None else 0
+    base = time_range[0] if time_range is not None and time_axis == "time" else 0
     try:
         with FxtWriter.open(
             path, compress=compress, time_base=base, gzip_level=gzip_level
         ) as writer:
-            writer.timeline(timeline)
+            writer.timeline(timeline, time_axis=time_axis, drill=drill)
         stats = writer.stats
         stats.file_bytes = path.stat().st_size
     except OSError as e:

@@ -655,32 +655,41 @@ static SlotValue known_slot(Engine *e, Thread *th, int64_t slot)
 }
 
 /* engine._slot_times for the window: spread its run over `span` ns (calls take equal
- * shares), run the catch-up clock (every call and segment start lasts at least 1 ns, time
- * never goes backwards), then serve what waited for these slots. */
+ * shares; on the count axes, in proportion to the instructions run since its first slot, up
+ * to the thread's count now, which the next slot takes, where it ran some), run the catch-up
+ * clock (every call and segment start lasts at least 1 ns, so that nesting by time is never
+ * ambiguous; time never goes backwards), then serve what waited for these slots. */
 static void resolve(Engine *e, Thread *th, int64_t span)
 {
 	size_t n = th->win_raw.n;
 	if (!n)
 		return;
 	const int64_t *raw = th->win_raw.v;
+	const int64_t *insn = th->win_insn.v;
 	if (n > th->capout)
 		th->win_out = grow(e, th->win_out, &th->capout, n, sizeof(SlotValue));
 	SlotValue *out = th->win_out;
 	int64_t value = raw[0] >> 2, calls = 0;
 	for (size_t k = 0; k < n; k++)
 		calls += raw[k] & CALL_SLOT;
-	int64_t div = calls > 0 ? calls : 1, before = 0;
+	/* the instructions from the run's first slot to the next slot */
+	int64_t ran = th->cum_insn - insn[0];
+	bool by_insns = e->axis != AXIS_TIME && ran > 0;
+	int64_t div = by_insns ? ran : calls > 0 ? calls : 1, before = 0;
 	for (size_t k = 0; k < n; k++) {
 		/* numpy's floor division (span >= 0 here, so plain division) */
 		int64_t t = value + (int64_t)(((__int128)span * before) / div);
-		before += raw[k] & CALL_SLOT;
+		int64_t next_insn = k + 1 < n ? insn[k + 1] : th->cum_insn;
+		before = by_insns ? next_insn - insn[0] : before + (raw[k] & CALL_SLOT);
 		int64_t x = t - th->lasting;
 		if (!th->clock_started || x > th->top) {
 			th->top = x;
 			th->clock_started = true;
 		}
-		out[k] = (SlotValue){th->top + th->lasting, th->win_insn.v[k], th->win_cyc.v[k],
+		out[k] = (SlotValue){th->top + th->lasting, insn[k], th->win_cyc.v[k],
 				     th->win_real.v[k]};
+		if (e->axis == AXIS_CYCLES)
+			out[k].cyc = out[k].time; /* the cycles a slice says are its length */
 		th->lasting += (raw[k] & (CALL_SLOT | START_SLOT)) != 0;
 	}
 	int64_t lo = th->done, hi = th->nslots;

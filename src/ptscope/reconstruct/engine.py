@@ -34,8 +34,9 @@ Model (see ``docs/architecture.md`` for the rules with examples):
   adds that function below *every* frame the context ever had (O(1) per frame, by re-parenting
   the context's top-level frames), starting at the context's start.
 * **Time**: each frame boundary takes a slot ``time*4 + flags``. Runs of equal timestamps are
-  spread over the interval to the next timestamp, calls taking equal shares and returns none;
-  every call gets at least 1 ns, and time never goes backwards.
+  spread over the interval to the next timestamp, calls taking equal shares and returns none
+  (counts as times: in proportion to the instructions between them); every call gets at
+  least 1 ns, and time never goes backwards.
 
 Storage (the engine must sustain about a million events per second in CPython and keep a
 big trace's history in memory): a frame's fields live in one flat ``array('q')`` per thread,
@@ -430,12 +431,15 @@ class TraceSegmentEngine:
     """Folds events into per-thread call histories; :meth:`finish` returns the Timeline.
 
     ``keep_slots`` keeps each slice's start/end slot (for transcript tests).
+    ``spread_by_instructions``: events whose times are their thread's cumulative counts
+    (the C engine's other time axes), whose runs are spread by the instructions in them.
     """
 
     def __init__(
         self,
         *,
         keep_slots: bool = False,
+        spread_by_instructions: bool = False,
         max_examples: int = 5,
         landing_pads: LandingPadLookup | None = None,
     ) -> None:
@@ -445,6 +449,7 @@ class TraceSegmentEngine:
         self._last_thread: _Thread | None = None
         self.stats = EngineStats()
         self._keep_slots = keep_slots
+        self._by_instructions = spread_by_instructions
         self._lines_seen = False  # some event had instruction detail
         self._max_examples = max_examples
         self.slot_columns: dict[tuple[int, int], tuple[npt.NDArray[np.int64], ...]] = {}
@@ -1306,6 +1311,7 @@ class TraceSegmentEngine:
             line_updates=th.line_updates if self._lines_seen else None,
             instants=th.instants,
             counters=th.counters,
+            by_instructions=self._by_instructions,
         )
         if self._keep_slots:
             self.slot_columns[(th.pid, th.tid)] = (start_slots, end_slots)
@@ -1363,6 +1369,7 @@ def build_thread_timeline(
     counters: Sequence[tuple[int, str, int]],
     depths: npt.NDArray[np.int32] | None = None,
     line_updates: Sequence[tuple[int, tuple[int, ...]]] | None = None,
+    by_instructions: bool = False,
 ) -> tuple[ThreadTimeline, npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """The final pass over one thread's closed history (shared by both engines).
 
@@ -1374,7 +1381,9 @@ def build_thread_timeline(
     ``_depths(fd[:, _PARENT])``). Returns the thread's timeline and each slice's start and
     end slot, in slice order.
     """
-    times = _slot_times(log)
+    times = _slot_times(
+        log, _slot_instructions(len(log), update_slots, insn_counts) if by_instructions else None
+    )
     n = fd.shape[0]
     start_slot = fd[:, _START]
     end_slot = fd[:, _END]
@@ -1457,15 +1466,38 @@ def _start_depth_order(start: npt.NDArray[np.int64], depth: npt.NDArray[np.int32
     return np.argsort(key, kind="stable")
 
 
-def _slot_times(log: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    """Turn a thread's slot log into nanoseconds (see "Time" in the module docstring)."""
+def _slot_instructions(
+    n: int, update_slots: npt.NDArray[np.int64], insn_counts: npt.NDArray[np.int64]
+) -> npt.NDArray[np.int64]:
+    """The thread's instruction count in force at each of its ``n`` slots and after the
+    last one (``n + 1`` values)."""
+    if not len(update_slots):
+        return np.zeros(n + 1, dtype=np.int64)
+    at = np.zeros(max(n + 1, int(update_slots[-1]) + 1), dtype=np.int64)
+    at[update_slots] = np.arange(1, len(update_slots) + 1)
+    np.maximum.accumulate(at, out=at)
+    counts = np.concatenate([np.zeros(1, dtype=np.int64), insn_counts])
+    return counts[at[: n + 1]]
+
+
+def _slot_times(
+    log: npt.NDArray[np.int64], insns: npt.NDArray[np.int64] | None = None
+) -> npt.NDArray[np.int64]:
+    """Turn a thread's slot log into nanoseconds (see "Time" in the module docstring).
+
+    ``insns`` (when the times are counts: the C engine's other time axes): the instruction
+    count in force at each slot and after the last; a run of equal times is then spread by
+    the instructions in it. (Not on the time axis: perf's clock moves at a packet
+    somewhere among a kept branch's instructions, which the events do not say.)"""
     raw = log
     t = raw >> 2
     n = t.shape[0]
     same = t[1:] == t[:-1]
     if same.any():
-        # Spread each run of equal timestamps over the interval to the next timestamp,
-        # calls taking equal shares. Only slots in runs longer than one are touched.
+        # Spread each run of equal timestamps over the interval to the next timestamp:
+        # calls taking equal shares, or (counts as times) in proportion to the
+        # instructions run since the run's first slot, where it ran some up to the next
+        # slot. Only slots in runs longer than one are touched.
         member = np.zeros(n, dtype=bool)
         member[1:] |= same
         member[:-1] |= same
@@ -1481,8 +1513,23 @@ def _slot_times(log: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         calls_before = np.cumsum(calls) - calls
         before_in_run = calls_before - calls_before[run_first][run_id]
         calls_in_run = np.add.reduceat(calls, run_first)
+        if insns is None:
+            insns = np.zeros(n + 1, dtype=np.int64)
+        first_insns = insns[idx[run_first]]
+        ran = (insns[after_run] - first_insns)[run_id]
+        by_insns = ran > 0
+        before = np.where(by_insns, insns[idx] - first_insns[run_id], before_in_run)
+        shares = np.where(by_insns, ran, np.maximum(calls_in_run[run_id], 1))
         span = (next_t - run_t[run_first])[run_id]
-        t[idx] += span * before_in_run // np.maximum(calls_in_run[run_id], 1)
+        if len(span) and int(span.max()) * int(before.max()) >= 1 << 62:
+            # (as the C engine's 128-bit product)
+            exact = [
+                s * b // d
+                for s, b, d in zip(span.tolist(), before.tolist(), shares.tolist(), strict=True)
+            ]
+            t[idx] += np.array(exact, dtype=np.int64)
+        else:
+            t[idx] += span * before // shares
     # Every call (and segment start) lasts at least 1 ns, and time never goes backwards.
     lasting = ((raw & (_CALL_SLOT | _START_SLOT)) != 0).astype(np.int64)
     lasting_before = np.cumsum(lasting)

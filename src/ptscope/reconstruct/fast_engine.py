@@ -141,6 +141,11 @@ def timeline_from_batches(
         if with_lines
         else None
     )
+    with_perf = bool(batches) and all(
+        b.perf_start is not None and b.perf_end is not None for b in batches
+    )
+    pstart = np.concatenate([b.perf_start for b in batches]) if with_perf else None
+    pend = np.concatenate([b.perf_end for b in batches]) if with_perf else None
     with_slots = bool(batches) and all(b.start_slot is not None for b in batches)
     sslot = np.concatenate([b.start_slot for b in batches]) if with_slots else None
     eslot = np.concatenate([b.end_slot for b in batches]) if with_slots else None
@@ -188,6 +193,8 @@ def timeline_from_batches(
                 instants=instants.get(key, []),
                 counters=counters.get(key, []),
                 icache_lines=icache[order] if icache is not None else None,
+                perf_start=pstart[order] if pstart is not None else None,
+                perf_end=pend[order] if pend is not None else None,
             )
         )
         if sslot is not None and eslot is not None:
