@@ -96,9 +96,12 @@ def _compare(case: Case, corpus_dir: Path, *, times: bool) -> None:
         symbols = qemu_truth.Symbols(truth.images)
         for run in truth.threads:
             expected = _expected(run, symbols)
-            got = _real_frames(slices.get(run.tid, []), symbols)
+            items = slices.get(run.tid, [])
+            got = _real_frames(items, symbols)
             if times:
-                _check_times(expected, got)
+                # The thread's first slice starts at its first instruction, which the
+                # expected times count from.
+                _check_times(expected, got, min(start for start, *_ in items))
             else:
                 _check_shape(run.tid, expected, got)
 
@@ -124,9 +127,8 @@ def _check_shape(tid: int, expected: list[Frame], got: list[Frame]) -> None:
     )
 
 
-def _check_times(expected: list[Frame], got: list[Frame]) -> None:
+def _check_times(expected: list[Frame], got: list[Frame], t0: float) -> None:
     assert [(f.entry, f.depth) for f in expected] == [(f.entry, f.depth) for f in got]
-    t0 = got[0].start
     late = []
     for e, g in zip(expected, got, strict=True):
         assert e.window is not None
