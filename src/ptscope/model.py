@@ -158,7 +158,9 @@ class BranchEvent:
     ``insn_cnt`` / ``cyc_cnt``); 0 means "not known". ``gap_time`` is the time of the first
     jump the decoder dropped (inside one function) after this thread's previous branch, when
     it was later than that branch (0: none): the earliest perf time seen in between, which
-    bounds how long the previous branches' timestamp lasted.
+    bounds how long the previous branches' timestamp lasted. ``gap_insns``: with a gap time,
+    how many of ``insn_count``'s instructions ran up to and including that dropped jump
+    (where perf's clock moved on; 0: not known).
 
     With instruction detail (``--dlarg insns`` / the text decoder's ``insns``),
     ``insn_count`` is exact: the instructions the thread executed after its previous
@@ -181,6 +183,7 @@ class BranchEvent:
     cycle_count: int = 0
     gap_time: int = 0
     lines: tuple[int, ...] | None = None
+    gap_insns: int = 0
 
 
 @dataclass(slots=True)
@@ -398,6 +401,7 @@ Int32Array: TypeAlias = npt.NDArray[np.int32]
 Int64Array: TypeAlias = npt.NDArray[np.int64]
 UInt32Array: TypeAlias = npt.NDArray[np.uint32]
 UInt64Array: TypeAlias = npt.NDArray[np.uint64]
+UInt16Array: TypeAlias = npt.NDArray[np.uint16]
 
 
 @dataclass(slots=True, eq=False)
@@ -430,6 +434,8 @@ class BranchBatch:
     """Instruction detail: where each row's code lines start in ``lines`` (``n + 1``)."""
     lines: UInt64Array | None = None
     """Instruction detail: the code lines (address >> 6) of all rows, row after row."""
+    gap_insns: UInt16Array | None = None
+    """:attr:`BranchEvent.gap_insns` per row, or None when no row has one."""
 
     def __post_init__(self) -> None:
         n = len(self.pid)
@@ -437,6 +443,8 @@ class BranchBatch:
         if any(len(c) != n for c in (*columns, self.insn_count, self.cycle_count)):
             raise ValueError("branch batch columns differ in length")
         if self.gap_delta is not None and len(self.gap_delta) != n:
+            raise ValueError("branch batch columns differ in length")
+        if self.gap_insns is not None and len(self.gap_insns) != n:
             raise ValueError("branch batch columns differ in length")
         if (self.line_offsets is None) != (self.lines is None):
             raise ValueError("branch batch has line offsets or lines, not both")
@@ -452,12 +460,13 @@ class BranchBatch:
         """The batch as :class:`BranchEvent` objects (slow: one object per row)."""
         locs = self.locations.locations
         gaps = self.gap_delta.tolist() if self.gap_delta is not None else [0] * len(self)
+        gap_insns = self.gap_insns.tolist() if self.gap_insns is not None else [0] * len(self)
         lines: list[tuple[int, ...] | None] = [None] * len(self)
         if self.line_offsets is not None and self.lines is not None:
             every = self.lines.tolist()
             bounds = self.line_offsets.tolist()
             lines = [tuple(every[a:b]) for a, b in pairwise(bounds)]
-        for pid, tid, time, flags, src, dst, insns, cycles, gap, row_lines in zip(
+        for pid, tid, time, flags, src, dst, insns, cycles, gap, row_lines, gap_n in zip(
             self.pid.tolist(),
             self.tid.tolist(),
             self.time.tolist(),
@@ -468,6 +477,7 @@ class BranchBatch:
             self.cycle_count.tolist(),
             gaps,
             lines,
+            gap_insns,
             strict=True,
         ):
             kind, state = classify_flags(flags)
@@ -484,6 +494,7 @@ class BranchBatch:
                 cycles,
                 time - gap if gap else 0,
                 row_lines,
+                gap_n if gap else 0,
             )
 
     @classmethod
@@ -505,10 +516,11 @@ class BranchBatch:
                 e.insn_count,
                 e.cycle_count,
                 _gap_delta(e.time, e.gap_time),
+                e.gap_insns if _gap_delta(e.time, e.gap_time) else 0,
             )
             for e in events
         ]
-        cols = list(zip(*rows, strict=True)) if rows else [()] * 9
+        cols = list(zip(*rows, strict=True)) if rows else [()] * 10
         line_offsets = lines = None
         if any(e.lines is not None for e in events):
             counts = [len(e.lines) if e.lines is not None else 0 for e in events]
@@ -530,6 +542,7 @@ class BranchBatch:
             np.array(cols[8], dtype=np.uint32),
             line_offsets,
             lines,
+            np.array(cols[9], dtype=np.uint16),
         )
 
 

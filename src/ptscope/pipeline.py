@@ -308,10 +308,11 @@ def _branch_timeline(
     """The whole trace as one Timeline (``--filter`` needs it, and the Python engine when
     the C engine is not built)."""
     pads = LandingPads(_binary_resolver(options.symfs)).call_sites_landing_at
+    spread = options.insn_detail  # exact counts: a run of equal times spreads by them
     engine = (
-        FastEngine(landing_pads=pads, axis=options.time_axis)
+        FastEngine(landing_pads=pads, axis=options.time_axis, spread_by_instructions=spread)
         if options.time_axis != "time"
-        else make_engine(landing_pads=pads)
+        else make_engine(landing_pads=pads, spread_by_instructions=spread)
     )
     tracker = _Tracker(progress, recording.perf_data_paths())
     _feed_branches(engine, recording, options, summary, decoder, tracker, lambda: None)
@@ -345,7 +346,9 @@ def _stream(
     calls back after each batch; the C engine writes each slice once known, so memory
     does not grow with the trace."""
     pads = LandingPads(_binary_resolver(options.symfs)).call_sites_landing_at
-    engine = FastEngine(landing_pads=pads, axis=options.time_axis)
+    engine = FastEngine(
+        landing_pads=pads, axis=options.time_axis, spread_by_instructions=options.insn_detail
+    )
     sink: TraceStream | None = None
 
     def open_sink() -> TraceStream:

@@ -82,10 +82,13 @@ def test_a_threads_outermost_slice_holds_what_qemu_ran(
             done += n
 
 
+@pytest.mark.parametrize("decoder", DECODERS)
 def test_instructions_time_axis_gives_each_leaf_call_its_100_instructions(
-    leaf: Recorded, tmp_path: Path
+    leaf: Recorded, tmp_path: Path, decoder: str
 ) -> None:
-    slices = _decode(leaf, tmp_path / "i.fxt.gz", "--time-axis", "instructions")
+    slices = _decode(
+        leaf, tmp_path / "i.fxt.gz", "--time-axis", "instructions", "--decoder", decoder
+    )
     (thread,) = slices.values()
     calls = [s for s in thread if s.name == "leaf100"]
     assert {s.end - s.start for s in calls} == {100}
@@ -106,6 +109,25 @@ def test_cycles_axis_lengths_are_the_cycles_args(
     # so a call's own cycle comes with its callee's return: at most one more.
     calls = [s for s in thread if s.name == "leaf100"]
     assert {s.end - s.start for s in calls} <= {100, 101}
+
+
+@pytest.mark.parametrize("decoder", DECODERS)
+def test_time_axis_gives_identical_calls_the_cycle_models_time(
+    leaf: Recorded, tmp_path: Path, decoder: str
+) -> None:
+    """The emulator's model: 1 cycle per instruction at 2 GHz, so each 100-instruction call
+    lasts 50 ns, as its cycles arg says. perf dates the first call with its caller's
+    (`main` is called at the same perf time): the run of equal times is spread by the
+    instructions in it, not in equal shares per call (which gave that call 27 ns)."""
+    slices = _decode(leaf, tmp_path / "t.fxt.gz", "--decoder", decoder)
+    (thread,) = slices.values()
+    calls = [s for s in thread if s.name == "leaf100"]
+    assert len(calls) == 1000
+    assert {s.end - s.start for s in calls} <= {50, 51}
+    # Its cycles arg says the same (perf's count: the call's own cycle comes with the
+    # return; the first call's also holds main's first instructions, which reached no
+    # timing packet before it).
+    assert all(abs(2 * (s.end - s.start) - s.args["cycles"]) <= 2 for s in calls[1:])
 
 
 def test_filter_keeps_each_slices_detail(leaf: Recorded, tmp_path: Path) -> None:

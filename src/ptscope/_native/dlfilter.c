@@ -473,6 +473,7 @@ struct thread_state {
 	struct line_set lines; /* insns: code lines run since the last kept branch */
 	uint64_t last_kept;    /* time of the thread's last kept branch */
 	uint64_t gap_time;     /* first dropped branch later than that, 0 if none yet */
+	uint64_t gap_insn;     /* the instructions counted up to that branch, included */
 	struct ptscope_branch_rec last_dropped; /* the latest dropped jump (to-end) */
 };
 
@@ -942,8 +943,10 @@ static void keep_branch(struct ptscope_filter *f, struct thread_state *th,
 	r->cyc_cnt += th->pending_cyc;
 	th->pending_insn = 0;
 	th->pending_cyc = 0;
-	if (th->gap_time && th->gap_time < r->time && r->time - th->gap_time <= UINT32_MAX)
+	if (th->gap_time && th->gap_time < r->time && r->time - th->gap_time <= UINT32_MAX) {
 		r->gap_delta = (uint32_t)(r->time - th->gap_time);
+		r->gap_insns = th->gap_insn <= UINT16_MAX ? (uint16_t)th->gap_insn : 0;
+	}
 	th->gap_time = 0;
 	th->last_kept = r->time;
 	if (f->insns) {
@@ -1000,8 +1003,11 @@ static int handle_branch(struct ptscope_filter *f, const struct perf_dlfilter_sa
 			th->pending_insn += s->insn_cnt;
 		th->pending_cyc += s->cyc_cnt;
 		/* Its time still tells how long the previous branches' timestamp lasted. */
-		if (!th->gap_time && s->time > th->last_kept)
+		if (!th->gap_time && s->time > th->last_kept) {
 			th->gap_time = s->time;
+			/* where perf's time moved on, for the engine to spread times by */
+			th->gap_insn = th->pending_insn;
+		}
 		if (f->to_end)
 			branch_record(f, &th->last_dropped, s, src_id, dst->id);
 		f->counters.branches_dropped++;

@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #define PTSCOPE_STREAM_MAGIC "PTSCOPE" /* 7 bytes after the header's tag byte */
-#define PTSCOPE_STREAM_VERSION 3u
+#define PTSCOPE_STREAM_VERSION 4u
 
 enum ptscope_tag {
 	PTSCOPE_TAG_HEADER = 0xF8,   /* first record of every stream */
@@ -75,7 +75,9 @@ struct ptscope_location_rec { /* 40 bytes */
 struct ptscope_branch_rec { /* 72 bytes */
 	uint8_t tag;        /* PTSCOPE_TAG_BRANCH */
 	uint8_t cpumode;    /* PERF_RECORD_MISC_CPUMODE_MASK bits of the sample */
-	uint16_t reserved;
+	uint16_t gap_insns; /* with gap_delta: the instructions after the thread's previous
+			     * kept branch up to and including that dropped jump, as counted
+			     * (exact with PTSCOPE_OPT_INSNS); 0 if unknown or over 65535 */
 	uint32_t flags;     /* PERF_DLFILTER_FLAG_* (raw: bits above 12 may be set) */
 	int32_t pid;
 	int32_t tid;

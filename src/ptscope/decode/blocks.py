@@ -229,6 +229,10 @@ class InstructionDetail:
             lines = self._lines[thread] = set()
         lines.update(range(start >> 6, (last >> 6) + 1))
 
+    def pending(self, thread: tuple[int, int]) -> int:
+        """The instructions of ``thread`` counted since the last take."""
+        return self._count.get(thread, 0)
+
     def take(self, thread: tuple[int, int]) -> tuple[int, tuple[int, ...]]:
         """The instructions and code lines of ``thread`` since the last take (for a branch
         that is kept)."""

@@ -125,6 +125,8 @@ class CountFix(NamedTuple):
     """Its ``gap_delta`` as that decode saw it (complete under the same condition)."""
     lines: tuple[int, ...] | None = None
     """Its code lines (instruction detail), likewise."""
+    gap_insns: int = 0
+    """Its ``gap_insns``, likewise."""
 
 
 class _Rows(NamedTuple):
@@ -460,6 +462,7 @@ class RecordStreamParser:
                 recs["cyc_cnt"].tolist(),
                 gap_time.tolist(),
                 lines,
+                np.where(delta != 0, recs["gap_insns"], 0).tolist(),
             )
         )
 
@@ -488,6 +491,7 @@ class RecordStreamParser:
                     rows.line_offsets.astype(np.int32) if rows.line_offsets is not None else None
                 ),
                 lines=rows.lines,
+                gap_insns=recs["gap_insns"],
             )
         )
 
@@ -597,7 +601,7 @@ class RecordStreamParser:
         seen = self.first_after_end
         decoded = self._threads_seen
         late = rows.recs
-        for i, (pid, tid, time, ip, addr, insn, cyc, gap) in enumerate(
+        for i, (pid, tid, time, ip, addr, insn, cyc, gap, gap_n) in enumerate(
             zip(
                 late["pid"].tolist(),
                 late["tid"].tolist(),
@@ -607,6 +611,7 @@ class RecordStreamParser:
                 late["insn_cnt"].tolist(),
                 late["cyc_cnt"].tolist(),
                 late["gap_delta"].tolist(),
+                late["gap_insns"].tolist(),
                 strict=True,
             )
         ):
@@ -614,7 +619,9 @@ class RecordStreamParser:
                 # Exact only if this decode saw an earlier branch of the thread (perf's and
                 # the filter's counts start from there).
                 exact = ((pid << 32) | (tid & 0xFFFFFFFF)) in decoded
-                seen[(pid, tid)] = CountFix(time, ip, addr, insn, cyc, exact, gap, rows.lines_of(i))
+                seen[(pid, tid)] = CountFix(
+                    time, ip, addr, insn, cyc, exact, gap, rows.lines_of(i), gap_n if gap else 0
+                )
 
     def _text_line(self, line: str, events: list[Any]) -> None:
         """A line perf printed between our records: parsed as the text decoder does."""

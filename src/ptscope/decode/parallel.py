@@ -316,6 +316,7 @@ def _apply_count_fixes(batch: list[Event], fixes: dict[tuple[int, int], CountFix
                 ev.insn_count = fix.insn_count
                 ev.cycle_count = fix.cycle_count
                 ev.gap_time = ev.time - fix.gap_delta if fix.gap_delta else 0
+                ev.gap_insns = fix.gap_insns if fix.gap_delta else 0
                 if fix.lines is not None:
                     ev.lines = fix.lines
         if not fixes:
@@ -349,6 +350,13 @@ def _apply_count_fixes_columnar(
                     gaps.copy() if gaps is not None else np.zeros(len(batch), dtype=np.uint32)
                 )
                 batch.gap_delta[i] = fix.gap_delta
+                gap_insns = batch.gap_insns
+                batch.gap_insns = (
+                    gap_insns.copy()
+                    if gap_insns is not None
+                    else np.zeros(len(batch), dtype=np.uint16)
+                )
+                batch.gap_insns[i] = fix.gap_insns if fix.gap_delta else 0
                 if fix.lines is not None:
                     _replace_lines(batch, i, fix.lines)
         if not fixes:

@@ -113,6 +113,19 @@ _IGNORED_EVENTS: Final = frozenset(
 
 _MISSING: Final[Any] = object()
 _DROP: Final[Any] = object()
+_NO_GAP: Final = (0, 0)
+
+
+def _gap(found: tuple[int, int], time: int) -> tuple[int, int]:
+    """A kept branch's ``(gap_time, gap_insns)`` from its thread's first later-dated dropped
+    jump ``(time, instructions counted up to it)``, as the dlfilter writes them: none when
+    more than 2**32 ns back, a count over 65,535 unknown (0)."""
+    gap, counted = found
+    if not gap or not (gap < time and time - gap <= 0xFFFFFFFF):
+        return _NO_GAP
+    return gap, counted if counted <= 0xFFFF else 0
+
+
 _BODY_CACHE_LIMIT: Final = 1 << 17
 _TEXT_CACHE_LIMIT: Final = 1 << 18
 """Entries per text cache (branch bodies; sources and locations) before it is emptied:
@@ -508,9 +521,10 @@ class PerfTextParser:
         # (only known with ``-F +ipc``).
         self._pending_counts: dict[tuple[int, int], tuple[int, int]] = {}
         # As the dlfilter does: per thread, the time of its last kept branch, and of the
-        # first dropped jump later than that (given to the next kept branch as gap_time).
+        # first dropped jump later than that (given to the next kept branch as gap_time),
+        # with the instructions counted up to that jump (its gap_insns).
         self._last_kept: dict[tuple[int, int], int] = {}
-        self._gaps: dict[tuple[int, int], int] = {}
+        self._gaps: dict[tuple[int, int], tuple[int, int]] = {}
         # The latest dropped jump of each thread, (time, body): at the end of the input,
         # a thread whose trace ends with dropped jumps gets the last one as an event.
         self._last_dropped: dict[tuple[int, int], tuple[int, str]] = {}
@@ -548,11 +562,23 @@ class PerfTextParser:
             lines = None
             if self.detail is not None:
                 insn, lines = self.detail.take(thread)
-            gap = self._gaps.pop(thread, 0)
-            if gap and not (gap < time and time - gap <= 0xFFFFFFFF):
-                gap = 0
+            gap, gap_insns = _gap(self._gaps.pop(thread, _NO_GAP), time)
             trailing.append(
-                BranchEvent(pid, tid, time, kind, state, src, dst, in_tx, insn, cycles, gap, lines)
+                BranchEvent(
+                    pid,
+                    tid,
+                    time,
+                    kind,
+                    state,
+                    src,
+                    dst,
+                    in_tx,
+                    insn,
+                    cycles,
+                    gap,
+                    lines,
+                    gap_insns,
+                )
             )
             self._last_kept[thread] = time
             self.stats.branches += 1
@@ -645,13 +671,18 @@ class PerfTextParser:
             if info is drop:
                 dropped += 1
                 last_dropped[thread] = (time, body)
-                if thread not in gaps and time > last_kept.get(thread, 0):
-                    gaps[thread] = time
                 if insn or cycles:
                     # As the dlfilter does: a dropped jump's counts go to the thread's next
                     # branch that is kept.
                     old_insn, old_cycles = carried.get((pid, tid), (0, 0))
                     carried[pid, tid] = (old_insn + insn, old_cycles + cycles)
+                if thread not in gaps and time > last_kept.get(thread, 0):
+                    counted = (
+                        detail.pending(thread)
+                        if detail is not None
+                        else carried.get(thread, (0, 0))[0]
+                    )
+                    gaps[thread] = (time, counted)
                 continue
             kind, state, src, dst, in_tx = info
             if carried:
@@ -659,18 +690,44 @@ class PerfTextParser:
                 insn += old_insn
                 cycles += old_cycles
             last_kept[thread] = time
-            gap = gaps.pop(thread, 0) if gaps else 0
-            if gap and not (gap < time and time - gap <= 0xFFFFFFFF):
-                gap = 0
+            gap, gap_insns = _gap(gaps.pop(thread, _NO_GAP), time) if gaps else _NO_GAP
             if detail is not None:
                 insn, code_lines = detail.take(thread)
                 append(
                     BranchEvent(
-                        pid, tid, time, kind, state, src, dst, in_tx, insn, cycles, gap, code_lines
+                        pid,
+                        tid,
+                        time,
+                        kind,
+                        state,
+                        src,
+                        dst,
+                        in_tx,
+                        insn,
+                        cycles,
+                        gap,
+                        code_lines,
+                        gap_insns,
                     )
                 )
             elif insn or cycles or gap:
-                append(BranchEvent(pid, tid, time, kind, state, src, dst, in_tx, insn, cycles, gap))
+                append(
+                    BranchEvent(
+                        pid,
+                        tid,
+                        time,
+                        kind,
+                        state,
+                        src,
+                        dst,
+                        in_tx,
+                        insn,
+                        cycles,
+                        gap,
+                        None,
+                        gap_insns,
+                    )
+                )
             else:
                 append(BranchEvent(pid, tid, time, kind, state, src, dst, in_tx))
             branches += 1

@@ -51,7 +51,7 @@ __all__ = [
 ]
 
 MAGIC: Final = b"PTSCOPE"
-STREAM_VERSION: Final = 3
+STREAM_VERSION: Final = 4
 
 # Tag bytes: never the first byte of a UTF-8 character, so no text line starts with one.
 TAG_HEADER: Final = 0xF8
@@ -128,7 +128,7 @@ LOCATION_DTYPE: Final = _dtype(
 _BRANCH_FIELDS: Final = [
     ("tag", "u1"),
     ("cpumode", "u1"),
-    ("_pad0", "V2"),
+    ("gap_insns", "<u2"),
     ("flags", "<u4"),
     ("pid", "<i4"),
     ("tid", "<i4"),
@@ -208,7 +208,7 @@ LAYOUTS: Final[dict[str, np.dtype[np.void]]] = {
 HEADER: Final = struct.Struct("<B7sIHHHHHHH6x")
 STRING: Final = struct.Struct("<B3xII")
 LOCATION: Final = struct.Struct("<B3xIQqIIi4x")
-BRANCH: Final = struct.Struct("<BB2xIiiQQQQQIIiI")
+BRANCH: Final = struct.Struct("<BBHIiiQQQQQIIiI")
 POWER: Final = struct.Struct("<B3xiiiQII")
 LINES: Final = struct.Struct(f"<BB6x{2 * LINES_PER_RECORD}Q")
 INSNS_BRANCH: Final = struct.Struct(BRANCH.format + "QQ")

@@ -192,7 +192,7 @@ typedef struct {
 	int32_t kind, state, src, dst;
 	bool in_tx;
 	int64_t time, gap_time;
-	uint64_t insns, cycles;
+	uint64_t insns, cycles, gap_insns;
 	size_t line0, nlines;
 } HeldEvent;
 
@@ -341,6 +341,7 @@ typedef struct {
 	bool keep_slots;
 	bool lines_on; /* some batch had code lines: i-cache footprints are computed */
 	int axis;      /* AXIS_* */
+	bool spread;   /* on the time axis too, a run of equal times is spread by instructions */
 	bool broken, closed;
 	jmp_buf jb;
 } Engine;
@@ -674,7 +675,7 @@ static void resolve(Engine *e, Thread *th, int64_t span)
 		calls += raw[k] & CALL_SLOT;
 	/* the instructions from the run's first slot to the next slot */
 	int64_t ran = th->cum_insn - insn[0];
-	bool by_insns = e->axis != AXIS_TIME && ran > 0;
+	bool by_insns = (e->axis != AXIS_TIME || e->spread) && ran > 0;
 	int64_t div = by_insns ? ran : calls > 0 ? calls : 1, before = 0;
 	for (size_t k = 0; k < n; k++) {
 		/* numpy's floor division (span >= 0 here, so plain division) */
@@ -1760,25 +1761,32 @@ static void apply(Engine *e, Thread *th, int kind, int state, int32_t src, int32
 	}
 }
 
-/* engine.py: _gap_slot */
-static inline void gap_slot(Engine *e, Thread *th, int64_t gap_time, int64_t t)
+/* engine.py: _gap_and_count (the instructions up to the dropped jump
+ * (gap_insns of the event's insns, when known) count before the gap slot, the rest after) */
+static inline void gap_and_count(Engine *e, Thread *th, int64_t gap_time, uint64_t gap_insns,
+				 int64_t t, uint64_t insns, uint64_t cycles)
 {
-	if (e->axis == AXIS_TIME && (th->last_raw >> 2) < gap_time && gap_time < t)
+	if (gap_time && e->axis == AXIS_TIME && (th->last_raw >> 2) < gap_time && gap_time < t) {
+		if (gap_insns && gap_insns <= insns) {
+			count(e, th, gap_insns, 0);
+			insns -= gap_insns;
+		}
 		take_slot(e, th, gap_time, 0);
+	}
+	if (insns || cycles)
+		count(e, th, insns, cycles);
 }
 
 /* engine.py: TraceSegmentEngine._branch_body (in-transaction events and what follows
  * them; held events as they are run) */
 static void branch_body(Engine *e, Thread *th, int kind, int state, bool in_tx, int32_t src,
 			int32_t dst, int64_t time, uint64_t insns, uint64_t cycles,
-			int64_t gap_time, const uint64_t *lines, size_t nlines)
+			int64_t gap_time, uint64_t gap_insns, const uint64_t *lines,
+			size_t nlines)
 {
 	int64_t t = time < th->last_time ? th->last_time : time;
 	th->last_time = t;
-	if (gap_time)
-		gap_slot(e, th, gap_time, t);
-	if (insns || cycles)
-		count(e, th, insns, cycles);
+	gap_and_count(e, th, gap_time, gap_insns, t, insns, cycles);
 	add_lines(e, th, lines, nlines);
 	if (in_tx) {
 		if (th->ntx == th->captx)
@@ -1871,7 +1879,7 @@ static bool follow(Engine *e, Thread *th, const HeldEvent *h)
 
 static void hold(Engine *e, Thread *th, int kind, int state, bool in_tx, int32_t src,
 		 int32_t dst, int64_t time, uint64_t insns, uint64_t cycles, int64_t gap_time,
-		 const uint64_t *lines, size_t nlines);
+		 uint64_t gap_insns, const uint64_t *lines, size_t nlines);
 
 /* engine.py: _settle */
 static void settle(Engine *e, Thread *th)
@@ -1903,10 +1911,11 @@ static void settle(Engine *e, Thread *th)
 		const HeldEvent *h = &ev[k];
 		if (l->on)
 			hold(e, th, h->kind, h->state, h->in_tx, h->src, h->dst, h->time, h->insns,
-			     h->cycles, h->gap_time, lines + h->line0, h->nlines);
+			     h->cycles, h->gap_time, h->gap_insns, lines + h->line0, h->nlines);
 		else
 			branch_body(e, th, h->kind, h->state, h->in_tx, h->src, h->dst, h->time,
-				    h->insns, h->cycles, h->gap_time, lines + h->line0, h->nlines);
+				    h->insns, h->cycles, h->gap_time, h->gap_insns,
+				    lines + h->line0, h->nlines);
 	}
 	free(ev);
 	free(lines);
@@ -1915,7 +1924,7 @@ static void settle(Engine *e, Thread *th)
 /* engine.py: _hold */
 static void hold(Engine *e, Thread *th, int kind, int state, bool in_tx, int32_t src,
 		 int32_t dst, int64_t time, uint64_t insns, uint64_t cycles, int64_t gap_time,
-		 const uint64_t *lines, size_t nlines)
+		 uint64_t gap_insns, const uint64_t *lines, size_t nlines)
 {
 	Lookahead *l = &th->look;
 	if (l->nev == l->capev)
@@ -1927,8 +1936,8 @@ static void hold(Engine *e, Thread *th, int kind, int state, bool in_tx, int32_t
 		memcpy(l->lines + l->nlines, lines, nlines * sizeof(uint64_t));
 	}
 	HeldEvent *h = &l->ev[l->nev++];
-	*h = (HeldEvent){kind, state, src, dst, in_tx, time, gap_time, insns, cycles, l->nlines,
-			 nlines};
+	*h = (HeldEvent){kind,	 state,	 src,	     dst,	in_tx, time,
+			 gap_time, insns, cycles, gap_insns, l->nlines, nlines};
 	l->nlines += nlines;
 	bool followed = follow(e, th, h);
 	size_t alive = 0;
@@ -1941,16 +1950,17 @@ static void hold(Engine *e, Thread *th, int kind, int state, bool in_tx, int32_t
 /* engine.py: TraceSegmentEngine._branch */
 static void branch_slow(Engine *e, Thread *th, int kind, int state, bool in_tx, int32_t src,
 			int32_t dst, int64_t time, uint64_t insns, uint64_t cycles,
-			int64_t gap_time, const uint64_t *lines, size_t nlines)
+			int64_t gap_time, uint64_t gap_insns, const uint64_t *lines,
+			size_t nlines)
 {
 	e->events++;
 	e->branches++;
 	if (th->look.on)
-		hold(e, th, kind, state, in_tx, src, dst, time, insns, cycles, gap_time, lines,
-		     nlines);
+		hold(e, th, kind, state, in_tx, src, dst, time, insns, cycles, gap_time, gap_insns,
+		     lines, nlines);
 	else
 		branch_body(e, th, kind, state, in_tx, src, dst, time, insns, cycles, gap_time,
-			    lines, nlines);
+			    gap_insns, lines, nlines);
 }
 
 /* engine.py: TraceSegmentEngine._close_all, then every slot resolves and every slice is
@@ -1986,11 +1996,11 @@ static void close_all(Engine *e, Thread *th)
 
 static int engine_init(Engine *e, PyObject *args, PyObject *kwds)
 {
-	static char *kwlist[] = {"max_examples", "keep_slots", "axis", NULL};
+	static char *kwlist[] = {"max_examples", "keep_slots", "axis", "spread", NULL};
 	Py_ssize_t max_examples = 5;
-	int keep_slots = 0, axis = AXIS_TIME;
-	if (!PyArg_ParseTupleAndKeywords(args, kwds, "|npi", kwlist, &max_examples, &keep_slots,
-					 &axis))
+	int keep_slots = 0, axis = AXIS_TIME, spread = 0;
+	if (!PyArg_ParseTupleAndKeywords(args, kwds, "|npip", kwlist, &max_examples, &keep_slots,
+					 &axis, &spread))
 		return -1;
 	if (axis < AXIS_TIME || axis > AXIS_CYCLES) {
 		PyErr_SetString(PyExc_ValueError, "axis: 0 time, 1 instructions, 2 cycles");
@@ -2011,6 +2021,7 @@ static int engine_init(Engine *e, PyObject *args, PyObject *kwds)
 	e->max_examples = max_examples;
 	e->keep_slots = keep_slots;
 	e->axis = axis;
+	e->spread = spread;
 	return 0;
 }
 
@@ -2215,10 +2226,10 @@ enum { C_PID, C_TID, C_TIME, C_FLAGS, C_SRC, C_DST, C_INSN, C_CYC, C_GAP, NCOLS 
 
 static PyObject *engine_feed_batch(Engine *e, PyObject *args)
 {
-	PyObject *objs[NCOLS + 2] = {0};
-	if (!PyArg_ParseTuple(args, "OOOOOOOOO|OO", &objs[0], &objs[1], &objs[2], &objs[3],
+	PyObject *objs[NCOLS + 3] = {0};
+	if (!PyArg_ParseTuple(args, "OOOOOOOOO|OOO", &objs[0], &objs[1], &objs[2], &objs[3],
 			      &objs[4], &objs[5], &objs[6], &objs[7], &objs[8], &objs[9],
-			      &objs[10]))
+			      &objs[10], &objs[11]))
 		return NULL;
 	bool has_lines = objs[9] && objs[9] != Py_None;
 	GUARD(e);
@@ -2229,17 +2240,17 @@ static PyObject *engine_feed_batch(Engine *e, PyObject *args)
 	static const char *names[] = {"pid", "tid",	   "time",	  "flags",    "src",
 				      "dst", "insn_count", "cycle_count", "gap_delta"};
 	static const Py_ssize_t sizes[] = {4, 4, 8, 4, 4, 4, 8, 8, 4};
-	Column cols[NCOLS + 2] = {0};
+	Column cols[NCOLS + 3] = {0};
 	for (int i = 0; i < NCOLS; i++) {
 		if (column_get(&cols[i], objs[i], sizes[i], names[i]) < 0) {
-			columns_release(cols, NCOLS + 2);
+			columns_release(cols, NCOLS + 3);
 			return NULL;
 		}
 	}
 	Py_ssize_t n = cols[0].view.shape[0];
 	for (int i = 1; i < NCOLS; i++) {
 		if (cols[i].view.shape[0] != n) {
-			columns_release(cols, NCOLS + 2);
+			columns_release(cols, NCOLS + 3);
 			PyErr_SetString(PyExc_ValueError, "batch columns differ in length");
 			return NULL;
 		}
@@ -2248,7 +2259,7 @@ static PyObject *engine_feed_batch(Engine *e, PyObject *args)
 	if (has_lines) {
 		if (column_get(&cols[NCOLS], objs[9], 4, "line_offsets") < 0 ||
 		    column_get(&cols[NCOLS + 1], objs[10] ? objs[10] : Py_None, 8, "lines") < 0) {
-			columns_release(cols, NCOLS + 2);
+			columns_release(cols, NCOLS + 3);
 			return NULL;
 		}
 		Py_ssize_t nl = cols[NCOLS + 1].view.shape[0];
@@ -2257,27 +2268,40 @@ static PyObject *engine_feed_batch(Engine *e, PyObject *args)
 		for (Py_ssize_t i = 0; ok && i < n; i++)
 			ok = AT(cols[NCOLS], int32_t, i) <= AT(cols[NCOLS], int32_t, i + 1);
 		if (!ok) {
-			columns_release(cols, NCOLS + 2);
+			columns_release(cols, NCOLS + 3);
 			PyErr_SetString(PyExc_ValueError, "line offsets do not fit the lines");
 			return NULL;
 		}
 		e->lines_on = true;
 	}
 	const uint64_t *all_lines = has_lines ? (const uint64_t *)cols[NCOLS + 1].p : NULL;
+	/* Where perf's clock moved on among a row's instructions (model.BranchEvent.gap_insns). */
+	bool has_gap_insns = objs[11] && objs[11] != Py_None;
+	if (has_gap_insns) {
+		if (column_get(&cols[NCOLS + 2], objs[11], 2, "gap_insns") < 0) {
+			columns_release(cols, NCOLS + 3);
+			return NULL;
+		}
+		if (cols[NCOLS + 2].view.shape[0] != n) {
+			columns_release(cols, NCOLS + 3);
+			PyErr_SetString(PyExc_ValueError, "batch columns differ in length");
+			return NULL;
+		}
+	}
 	/* Refuse bad rows before changing anything. */
 	int64_t nloc = (int64_t)e->nloc;
 	for (Py_ssize_t i = 0; i < n; i++) {
 		int32_t src = AT(cols[C_SRC], int32_t, i), dst = AT(cols[C_DST], int32_t, i);
 		int64_t time = AT(cols[C_TIME], int64_t, i);
 		if (src < 0 || src >= nloc || dst < 0 || dst >= nloc) {
-			columns_release(cols, NCOLS + 2);
+			columns_release(cols, NCOLS + 3);
 			PyErr_Format(PyExc_ValueError,
 				     "branch %zd names location %d, not in the table (%lld locations)",
 				     i, src < 0 || src >= nloc ? src : dst, (long long)nloc);
 			return NULL;
 		}
 		if (time >= TIME_LIMIT || time <= -TIME_LIMIT) {
-			columns_release(cols, NCOLS + 2);
+			columns_release(cols, NCOLS + 3);
 			PyErr_Format(PyExc_OverflowError, "branch %zd has an out-of-range time %lld",
 				     i, (long long)time);
 			return NULL;
@@ -2285,7 +2309,7 @@ static PyObject *engine_feed_batch(Engine *e, PyObject *args)
 	}
 	if (setjmp(e->jb)) {
 		e->broken = true;
-		columns_release(cols, NCOLS + 2);
+		columns_release(cols, NCOLS + 3);
 		return NULL;
 	}
 	Thread *th = NULL;
@@ -2298,6 +2322,7 @@ static PyObject *engine_feed_batch(Engine *e, PyObject *args)
 		uint64_t insns = AT(cols[C_INSN], uint64_t, i);
 		uint64_t cycles = AT(cols[C_CYC], uint64_t, i);
 		uint32_t gap_delta = AT(cols[C_GAP], uint32_t, i);
+		uint64_t gap_insns = has_gap_insns ? AT(cols[NCOLS + 2], uint16_t, i) : 0;
 		int64_t gap_time = gap_delta ? time - (int64_t)gap_delta : 0;
 		uint8_t ks = kind_state[flags & (FLAG_TABLE_SIZE - 1)];
 		int kind = ks & 15, state = ks >> 4;
@@ -2312,7 +2337,7 @@ static PyObject *engine_feed_batch(Engine *e, PyObject *args)
 			size_t l0 = has_lines ? (size_t)AT(cols[NCOLS], int32_t, i) : 0;
 			size_t l1 = has_lines ? (size_t)AT(cols[NCOLS], int32_t, i + 1) : 0;
 			branch_slow(e, th, kind, state, flags & IN_TX_FLAG, src, dst, time, insns,
-				    cycles, gap_time, all_lines + l0, l1 - l0);
+				    cycles, gap_time, gap_insns, all_lines + l0, l1 - l0);
 			continue;
 		}
 		e->events++;
@@ -2322,17 +2347,14 @@ static PyObject *engine_feed_batch(Engine *e, PyObject *args)
 			t = th->last_time;
 		else
 			th->last_time = t;
-		if (gap_time)
-			gap_slot(e, th, gap_time, t);
-		if (insns || cycles)
-			count(e, th, insns, cycles);
+		gap_and_count(e, th, gap_time, gap_insns, t, insns, cycles);
 		if (has_lines) {
 			int32_t l0 = AT(cols[NCOLS], int32_t, i), l1 = AT(cols[NCOLS], int32_t, i + 1);
 			add_lines(e, th, all_lines + l0, (size_t)(l1 - l0));
 		}
 		apply(e, th, kind, state, src, dst, t);
 	}
-	columns_release(cols, NCOLS + 2);
+	columns_release(cols, NCOLS + 3);
 	Py_RETURN_NONE;
 }
 

@@ -302,12 +302,22 @@ def _new_frame(
     return [function, index]
 
 
-def _gap_slot(th: _Thread, gap_time: int, t: int) -> None:
+def _gap_and_count(th: _Thread, ev: BranchEvent, t: int) -> None:
     """A dropped jump's time between the thread's last slot and this event: logged as a
     time-only slot, it ends the previous run of equal timestamps where perf's time moved on
-    (instead of at the next kept event, maybe much later)."""
+    (instead of at the next kept event, maybe much later). The event's instructions up to
+    that jump (``gap_insns``, when known) count before the slot, the rest after it: where
+    runs are spread by instructions, the slot sits where the clock moved."""
+    insns = ev.insn_count
+    gap_time = ev.gap_time
     if (th.log[-1] >> 2) < gap_time < t:
+        early = ev.gap_insns
+        if early and early <= insns:
+            _count(th, early, 0)
+            insns -= early
         th.log.append(gap_time * 4)
+    if insns or ev.cycle_count:
+        _count(th, insns, ev.cycle_count)
 
 
 STACK_SWITCHERS: Final = frozenset(
@@ -431,8 +441,10 @@ class TraceSegmentEngine:
     """Folds events into per-thread call histories; :meth:`finish` returns the Timeline.
 
     ``keep_slots`` keeps each slice's start/end slot (for transcript tests).
-    ``spread_by_instructions``: events whose times are their thread's cumulative counts
-    (the C engine's other time axes), whose runs are spread by the instructions in them.
+    ``spread_by_instructions``: a run of equal times is spread by the instructions in it
+    (not by equal shares of its calls): for events whose times are their thread's cumulative
+    counts (the C engine's other time axes), and for perf times where every event's count is
+    exact (instruction detail), perf's clock moving at packets the events do not show.
     """
 
     def __init__(
@@ -523,8 +535,8 @@ class TraceSegmentEngine:
             else:
                 th.last_time = t
             if ev.gap_time:
-                _gap_slot(th, ev.gap_time, t)
-            if ev.insn_count or ev.cycle_count:
+                _gap_and_count(th, ev, t)
+            elif ev.insn_count or ev.cycle_count:
                 _count(th, ev.insn_count, ev.cycle_count)
             if ev.lines is not None:
                 self._lines_seen = True
@@ -679,8 +691,8 @@ class TraceSegmentEngine:
             t = th.last_time
         th.last_time = t
         if ev.gap_time:
-            _gap_slot(th, ev.gap_time, t)
-        if ev.insn_count or ev.cycle_count:
+            _gap_and_count(th, ev, t)
+        elif ev.insn_count or ev.cycle_count:
             _count(th, ev.insn_count, ev.cycle_count)
         if ev.lines is not None:
             self._lines_seen = True

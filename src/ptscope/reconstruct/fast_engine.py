@@ -77,14 +77,25 @@ def is_available() -> bool:
 
 
 def make_engine(
-    *, keep_slots: bool = False, landing_pads: LandingPadLookup | None = None
+    *,
+    keep_slots: bool = False,
+    landing_pads: LandingPadLookup | None = None,
+    spread_by_instructions: bool = False,
 ) -> FastEngine | TraceSegmentEngine:
     """The C engine when it is built, else the Python one (saying which in the log)."""
     if _cengine is not None:
         log.info("engine: C (ptscope.reconstruct._cengine)")
-        return FastEngine(keep_slots=keep_slots, landing_pads=landing_pads)
+        return FastEngine(
+            keep_slots=keep_slots,
+            landing_pads=landing_pads,
+            spread_by_instructions=spread_by_instructions,
+        )
     log.info("engine: Python (the C engine is not built: %s)", _IMPORT_ERROR)
-    return TraceSegmentEngine(keep_slots=keep_slots, landing_pads=landing_pads)
+    return TraceSegmentEngine(
+        keep_slots=keep_slots,
+        landing_pads=landing_pads,
+        spread_by_instructions=spread_by_instructions,
+    )
 
 
 def _i32(a: Any) -> npt.NDArray[np.int32]:
@@ -219,13 +230,16 @@ class FastEngine:
         max_examples: int = 5,
         landing_pads: LandingPadLookup | None = None,
         axis: str = "time",
+        spread_by_instructions: bool = False,
     ) -> None:
         if _cengine is None:
             raise RuntimeError(f"the C engine is not built ({_IMPORT_ERROR})")
         if axis not in TIME_AXES:
             raise ValueError(f"time axis: one of {', '.join(TIME_AXES)}, not {axis!r}")
         self.axis = axis
-        self._c = _cengine.Engine(max_examples, keep_slots, TIME_AXES.index(axis))
+        self._c = _cengine.Engine(
+            max_examples, keep_slots, TIME_AXES.index(axis), spread_by_instructions
+        )
         # C location ids by chunk: (first id, table, first row) in id order, to answer the
         # C side's landing-pad questions about a location it knows by id only.
         self._chunks: list[tuple[int, LocationTable, int]] = []
@@ -305,8 +319,9 @@ class FastEngine:
                     np.ascontiguousarray(batch.lines, dtype=np.uint64),
                 )
                 if batch.line_offsets is not None and batch.lines is not None
-                else ()
+                else (None, None)
             ),
+            None if batch.gap_insns is None else np.asarray(batch.gap_insns, dtype=np.uint16),
         )
 
     def end_segment(self) -> None:
