@@ -178,3 +178,27 @@ def test_verbose_shows_details(tmp_path: Path) -> None:
     assert len(loud.stderr.splitlines()) > len(quiet.stderr.splitlines())
     # -v before the command works too.
     assert ptscope("-v", "decode", str(junk), "--decoder", "text").stderr == loud.stderr
+
+
+@pytest.mark.parametrize("name", ["trace.pftrace", "trace.json", "trace", "trace.fxt.zst"])
+def test_an_output_named_for_another_format_is_refused(
+    recording: Path, tmp_path: Path, name: str
+) -> None:
+    """ptscope writes only FXT: a name that promises another format (Perfetto's protobuf
+    .pftrace, JSON...) is refused before anything is decoded, and nothing is written."""
+    out = tmp_path / name
+    line = one_line_error(ptscope("decode", str(recording), "-o", str(out)), code=2)
+    assert f"-o {out}: ptscope writes only Fuchsia traces" in line
+    assert ".fxt.gz" in line
+    assert not any(tmp_path.iterdir())
+
+
+def test_run_refuses_an_output_named_for_another_format(tmp_path: Path) -> None:
+    out = tmp_path / "trace.pftrace"
+    result = ptscope(
+        "run", "--backend", "emulated", "-o", str(out), "--", str(build("basics")), cwd=tmp_path
+    )
+    line = one_line_error(result, code=2)
+    assert "ptscope writes only Fuchsia traces" in line
+    assert "basics " not in result.stdout  # the program did not run
+    assert not any(tmp_path.iterdir())

@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from ptscope.cli.base import add_decoder_arguments
 from ptscope.cli.serve import add_serve_option, serve_in_perfetto
@@ -417,6 +417,27 @@ def check_output(output: Path) -> Path:
     return output
 
 
+TRACE_SUFFIXES: Final = (".fxt.gz", ".fxt")
+
+
+def check_trace_suffix(output: Path) -> Path:
+    """Refuse a trace name whose suffix promises another format: ptscope writes only
+    Fuchsia traces, so ``-o trace.pftrace`` (Perfetto's protobuf) or ``-o trace.json``
+    would be an FXT file under a misleading name."""
+    if output.name.endswith(TRACE_SUFFIXES):
+        return output
+    better = output.with_name(output.name.partition(".")[0] + ".fxt.gz")
+    raise UsageError(
+        f"-o {output}: ptscope writes only Fuchsia traces, named .fxt.gz (or .fxt uncompressed)",
+        hint=f"-o {better} (Perfetto opens it)",
+    )
+
+
+def check_trace_output(output: Path) -> Path:
+    """:func:`check_output` for a trace: also its suffix (:func:`check_trace_suffix`)."""
+    return check_output(check_trace_suffix(output))
+
+
 def prepare_session(
     args: argparse.Namespace, backend: str, caps: Capabilities, trigger: _Trigger | None
 ) -> tuple[PerfBackend, RecordingPlace, SessionOptions]:
@@ -545,7 +566,7 @@ class RunCommand:
             refuse_misplaced_options(command, self._own_options)
         if not command:
             raise UsageError("no program given", hint="ptscope run [options] -- PROGRAM [ARGS]")
-        output = check_output(args.output)
+        output = check_trace_output(args.output)
         region_of(args)
         caps = probe_capabilities()
         backend = choose_backend(args.backend, caps.intel_pt.present, run=True)
