@@ -625,3 +625,20 @@ def test_trigger_names_as_the_trace_shows_them_checked_before_recording(tmp_path
         assert all(text in line for text in expected), line
         assert not rec.exists(), "a trigger that cannot be armed must not leave a recording"
         assert list(scratch.iterdir()) == []
+
+
+def test_an_address_trigger_in_no_function_fails_before_recording(tmp_path: Path) -> None:
+    """`--trigger 0x10` (no code there) would record and never fire: it is refused in one
+    line, as an unknown name is, before perf starts and without a recording left behind."""
+    exe = str(programs.build("basics"))
+    rec = tmp_path / "rec"
+    done = ptscope(
+        *("run", "--backend", "sampling", "--trigger", "0x10", "--keep-recording", str(rec)),
+        *("-o", str(tmp_path / "t.fxt.gz"), "--", exe),
+    )
+    assert done.returncode == 3, done.stderr
+    no_traceback(done.stderr)
+    [line] = [ln for ln in done.stderr.splitlines() if ln.startswith("ptscope: error:")]
+    assert f"trigger 0x10: no function of {exe} contains that address" in line
+    assert not (tmp_path / "t.fxt.gz").exists()
+    assert not rec.exists(), "a trigger that cannot fire must not leave a recording"
