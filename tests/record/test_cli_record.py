@@ -264,7 +264,9 @@ def test_run_program_that_exits_immediately(program: Build, tmp_path: Path) -> N
 
 
 def test_nonexistent_pid(tmp_path: Path) -> None:
-    done = ptscope("attach", "-p", "4194000", "--backend", "sampling", "-o", str(tmp_path / "x"))
+    done = ptscope(
+        "attach", "-p", "4194000", "--backend", "sampling", "-o", str(tmp_path / "x.fxt.gz")
+    )
     assert done.returncode == 3
     assert done.stderr.splitlines()[0] == "ptscope: error: no process with PID 4194000"
     no_traceback(done.stderr)
@@ -272,13 +274,15 @@ def test_nonexistent_pid(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("pids", ["12,12", "1,x", ","])
 def test_bad_pid_lists(pids: str, tmp_path: Path) -> None:
-    done = ptscope("attach", "-p", pids, "--backend", "sampling", "-o", str(tmp_path / "x"))
+    done = ptscope("attach", "-p", pids, "--backend", "sampling", "-o", str(tmp_path / "x.fxt.gz"))
     assert done.returncode == 2
     no_traceback(done.stderr)
 
 
 def test_nonexistent_program(tmp_path: Path) -> None:
-    done = ptscope("run", "--backend", "sampling", "-o", str(tmp_path / "x"), "--", "/no/such/prog")
+    done = ptscope(
+        "run", "--backend", "sampling", "-o", str(tmp_path / "x.fxt.gz"), "--", "/no/such/prog"
+    )
     assert done.returncode == 3
     assert "/no/such/prog: no such file" in done.stderr
     no_traceback(done.stderr)
@@ -290,7 +294,13 @@ def test_missing_intel_pt_is_refused_with_advice(program: Build, tmp_path: Path)
     if Path("/sys/bus/event_source/devices/intel_pt").exists():
         pytest.skip("this machine has Intel PT")
     done = ptscope(
-        "run", "--backend", "intel-pt", "-o", str(tmp_path / "x"), "--", str(program("quick"))
+        "run",
+        "--backend",
+        "intel-pt",
+        "-o",
+        str(tmp_path / "x.fxt.gz"),
+        "--",
+        str(program("quick")),
     )
     assert done.returncode == 5
     lines = done.stderr.splitlines()
@@ -363,7 +373,7 @@ def test_kernel_tracing_refused_for_users(program: Build, shared_dir: Path) -> N
             "sampling",
             "--kernel",
             "-o",
-            str(tmp_path / "x"),
+            str(tmp_path / "x.fxt.gz"),
             "--",
             str(program("quick")),
         ],
@@ -471,7 +481,7 @@ def test_trigger_picker_needs_a_terminal(program: Build, tmp_path: Path) -> None
         "--trigger",
         "?",
         "-o",
-        str(tmp_path / "x"),
+        str(tmp_path / "x.fxt.gz"),
         "--",
         str(program("quick")),
         stdin=subprocess.DEVNULL,
