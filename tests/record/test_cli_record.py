@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -652,3 +653,33 @@ def test_an_address_trigger_in_no_function_fails_before_recording(tmp_path: Path
     assert f"trigger 0x10: no function of {exe} contains that address" in line
     assert not (tmp_path / "t.fxt.gz").exists()
     assert not rec.exists(), "a trigger that cannot fire must not leave a recording"
+
+
+def test_print_perf_commands_prints_them_even_where_intel_pt_cannot_record(
+    tmp_path: Path,
+) -> None:
+    """`--print-perf-commands` is for seeing the perf command: with `--backend intel-pt` it
+    is printed also where Intel PT cannot record (PID standing for the program's process
+    ID), before the one-line error; the default timing has cycle-accurate packets."""
+    exe = str(programs.build("basics"))
+    rec = tmp_path / "rec"
+    done = ptscope(
+        *("run", "--backend", "intel-pt", "--print-perf-commands"),
+        *("--keep-recording", str(rec), "-o", str(tmp_path / "t.fxt.gz"), "--", exe),
+    )
+    no_traceback(done.stderr)
+    [command] = [ln for ln in done.stderr.splitlines() if "--event=intel_pt/" in ln]
+    argv = shlex.split(command)
+    assert argv[1] == "record"
+    assert argv[argv.index("-o") + 1] == str(rec / "perf.data")
+    [event] = [a for a in argv if a.startswith("--event=")]
+    assert "cyc=1" in event.split("/")[1].split(",")
+    if Path("/sys/bus/event_source/devices/intel_pt").exists():
+        assert done.returncode == 0, done.stderr
+        return
+    assert argv[argv.index("-t") + 1] == "PID"
+    assert done.returncode != 0
+    errors = [ln for ln in done.stderr.splitlines() if ln.startswith("ptscope: error:")]
+    assert errors == ["ptscope: error: no Intel PT on this machine"]
+    assert done.stderr.index(command) < done.stderr.index(errors[0])
+    assert not rec.exists()

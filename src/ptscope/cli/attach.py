@@ -78,7 +78,7 @@ class AttachCommand:
         if args.trigger:
             # Symbols come from the first process's executable (and its libraries).
             trigger = prepare_trigger(args.trigger, _executable(pids[0]), pids[0])
-        perf_backend, place, options = prepare_session(args, backend, caps, trigger)
+        perf_backend, place, options = prepare_session(args, backend, caps, trigger, pids)
         from ptscope.record.session import attach_processes
 
         with place.recording():
