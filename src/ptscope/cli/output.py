@@ -67,6 +67,14 @@ def print_summary(
             "branches could not be read (code perf cannot find: --symfs, or kernel code "
             "without kcore)\n"
         )
+    if summary.missing_fields:
+        from ptscope.decode.perf_script import BRANCH_FIELDS, BRANCH_ITRACE
+
+        out.write(
+            "  the perf script text lacks "
+            + "; ".join(summary.missing_fields)
+            + f" (all of them: perf script --ns --itrace={BRANCH_ITRACE} -F {BRANCH_FIELDS})\n"
+        )
     if summary.unknown_lines:
         n = summary.unknown_lines
         out.write(f"  {n:,} line{'s' * (n != 1)} of perf output not understood, e.g.:\n")
