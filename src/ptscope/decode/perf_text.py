@@ -44,6 +44,7 @@ from typing import Any, Final, cast
 
 from ptscope.decode.blocks import InstructionDetail
 from ptscope.decode.ocaml_names import is_ocaml_label, ocaml_function_name
+from ptscope.decode.plt_names import plt_stub
 from ptscope.demangle import readable_symbol
 from ptscope.model import (
     NOWHERE,
@@ -59,6 +60,7 @@ from ptscope.model import (
     StackSample,
     TraceState,
     classify_flags,
+    function_key,
 )
 
 __all__ = [
@@ -384,14 +386,19 @@ def make_location(ip: int, symbol: str | None, offset: int, dso: str | None) -> 
     perf prints an unresolved address as ``[unknown]`` with no offset, and an address in
     no mapping with the DSO ``[unknown]``; address 0 (the source of ``tr strt``, the
     target of ``tr end``) is :data:`ptscope.model.NOWHERE`. A C++ or Rust name that perf
-    left mangled is demangled here (``ptscope.demangle``), and an OCaml function that perf
-    named by its module's ``code_begin`` label gets its own name (``ocaml_names``).
+    left mangled is demangled here (``ptscope.demangle``), an OCaml function that perf
+    named by its module's ``code_begin`` label gets its own name (``ocaml_names``), and a
+    PLT entry that perf named after the symbol before the PLT (``_init+0x30``) gets its
+    own (``strlen@plt``, ``.plt`` for PLT0: ``plt_names``).
     """
     if symbol is None:
         if ip == 0:
             return NOWHERE
         return Location(ip, UNKNOWN_SYMBOL, -1, dso if dso is not None else UNKNOWN_SYMBOL)
-    if symbol.startswith(("_Z", "_R")):
+    stub = plt_stub(symbol, offset, dso) if dso is not None else None
+    if stub is not None:
+        symbol, offset = stub
+    elif symbol.startswith(("_Z", "_R")):
         symbol = readable_symbol(symbol)
     elif dso is not None and is_ocaml_label(symbol):
         symbol = ocaml_function_name(symbol, dso)
@@ -604,6 +611,9 @@ class PerfTextParser:
         # One Location object per distinct (ip, symbol, offset, dso), and one string object
         # per distinct name, for the life of the parser.
         self._locations: dict[tuple[int, str, int, str], Location] = {}
+        # id of a location (kept alive by _locations) -> its function by perf's own name,
+        # where that differs from Location.function (demangled, PLT and OCaml names).
+        self._perf_functions: dict[int, str] = {}
         self._strings: dict[str, str] = {}
         self._pending: StackSample | None = None
         self._frames: list[Location] = []
@@ -807,7 +817,11 @@ class PerfTextParser:
         value: Any = None
         if branch is not None:
             (flags, kind, state, in_tx, src_loc), dst_loc = branch
-            if not self.keep_all and flags in _JUMP_FLAGS and src_loc.function == dst_loc.function:
+            if (
+                not self.keep_all
+                and flags in _JUMP_FLAGS
+                and self._perf_function(src_loc) == self._perf_function(dst_loc)
+            ):
                 value = _DROP
             else:
                 value = (kind, state, src_loc, dst_loc, in_tx)
@@ -947,7 +961,17 @@ class PerfTextParser:
             loc.dso = intern(loc.dso)
             loc.function = intern(loc.function)
             found = self._locations[key] = loc
+            if symbol is not None:
+                perf_function = function_key(symbol, loc.dso)
+                if perf_function != loc.function:
+                    self._perf_functions[id(found)] = perf_function
         return found
+
+    def _perf_function(self, loc: Location) -> str:
+        """The function of ``loc`` by perf's own name, which decides, as in the dlfilter,
+        whether a jump stays inside one function (a PLT stub that perf named ``_init+0x30``
+        jumping to PLT0, ``_init+0x20``, does)."""
+        return self._perf_functions.get(id(loc), loc.function)
 
     def _intern(self, text: str) -> str:
         return self._strings.setdefault(text, sys.intern(text))
