@@ -115,6 +115,8 @@ class DecodeSummary:
     """Instruction detail: runs of code between branches that could not be read (their
     instructions are in no count)."""
     unknown_examples: list[str] = field(default_factory=list)
+    missing_fields: list[str] = field(default_factory=list)
+    """Saved perf script text: the ``-F`` fields it lacks, each with what is lost."""
     top_functions: list[FunctionStat] = field(default_factory=list)
     write: WriteStats = field(default_factory=WriteStats)
     parts: list[PartInfo] = field(default_factory=list)
@@ -264,6 +266,7 @@ def decode_perf_script_text(
         timeline = timeline_from_events(events, summary=summary)
     if stats:
         _take_text_stats(summary, stats[-1])
+        summary.missing_fields = stats[-1].shape.other_missing(stats[-1])
     if not _streams(options):
         _finish(timeline, recording, options, summary)
     summary.seconds = time.perf_counter() - started

@@ -11,6 +11,7 @@ import pytest
 
 from ptscope.decode.perf_script import BRANCH_FIELDS
 from ptscope.fxt import read_trace
+from ptscope.perftool import find_perf, perf_env
 from ptscope.record.emulated import record
 from support.cli import one_line_error, ptscope
 from support.emulated_corpus import perf_text
@@ -178,3 +179,111 @@ def test_verbose_shows_details(tmp_path: Path) -> None:
     assert len(loud.stderr.splitlines()) > len(quiet.stderr.splitlines())
     # -v before the command works too.
     assert ptscope("-v", "decode", str(junk), "--decoder", "text").stderr == loud.stderr
+
+
+@pytest.mark.parametrize("name", ["trace.pftrace", "trace.json", "trace", "trace.fxt.zst"])
+def test_an_output_named_for_another_format_is_refused(
+    recording: Path, tmp_path: Path, name: str
+) -> None:
+    """ptscope writes only FXT: a name that promises another format (Perfetto's protobuf
+    .pftrace, JSON...) is refused before anything is decoded, and nothing is written."""
+    out = tmp_path / name
+    line = one_line_error(ptscope("decode", str(recording), "-o", str(out)), code=2)
+    assert f"-o {out}: ptscope writes only Fuchsia traces" in line
+    assert ".fxt.gz" in line
+    assert not any(tmp_path.iterdir())
+
+
+def test_run_refuses_an_output_named_for_another_format(tmp_path: Path) -> None:
+    out = tmp_path / "trace.pftrace"
+    result = ptscope(
+        "run", "--backend", "emulated", "-o", str(out), "--", str(build("basics")), cwd=tmp_path
+    )
+    line = one_line_error(result, code=2)
+    assert "ptscope writes only Fuchsia traces" in line
+    assert "basics " not in result.stdout  # the program did not run
+    assert not any(tmp_path.iterdir())
+
+
+def _perf_script(perf_data: Path, *options: str) -> str:
+    done = subprocess.run(
+        [find_perf().path, "script", "-i", str(perf_data), *options],
+        capture_output=True,
+        text=True,
+        env=perf_env(),
+        check=True,
+    )
+    return done.stdout
+
+
+WITHOUT = {
+    "synth,event,period": ",".join(
+        f for f in BRANCH_FIELDS.split(",") if f not in ("synth", "event", "period")
+    ),
+    "symoff": BRANCH_FIELDS.replace(",symoff", ""),
+    "pid": BRANCH_FIELDS.replace("pid,tid,", "tid,"),
+}
+
+
+@pytest.mark.parametrize(
+    ("fields", "lacks"),
+    [
+        ("comm," + BRANCH_FIELDS, None),
+        (WITHOUT["synth,event,period"], "-F synth,event (CPU frequency changes)"),
+        (WITHOUT["symoff"], "-F symoff (function entries"),
+        (WITHOUT["pid"], "-F pid,tid (one id per line"),
+    ],
+    ids=["with-comm", "without-synth-event-period", "without-symoff", "without-pid"],
+)
+def test_perf_script_text_with_other_fields_is_decoded_and_what_it_lacks_said(
+    recording: Path, tmp_path: Path, fields: str, lacks: str | None
+) -> None:
+    """Text with more or fewer -F fields than the README's is decoded as far as it can
+    be, and one line says which fields it lacks for what (none when nothing is lost)."""
+    perf_data = recording / "perf.data"
+    documented = tmp_path / "documented.fxt"
+    done = ptscope(
+        "decode", "--perf-script", "-", "-o", str(documented),
+        stdin=perf_text(perf_data, BRANCH_FIELDS),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    out = tmp_path / "t.fxt"
+    done = ptscope(
+        "decode", "--perf-script", "-", "-o", str(out), stdin=perf_text(perf_data, fields)
+    )
+    assert done.returncode == 0, done.stderr
+    said = [line for line in done.stdout.splitlines() if "lacks" in line]
+    if lacks is None:
+        assert said == []
+    else:
+        [line] = said
+        assert lacks in line and BRANCH_FIELDS in line, line
+    if fields != WITHOUT["symoff"]:  # nothing a call needs is lost: the same trace
+        assert dump(out) == dump(documented)
+    else:
+        assert {"main", "_start"} <= {row.split(maxsplit=5)[5] for row in dump(out)}
+
+
+@pytest.mark.parametrize(
+    ("options", "lacks"),
+    [
+        ((), "-F flags (which branches are calls, returns or jumps)"),
+        (("--ns", "--itrace=bep", "-F", BRANCH_FIELDS.replace("time,", "")), "-F time"),
+        (("--ns", "--itrace=bep", "-F", BRANCH_FIELDS.replace("addr,", "")), "branches"),
+    ],
+    ids=["plain-perf-script", "without-time", "without-addr"],
+)
+def test_perf_script_text_from_which_no_call_can_be_rebuilt_is_one_error(
+    recording: Path, tmp_path: Path, options: tuple[str, ...], lacks: str
+) -> None:
+    """Plain `perf script` (no flags) or text without times or targets: one line naming
+    what is missing, the documented command as the hint, and no trace written."""
+    text = tmp_path / "script.txt"
+    text.write_text(_perf_script(recording / "perf.data", *options))
+    out = tmp_path / "t.fxt"
+    result = ptscope("decode", "--perf-script", str(text), "-o", str(out))
+    line = one_line_error(result, code=3)
+    assert f"{text}: no call can be rebuilt from this perf script text" in line
+    assert lacks in line, line
+    assert BRANCH_FIELDS in result.stderr
+    assert not out.exists()

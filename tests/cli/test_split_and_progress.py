@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pty
+import re
 import select
 import subprocess
 import sys
@@ -75,6 +76,24 @@ def test_split_parts_cover_the_whole_trace(
         assert first[1] <= last[0], (name, first, last)
         marked += 1
     assert marked >= 2  # main and its callers cross the boundaries
+
+
+@pytest.mark.parametrize("every", ["20us", "1000s"])
+def test_the_summary_names_only_files_that_were_written(
+    perf_data: Path, tmp_path: Path, every: str
+) -> None:
+    """A split trace is its parts: the summary's "wrote" line names the first and the last
+    part (or the only one), never OUT itself, which is not written."""
+    out = ptscope("decode", str(perf_data), "-o", str(tmp_path / "t.fxt.gz"), "--split-time", every)
+    assert not (tmp_path / "t.fxt.gz").exists()
+    parts = sorted(tmp_path.glob("t-*.fxt.gz"))
+    wrote = out.stdout.splitlines()[0]
+    assert wrote.startswith("wrote "), out.stdout
+    named = re.findall(r"\S+\.fxt\.gz", wrote)
+    assert named == sorted({str(parts[0]), str(parts[-1])}), wrote
+    assert f"({len(parts)} part{'s' if len(parts) > 1 else ''})" in wrote
+    if every == "1000s":
+        assert len(parts) == 1
 
 
 @pytest.mark.parametrize(

@@ -45,4 +45,5 @@ def test_every_rule_has_a_golden() -> None:
         "decode_error_stitched",
         "decode_error_fresh",
         "equal_timestamps",
+        "plt_header",
     } <= names

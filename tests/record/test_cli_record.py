@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -264,7 +265,9 @@ def test_run_program_that_exits_immediately(program: Build, tmp_path: Path) -> N
 
 
 def test_nonexistent_pid(tmp_path: Path) -> None:
-    done = ptscope("attach", "-p", "4194000", "--backend", "sampling", "-o", str(tmp_path / "x"))
+    done = ptscope(
+        "attach", "-p", "4194000", "--backend", "sampling", "-o", str(tmp_path / "x.fxt.gz")
+    )
     assert done.returncode == 3
     assert done.stderr.splitlines()[0] == "ptscope: error: no process with PID 4194000"
     no_traceback(done.stderr)
@@ -272,13 +275,15 @@ def test_nonexistent_pid(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("pids", ["12,12", "1,x", ","])
 def test_bad_pid_lists(pids: str, tmp_path: Path) -> None:
-    done = ptscope("attach", "-p", pids, "--backend", "sampling", "-o", str(tmp_path / "x"))
+    done = ptscope("attach", "-p", pids, "--backend", "sampling", "-o", str(tmp_path / "x.fxt.gz"))
     assert done.returncode == 2
     no_traceback(done.stderr)
 
 
 def test_nonexistent_program(tmp_path: Path) -> None:
-    done = ptscope("run", "--backend", "sampling", "-o", str(tmp_path / "x"), "--", "/no/such/prog")
+    done = ptscope(
+        "run", "--backend", "sampling", "-o", str(tmp_path / "x.fxt.gz"), "--", "/no/such/prog"
+    )
     assert done.returncode == 3
     assert "/no/such/prog: no such file" in done.stderr
     no_traceback(done.stderr)
@@ -290,7 +295,13 @@ def test_missing_intel_pt_is_refused_with_advice(program: Build, tmp_path: Path)
     if Path("/sys/bus/event_source/devices/intel_pt").exists():
         pytest.skip("this machine has Intel PT")
     done = ptscope(
-        "run", "--backend", "intel-pt", "-o", str(tmp_path / "x"), "--", str(program("quick"))
+        "run",
+        "--backend",
+        "intel-pt",
+        "-o",
+        str(tmp_path / "x.fxt.gz"),
+        "--",
+        str(program("quick")),
     )
     assert done.returncode == 5
     lines = done.stderr.splitlines()
@@ -363,7 +374,7 @@ def test_kernel_tracing_refused_for_users(program: Build, shared_dir: Path) -> N
             "sampling",
             "--kernel",
             "-o",
-            str(tmp_path / "x"),
+            str(tmp_path / "x.fxt.gz"),
             "--",
             str(program("quick")),
         ],
@@ -471,7 +482,7 @@ def test_trigger_picker_needs_a_terminal(program: Build, tmp_path: Path) -> None
         "--trigger",
         "?",
         "-o",
-        str(tmp_path / "x"),
+        str(tmp_path / "x.fxt.gz"),
         "--",
         str(program("quick")),
         stdin=subprocess.DEVNULL,
@@ -625,3 +636,50 @@ def test_trigger_names_as_the_trace_shows_them_checked_before_recording(tmp_path
         assert all(text in line for text in expected), line
         assert not rec.exists(), "a trigger that cannot be armed must not leave a recording"
         assert list(scratch.iterdir()) == []
+
+
+def test_an_address_trigger_in_no_function_fails_before_recording(tmp_path: Path) -> None:
+    """`--trigger 0x10` (no code there) would record and never fire: it is refused in one
+    line, as an unknown name is, before perf starts and without a recording left behind."""
+    exe = str(programs.build("basics"))
+    rec = tmp_path / "rec"
+    done = ptscope(
+        *("run", "--backend", "sampling", "--trigger", "0x10", "--keep-recording", str(rec)),
+        *("-o", str(tmp_path / "t.fxt.gz"), "--", exe),
+    )
+    assert done.returncode == 3, done.stderr
+    no_traceback(done.stderr)
+    [line] = [ln for ln in done.stderr.splitlines() if ln.startswith("ptscope: error:")]
+    assert f"trigger 0x10: no function of {exe} contains that address" in line
+    assert not (tmp_path / "t.fxt.gz").exists()
+    assert not rec.exists(), "a trigger that cannot fire must not leave a recording"
+
+
+def test_print_perf_commands_prints_them_even_where_intel_pt_cannot_record(
+    tmp_path: Path,
+) -> None:
+    """`--print-perf-commands` is for seeing the perf command: with `--backend intel-pt` it
+    is printed also where Intel PT cannot record (PID standing for the program's process
+    ID), before the one-line error; the default timing has cycle-accurate packets."""
+    exe = str(programs.build("basics"))
+    rec = tmp_path / "rec"
+    done = ptscope(
+        *("run", "--backend", "intel-pt", "--print-perf-commands"),
+        *("--keep-recording", str(rec), "-o", str(tmp_path / "t.fxt.gz"), "--", exe),
+    )
+    no_traceback(done.stderr)
+    [command] = [ln for ln in done.stderr.splitlines() if "--event=intel_pt/" in ln]
+    argv = shlex.split(command)
+    assert argv[1] == "record"
+    assert argv[argv.index("-o") + 1] == str(rec / "perf.data")
+    [event] = [a for a in argv if a.startswith("--event=")]
+    assert "cyc=1" in event.split("/")[1].split(",")
+    if Path("/sys/bus/event_source/devices/intel_pt").exists():
+        assert done.returncode == 0, done.stderr
+        return
+    assert argv[argv.index("-t") + 1] == "PID"
+    assert done.returncode != 0
+    errors = [ln for ln in done.stderr.splitlines() if ln.startswith("ptscope: error:")]
+    assert errors == ["ptscope: error: no Intel PT on this machine"]
+    assert done.stderr.index(command) < done.stderr.index(errors[0])
+    assert not rec.exists()

@@ -4,6 +4,7 @@ document for each option."""
 from __future__ import annotations
 
 import itertools
+import re
 import subprocess
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 
 from ptscope.errors import UsageError
 from ptscope.record.perf_commands import (
+    NORMAL_TIMER,
     PT_CONFIG_TERMS,
     CallgraphMode,
     Control,
@@ -286,3 +288,17 @@ def test_real_perf_accepts_the_sampling_argv(perf_path: str, tmp_path: Path, pro
     finally:
         spin.kill()
         spin.wait()
+
+
+def test_the_readme_says_which_timer_resolutions_give_cycle_packets() -> None:
+    """The README's list of the presets with cycle-accurate packets is the presets' own."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    text = " ".join(readme.split())
+    said = re.search(r"Intel PT `CYC`: on by default, with (.+?), off with (.+?);", text)
+    assert said, "the README says which --timer-resolution presets give CYC packets"
+    on = set(re.findall(r"`(?:--timer-resolution )?(\w+)`", said[1]))
+    off = set(re.findall(r"`(?:--timer-resolution )?(\w+)`", said[2]))
+    presets = ("low", "normal", "high")
+    assert on == {p for p in presets if parse_timer_resolution(p).uses_cyc}
+    assert off == {p for p in presets if not parse_timer_resolution(p).uses_cyc}
+    assert NORMAL_TIMER.uses_cyc  # "by default"

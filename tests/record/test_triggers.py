@@ -25,6 +25,7 @@ from ptscope.record.launch import StoppedProgram
 from ptscope.record.session import Hit
 from ptscope.record.symbols import (
     ElfImage,
+    check_selection,
     load_bias,
     needs_libraries,
     parse_selection,
@@ -193,6 +194,30 @@ def test_unknown_symbol_is_one_clear_error(program: Build) -> None:
     path = program("threads")
     with pytest.raises(BadInputError, match="no function of that name"):
         resolve_selection(parse_selection("no_such_function_xyz"), str(path), [])
+
+
+def test_an_address_in_no_function_is_refused_as_an_unknown_symbol_is(
+    program: Build, nm: None, tmp_path: Path
+) -> None:
+    """An address trigger must lie in a function of the program (link-time addresses, as
+    nm shows them): data or an address outside the code would never fire. A stripped
+    program has few function symbols: there any address in its code is taken."""
+    path = program("threads")
+    function = nm_address(path, "trigger_target")
+    data = nm_address(path, "counter")
+    for address in (function, function + 1):
+        check_selection(parse_selection(hex(address)), str(path))
+    stripped = tmp_path / "threads-stripped"
+    shutil.copy(path, stripped)
+    subprocess.run(["strip", str(stripped)], check=True)
+    check_selection(parse_selection(hex(function + 1)), str(stripped))
+    for exe in (path, stripped):
+        for address in (data, 0x10):
+            selection = parse_selection(hex(address))
+            with pytest.raises(BadInputError, match=r"no function of .* contains that address"):
+                check_selection(selection, str(exe))
+            with pytest.raises(BadInputError, match=r"no function of .* contains that address"):
+                resolve_selection(selection, str(exe), [])
 
 
 def test_hits_on_every_thread_including_one_created_later(

@@ -8,7 +8,7 @@ import os
 
 from ptscope.cli.run import (
     add_record_arguments,
-    check_output,
+    check_trace_output,
     choose_backend,
     decode_step,
     prepare_session,
@@ -61,7 +61,7 @@ class AttachCommand:
         add_record_arguments(parser, run=False)
 
     def run(self, args: argparse.Namespace) -> int:
-        output = check_output(args.output)
+        output = check_trace_output(args.output)
         region_of(args)
         if args.pid:
             pids = parse_pids(args.pid)
@@ -78,7 +78,7 @@ class AttachCommand:
         if args.trigger:
             # Symbols come from the first process's executable (and its libraries).
             trigger = prepare_trigger(args.trigger, _executable(pids[0]), pids[0])
-        perf_backend, place, options = prepare_session(args, backend, caps, trigger)
+        perf_backend, place, options = prepare_session(args, backend, caps, trigger, pids)
         from ptscope.record.session import attach_processes
 
         with place.recording():

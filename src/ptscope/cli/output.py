@@ -30,14 +30,26 @@ def print_summary(
 ) -> None:
     """One line on what was written, warnings, optionally the top functions."""
     size = summary.write.file_bytes
+    parts = summary.parts
+    # A split trace is its parts (OUT-000.fxt.gz...): OUT itself is never written.
+    split = any(part.path != summary.output for part in parts)
+    if split and len(parts) > 1:
+        written = f"{parts[0].path} … {parts[-1].path} ({len(parts)} parts)"
+    elif split:
+        written = f"{parts[0].path} (1 part)"
+    else:
+        written = str(summary.output)
     out.write(
-        f"wrote {summary.output}: {summary.threads} thread{'s' * (summary.threads != 1)}, "
+        f"wrote {written}: {summary.threads} thread{'s' * (summary.threads != 1)}, "
         f"{summary.slices:,} slices, {size / 1024:.0f} KiB "
         f"({summary.decoder} decoder, {summary.seconds:.1f} s)\n"
     )
-    if len(summary.parts) > 1:
-        base = summary.parts[0].start
-        out.write(f"  split into {len(summary.parts)} parts (times from the trace's start):\n")
+    if split:
+        base = parts[0].start
+        out.write(
+            f"  split into {len(parts)} part{'s' * (len(parts) != 1)} "
+            "(times from the trace's start):\n"
+        )
         for part in summary.parts:
             out.write(
                 f"    {part.path}  {_ns(part.start - base):>9} – {_ns(part.end - base):<9}"
@@ -54,6 +66,14 @@ def print_summary(
             f"  instruction counts are short: {n:,} run{'s' * (n != 1)} of code between "
             "branches could not be read (code perf cannot find: --symfs, or kernel code "
             "without kcore)\n"
+        )
+    if summary.missing_fields:
+        from ptscope.decode.perf_script import BRANCH_FIELDS, BRANCH_ITRACE
+
+        out.write(
+            "  the perf script text lacks "
+            + "; ".join(summary.missing_fields)
+            + f" (all of them: perf script --ns --itrace={BRANCH_ITRACE} -F {BRANCH_FIELDS})\n"
         )
     if summary.unknown_lines:
         n = summary.unknown_lines

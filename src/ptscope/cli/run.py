@@ -12,13 +12,14 @@ import argparse
 import contextlib
 import logging
 import os
+import shlex
 import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from ptscope.cli.base import add_decoder_arguments
 from ptscope.cli.serve import add_serve_option, serve_in_perfetto
@@ -28,6 +29,8 @@ from ptscope.recording import Recording
 if TYPE_CHECKING:
     from ptscope.perftool import PerfTool
     from ptscope.record.capabilities import Capabilities
+    from ptscope.record.intel_pt import IntelPtBackend
+    from ptscope.record.perf_commands import TraceScope
     from ptscope.record.session import HitSource, PerfBackend, SessionOptions, SessionResult
     from ptscope.record.symbols import Selection
 
@@ -343,54 +346,93 @@ def build_perf_backend(
     args: argparse.Namespace, backend: str, caps: Capabilities, *, has_trigger: bool
 ) -> tuple[PerfBackend, list[str]]:
     """The perf-based backend object for the options, adapted to the machine."""
-    from ptscope.record.perf_commands import (
-        CallgraphMode,
-        TraceScope,
-        parse_size,
-        parse_timer_resolution,
-        snapshot_pages,
-    )
-
-    scope = (
-        TraceScope.KERNEL
-        if args.kernel_only
-        else TraceScope.BOTH
-        if args.kernel
-        else TraceScope.USER
-    )
-    timer = parse_timer_resolution(args.timer_resolution or "normal")
-    warnings: list[str] = []
     if backend == "intel-pt":
-        from ptscope.record.intel_pt import IntelPtBackend
-
-        size = None
-        if args.snapshot_size:
-            size = snapshot_pages(parse_size(args.snapshot_size))
-            if size.warning():
-                warnings.append(str(size.warning()))
-        pt = IntelPtBackend(
-            scope=scope,
-            timer=timer,
-            snapshot_size=size,
-            full_execution=args.full_execution,
-            multi_snapshot=args.multi_snapshot,
-            kcore=not args.no_kcore,
-            has_trigger=has_trigger,
-        )
+        pt, warnings = intel_pt_backend(args, has_trigger=has_trigger)
         prepared, more = pt.prepare(caps)
         return prepared, warnings + more
+    from ptscope.record.perf_commands import CallgraphMode, parse_timer_resolution
     from ptscope.record.sampling import SamplingBackend
 
+    warnings = []
     if args.snapshot_size or args.full_execution:
         warnings.append("--snapshot-size/--full-execution do not apply to sampling: ignored")
     if args.multi_snapshot:
         warnings.append("--multi-snapshot does not apply to sampling: trigger hits are marked")
     callgraph = None if args.callgraph in (None, "auto") else CallgraphMode(args.callgraph)
     sampling = SamplingBackend(
-        scope=scope, timer=timer, callgraph=callgraph, frequency=args.frequency
+        scope=_trace_scope(args),
+        timer=parse_timer_resolution(args.timer_resolution or "normal"),
+        callgraph=callgraph,
+        frequency=args.frequency,
     )
     prepared_s, more = sampling.prepare(caps)
     return prepared_s, warnings + more
+
+
+def _trace_scope(args: argparse.Namespace) -> TraceScope:
+    from ptscope.record.perf_commands import TraceScope
+
+    if args.kernel_only:
+        return TraceScope.KERNEL
+    return TraceScope.BOTH if args.kernel else TraceScope.USER
+
+
+def intel_pt_backend(
+    args: argparse.Namespace, *, has_trigger: bool
+) -> tuple[IntelPtBackend, list[str]]:
+    """The Intel PT backend the options ask for, before the machine is asked (its
+    ``prepare``), with warnings about the options."""
+    from ptscope.record.intel_pt import IntelPtBackend
+    from ptscope.record.perf_commands import parse_size, parse_timer_resolution, snapshot_pages
+
+    warnings: list[str] = []
+    size = None
+    if args.snapshot_size:
+        size = snapshot_pages(parse_size(args.snapshot_size))
+        if size.warning():
+            warnings.append(str(size.warning()))
+    backend = IntelPtBackend(
+        scope=_trace_scope(args),
+        timer=parse_timer_resolution(args.timer_resolution or "normal"),
+        snapshot_size=size,
+        full_execution=args.full_execution,
+        multi_snapshot=args.multi_snapshot,
+        kcore=not args.no_kcore,
+        has_trigger=has_trigger,
+    )
+    return backend, warnings
+
+
+def print_planned_intel_pt_command(
+    args: argparse.Namespace, caps: Capabilities, *, has_trigger: bool, pids: Sequence[int]
+) -> None:
+    """``--print-perf-commands`` where Intel PT cannot record (no Intel PT, no perf, no
+    permission): the ``perf record`` that ptscope would run, so it can be run elsewhere
+    or by hand. PID stands for the program's process ID; the recording directory is the
+    --keep-recording one, or a new temporary one (XXXXXXXX)."""
+    from ptscope.perftool import PerfTool
+    from ptscope.record.control import fifo_control
+    from ptscope.record.perf_commands import Targets
+
+    try:
+        backend, _ = intel_pt_backend(args, has_trigger=has_trigger)
+    except PtscopeError:
+        return  # the options themselves are wrong: the error says which
+    # Without perf here, the command is the one a current perf gets.
+    perf = caps.perf or PerfTool("perf", (6, 0, 0), "6.0")
+    if args.keep_recording is not None:
+        directory = args.keep_recording.absolute()
+    else:
+        directory = Path(tempfile.gettempdir()) / "ptscope-XXXXXXXX"
+    targets = Targets(tuple(pids), all_threads=args.multi_thread, placeholder="" if pids else "PID")
+    control = fifo_control(directory) if perf.has_control_fifo else None
+    try:
+        argv = backend.record_argv(perf, directory / "perf.data", targets, control)
+    except PtscopeError:
+        return
+    what = "" if pids else " (PID: the program's process ID)"
+    print(f"ptscope: the perf command ptscope would run{what}:", file=sys.stderr)
+    print(shlex.join(argv), file=sys.stderr)
 
 
 def probe_capabilities() -> Capabilities:
@@ -417,18 +459,50 @@ def check_output(output: Path) -> Path:
     return output
 
 
+TRACE_SUFFIXES: Final = (".fxt.gz", ".fxt")
+
+
+def check_trace_suffix(output: Path) -> Path:
+    """Refuse a trace name whose suffix promises another format: ptscope writes only
+    Fuchsia traces, so ``-o trace.pftrace`` (Perfetto's protobuf) or ``-o trace.json``
+    would be an FXT file under a misleading name."""
+    if output.name.endswith(TRACE_SUFFIXES):
+        return output
+    better = output.with_name(output.name.partition(".")[0] + ".fxt.gz")
+    raise UsageError(
+        f"-o {output}: ptscope writes only Fuchsia traces, named .fxt.gz (or .fxt uncompressed)",
+        hint=f"-o {better} (Perfetto opens it)",
+    )
+
+
+def check_trace_output(output: Path) -> Path:
+    """:func:`check_output` for a trace: also its suffix (:func:`check_trace_suffix`)."""
+    return check_output(check_trace_suffix(output))
+
+
 def prepare_session(
-    args: argparse.Namespace, backend: str, caps: Capabilities, trigger: _Trigger | None
+    args: argparse.Namespace,
+    backend: str,
+    caps: Capabilities,
+    trigger: _Trigger | None,
+    pids: Sequence[int] = (),
 ) -> tuple[PerfBackend, RecordingPlace, SessionOptions]:
     """What ``run`` and ``attach`` share: the perf backend (its warnings printed), where the
-    recording goes, and the session's options, with a hit source when there is a trigger."""
+    recording goes, and the session's options, with a hit source when there is a trigger.
+    ``pids``: the processes ``attach`` records (for ``--print-perf-commands``)."""
     from ptscope.record.session import SessionOptions
 
     if args.multi_snapshot and trigger is None:
         raise UsageError("--multi-snapshot needs --trigger")
-    perf_backend, warnings = build_perf_backend(
-        args, backend, caps, has_trigger=trigger is not None
-    )
+    try:
+        perf_backend, warnings = build_perf_backend(
+            args, backend, caps, has_trigger=trigger is not None
+        )
+    except PtscopeError:
+        if args.print_perf_commands and backend == "intel-pt":
+            # Printing the commands is what the option is for, recording or not.
+            print_planned_intel_pt_command(args, caps, has_trigger=trigger is not None, pids=pids)
+        raise
     for warning in warnings:
         print(f"ptscope: warning: {warning}", file=sys.stderr)
     place = RecordingPlace(args.keep_recording)
@@ -545,7 +619,7 @@ class RunCommand:
             refuse_misplaced_options(command, self._own_options)
         if not command:
             raise UsageError("no program given", hint="ptscope run [options] -- PROGRAM [ARGS]")
-        output = check_output(args.output)
+        output = check_trace_output(args.output)
         region_of(args)
         caps = probe_capabilities()
         backend = choose_backend(args.backend, caps.intel_pt.present, run=True)

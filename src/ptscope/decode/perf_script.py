@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Final
 
 from ptscope.decode.blocks import CodeMap, InstructionDetail
-from ptscope.decode.perf_text import TextStats, parse_text
+from ptscope.decode.perf_text import PerfTextParser, TextStats, parse_text
 from ptscope.errors import BadInputError, PtscopeError, ToolMissingError
 from ptscope.model import Event
 from ptscope.perftool import PerfTool, find_perf, perf_env
@@ -414,11 +414,56 @@ def binary_resolver(symfs: Path | str | None) -> Callable[[str], Path | None]:
     return resolve
 
 
+SHAPE_CHECK_LINES: Final = 5000
+"""Lines of saved text read before deciding whether it has the fields a decode needs."""
+
+
 def decode_text_file(
     source: Path | str,
     *,
     keep_all: bool = False,
     on_stats: Callable[[TextStats], None] | None = None,
 ) -> Iterator[list[Event]]:
-    """Decode saved ``perf script`` text (a file, or ``-`` for stdin) into event batches."""
-    yield from parse_text(read_text_lines(source), keep_all=keep_all, on_stats=on_stats)
+    """Decode saved ``perf script`` text (a file, or ``-`` for stdin) into event batches.
+
+    The text may come with other ``-F`` fields than :data:`BRANCH_FIELDS`: what can be
+    decoded is (``TextStats.shape`` says what is missing, for the caller to tell). Text
+    that lacks a field every call needs (``time``, ``flags``, ``ip``, ``addr``: plain
+    ``perf script`` has no flags) fails with a one-line :class:`BadInputError` naming
+    them, after its first :data:`SHAPE_CHECK_LINES` lines and before any event is given.
+    """
+    name = "standard input" if str(source) == "-" else str(source)
+    parser = PerfTextParser(keep_all=keep_all)
+    held: list[list[Event]] | None = []  # until the check; None after it
+    for batch in read_text_lines(source):
+        events = parser.feed(batch)
+        if held is None:
+            if events:
+                yield events
+            continue
+        if events:
+            held.append(events)
+        if parser.stats.lines >= SHAPE_CHECK_LINES:
+            _check_shape(parser.stats, name)
+            yield from held
+            held = None
+    tail = parser.finish()
+    if held is not None:
+        _check_shape(parser.stats, name)
+        yield from held
+    if tail:
+        yield tail
+    if on_stats is not None:
+        on_stats(parser.stats)
+
+
+def _check_shape(stats: TextStats, name: str) -> None:
+    if not stats.lines:
+        raise BadInputError(f"{name} is empty: no perf script text to decode")
+    missing = stats.shape.essential_missing(stats)
+    if missing:
+        raise BadInputError(
+            f"{name}: no call can be rebuilt from this perf script text; it lacks "
+            + "; ".join(missing),
+            hint=f"make it with: perf script --ns --itrace={BRANCH_ITRACE} -F {BRANCH_FIELDS}",
+        )

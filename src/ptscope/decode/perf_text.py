@@ -22,6 +22,12 @@ decode errors with time, ip or pid 0 / -1 have ``None`` there; offsets of 2**32 
 (perf's map-relative garbage for addresses past a symbol's end) are truncated to 32 bits,
 which is what perf hands a dlfilter.
 
+Saved text (``decode --perf-script``) may come with other ``-F`` fields: a command name
+first, one id instead of ``PID/TID``, no period or event, times without ``--ns``, locations
+without symbol, offset or DSO. Such lines take the slow path, whose header parser anchors on
+the time; :class:`TextShape` records which fields the text showed, so that the caller can
+say what it lacks (``perf_script.decode_text_file``).
+
 Nothing here raises on bad input: a line that is not understood is counted in
 :class:`TextStats` (with the first few kept as examples) and the decode goes on.
 """
@@ -38,6 +44,7 @@ from typing import Any, Final, cast
 
 from ptscope.decode.blocks import InstructionDetail
 from ptscope.decode.ocaml_names import is_ocaml_label, ocaml_function_name
+from ptscope.decode.plt_names import plt_stub
 from ptscope.demangle import readable_symbol
 from ptscope.model import (
     NOWHERE,
@@ -53,6 +60,7 @@ from ptscope.model import (
     StackSample,
     TraceState,
     classify_flags,
+    function_key,
 )
 
 __all__ = [
@@ -140,6 +148,72 @@ _SOURCE_RE: Final = re.compile(r"\s*(?P<flags>(?:\S+\s+)*?)(?P<loc>[0-9a-f]+(?:\
 
 
 @dataclass
+class TextShape:
+    """Which of perf script's ``-F`` fields the text shows, learnt while parsing (each
+    distinct branch body and location is looked at once, when it is first parsed)."""
+
+    full_headers: int = 0
+    """Branch lines with ``PID/TID``, a time in ns, a period and an event."""
+    id_pairs: int = 0
+    single_ids: int = 0
+    no_ids: int = 0
+    coarse_times: int = 0
+    """Headers whose time has fewer than 9 decimals (no ``--ns``)."""
+    untimed_branches: int = 0
+    """Branch lines (``=>``) without a time: not decoded."""
+    unnamed_events: int = 0
+    """Lines without an event name that are no branches (psb, cbr without ``synth``)."""
+    flagged_sources: int = 0
+    flagless_sources: int = 0
+    sourceless_branches: int = 0
+    """Distinct branch bodies with nothing before ``=>`` but flags (no ``ip``)."""
+    locations: int = 0
+    """Distinct locations other than address 0."""
+    symbol_fields: int = 0
+    """Locations with a symbol field (a name or ``[unknown]``)."""
+    resolved: int = 0
+    offsets: int = 0
+    dsos: int = 0
+
+    def essential_missing(self, stats: TextStats) -> list[str]:
+        """The fields without which no call can be rebuilt, with what each is for; only
+        when they are missing from the whole text seen so far."""
+        missing = []
+        branch_lines = stats.branches + stats.branches_dropped + self.sourceless_branches
+        if self.untimed_branches and not stats.branches:
+            missing.append("-F time (when each branch ran)")
+        elif not branch_lines:
+            missing.append("branches (`IP => ADDR` lines: --itrace=b, -F ip,addr)")
+        if self.flagless_sources and not self.flagged_sources:
+            missing.append("-F flags (which branches are calls, returns or jumps)")
+        if self.sourceless_branches and not stats.branches:
+            missing.append("-F ip (where each branch comes from)")
+        return missing
+
+    def other_missing(self, stats: TextStats) -> list[str]:
+        """The fields whose absence makes the trace poorer, with what is lost."""
+        missing = []
+        if not (self.full_headers or self.id_pairs):
+            if self.single_ids:
+                missing.append("-F pid,tid (one id per line: threads or processes may merge)")
+            elif self.no_ids:
+                missing.append("-F pid,tid (every line is taken as one thread)")
+        if self.coarse_times and not self.full_headers:
+            missing.append("--ns (times are rounded to microseconds)")
+        if self.locations and not self.symbol_fields:
+            missing.append("-F sym (function names: calls are named by their binary)")
+        elif self.resolved and not self.offsets:
+            missing.append("-F symoff (function entries: tail calls are taken for jumps)")
+        if self.locations and not self.dsos:
+            missing.append("-F dso (binaries: exception landing pads and PLT stub names)")
+        if self.unnamed_events and not stats.power:
+            missing.append("-F synth,event (CPU frequency changes)")
+        elif stats.ignored_events["cbr"] and not stats.power:
+            missing.append("-F synth (CPU frequency changes)")
+        return missing
+
+
+@dataclass
 class TextStats:
     """What the text held: lines, events by type, and what could not be understood."""
 
@@ -161,6 +235,8 @@ class TextStats:
     unknown_flags: list[str] = field(default_factory=list)
     """Distinct branch flag texts with words perf may have added since (the first few):
     the known words in them were still used (see :func:`parse_flags`)."""
+    shape: TextShape = field(default_factory=TextShape)
+    """Which ``-F`` fields the text shows."""
 
     @property
     def events(self) -> int:
@@ -323,14 +399,19 @@ def make_location(ip: int, symbol: str | None, offset: int, dso: str | None) -> 
     perf prints an unresolved address as ``[unknown]`` with no offset, and an address in
     no mapping with the DSO ``[unknown]``; address 0 (the source of ``tr strt``, the
     target of ``tr end``) is :data:`ptscope.model.NOWHERE`. A C++ or Rust name that perf
-    left mangled is demangled here (``ptscope.demangle``), and an OCaml function that perf
-    named by its module's ``code_begin`` label gets its own name (``ocaml_names``).
+    left mangled is demangled here (``ptscope.demangle``), an OCaml function that perf
+    named by its module's ``code_begin`` label gets its own name (``ocaml_names``), and a
+    PLT entry that perf named after the symbol before the PLT (``_init+0x30``) gets its
+    own (``strlen@plt``, ``.plt`` for PLT0: ``plt_names``).
     """
     if symbol is None:
         if ip == 0:
             return NOWHERE
         return Location(ip, UNKNOWN_SYMBOL, -1, dso if dso is not None else UNKNOWN_SYMBOL)
-    if symbol.startswith(("_Z", "_R")):
+    stub = plt_stub(symbol, offset, dso) if dso is not None else None
+    if stub is not None:
+        symbol, offset = stub
+    elif symbol.startswith(("_Z", "_R")):
         symbol = readable_symbol(symbol)
     elif dso is not None and is_ocaml_label(symbol):
         symbol = ocaml_function_name(symbol, dso)
@@ -399,15 +480,31 @@ class _Header:
     period: int
     event: str
     body: str
+    ids: int = 2
+    """How many ids the line gives: 2 (``PID/TID``), 1 (``pid`` or ``tid``) or 0."""
+    ns: bool = True
+    """Whether the time has all 9 decimals (``--ns``)."""
+
+
+_HEADER_TOKENS: Final = 14
+"""Tokens looked at for a line's header: a command name (up to 16 characters, spaces
+allowed), the ids, the time, the period and the event."""
 
 
 def _parse_header(line: str) -> _Header | None:
-    """``[PID/TID] [SEC.NSEC:] [PERIOD] EVENT: BODY`` (the body keeps its spacing)."""
+    """``[COMM] [PID/TID | ID] SEC.NSEC: [PERIOD EVENT: | EVENT:] BODY`` (the body keeps its
+    spacing): the fields perf prints before the branch or sample, as ``-F`` chose them.
+
+    The time anchors the header: what precedes it is the command name (``comm``) and the
+    ids (``PID/TID``, or one number when only ``pid`` or ``tid`` was asked for: taken as
+    both; none: -1); after it come the period and the event name when asked for. ``None``
+    without a time.
+    """
     pos = 0
     n = len(line)
-    tokens: list[tuple[str, int]] = []  # (token, end index), up to the event token
-    event = None
-    while pos < n and len(tokens) < 5:
+    tokens: list[tuple[str, int, int]] = []  # (token, start, end)
+    at_time = -1
+    while pos < n and len(tokens) < _HEADER_TOKENS:
         while pos < n and line[pos] in " \t":
             pos += 1
         end = pos
@@ -416,35 +513,48 @@ def _parse_header(line: str) -> _Header | None:
         if end == pos:
             break
         tok = line[pos:end]
-        tokens.append((tok, end))
+        tokens.append((tok, pos, end))
         pos = end
-        if tok.endswith(":") and len(tok) > 1 and not _is_time(tok[:-1]):
-            event = tok[:-1]
+        if tok.endswith(":") and _is_time(tok[:-1]):
+            at_time = len(tokens) - 1
             break
-    if event is None:
+    if at_time < 0:
         return None
     pid = tid = -1
-    time: int | None = None
-    period = 0
-    for tok, _ in tokens[:-1]:
-        if "/" in tok:
-            p, _, t = tok.partition("/")
-            if not (_is_int(p) and _is_int(t)):
-                return None
+    given = 0
+    if at_time > 0:
+        ids = tokens[at_time - 1][0]
+        p, slash, t = ids.partition("/")
+        if slash and _is_int(p) and _is_int(t):
             pid, tid = int(p), int(t)
-        elif tok.endswith(":") and _is_time(tok[:-1]):
-            time = _parse_time(tok[:-1])
-        elif tok.isdigit():
-            if time is None:
-                pid = tid = int(tok)
-            else:
-                period = int(tok)
-        else:
-            return None
-    body_start = tokens[-1][1]
+            given = 2
+        elif ids.isdigit():
+            pid = tid = int(ids)
+            given = 1
+    time_text = tokens[at_time][0][:-1]
+    time = _parse_time(time_text)
+    body_start = tokens[at_time][2]
+    period = 0
+    event = ""
+    # PERIOD EVENT: or EVENT: may follow; anything else is the body.
+    rest = line[body_start:].split(None, 2)
+    if len(rest) >= 2 and rest[0].isdigit() and _is_event(rest[1]):
+        period = int(rest[0])
+        event = rest[1][:-1]
+        body_start = line.index(rest[1], line.index(rest[0], body_start) + len(rest[0]))
+        body_start += len(rest[1])
+    elif rest and _is_event(rest[0]):
+        event = rest[0][:-1]
+        body_start = line.index(rest[0], body_start) + len(rest[0])
     if body_start < n and line[body_start] == " ":
         body_start += 1
-    return _Header(pid, tid, time, period, event, line[body_start:])
+    fine = len(time_text) - time_text.index(".") > 9
+    return _Header(pid, tid, time, period, event, line[body_start:], given, fine)
+
+
+def _is_event(token: str) -> bool:
+    """perf's ``EVENT:`` (``branches:uH:``, ``cycles:``), not a time or an address."""
+    return len(token) > 1 and token.endswith(":") and not _is_time(token[:-1])
 
 
 def _parse_ipc(text: str) -> tuple[int, int] | None:
@@ -514,6 +624,9 @@ class PerfTextParser:
         # One Location object per distinct (ip, symbol, offset, dso), and one string object
         # per distinct name, for the life of the parser.
         self._locations: dict[tuple[int, str, int, str], Location] = {}
+        # id of a location (kept alive by _locations) -> its function by perf's own name,
+        # where that differs from Location.function (demangled, PLT and OCaml names).
+        self._perf_functions: dict[int, str] = {}
         self._strings: dict[str, str] = {}
         self._pending: StackSample | None = None
         self._frames: list[Location] = []
@@ -630,19 +743,20 @@ class PerfTextParser:
                     except ValueError:
                         pending = other(line, out)
                         continue
+            if event_text != last_event_text:
+                # Only "branches" events take the fast path (a cbr line's symbol may hold
+                # " => " too; with other -F fields the fourth word is no event), checked
+                # first so that no other line's words are cached as a branch body.
+                if not (event_text.startswith("branches") and event_text[-1] == ":"):
+                    pending = other(line, out)
+                    continue
+                last_event_text = event_text
             info = body_get(body, missing)
             if info is missing:
                 info = self._body(body)
             if info is None:
                 pending = other(line, out)
                 continue
-            if event_text != last_event_text:
-                # Only "branches" events take the fast path (a cbr line's symbol may hold
-                # " => " too).
-                if not (event_text.startswith("branches") and event_text[-1] == ":"):
-                    pending = other(line, out)
-                    continue
-                last_event_text = event_text
             if time_text != last_time_text:
                 try:
                     if time_text[-11] != "." or time_text[-1] != ":":
@@ -735,6 +849,7 @@ class PerfTextParser:
         st.lines += len(lines)
         st.branches += branches
         st.branches_dropped += dropped
+        st.shape.full_headers += branches + dropped
 
     # --------------------------------------------------------- cache misses
 
@@ -759,7 +874,11 @@ class PerfTextParser:
         value: Any = None
         if branch is not None:
             (flags, kind, state, in_tx, src_loc), dst_loc = branch
-            if not self.keep_all and flags in _JUMP_FLAGS and src_loc.function == dst_loc.function:
+            if (
+                not self.keep_all
+                and flags in _JUMP_FLAGS
+                and self._perf_function(src_loc) == self._perf_function(dst_loc)
+            ):
                 value = _DROP
             else:
                 value = (kind, state, src_loc, dst_loc, in_tx)
@@ -829,6 +948,13 @@ class PerfTextParser:
             self._sources.clear()
         value = None
         m = _SOURCE_RE.match(text)
+        shape = self.stats.shape
+        if m is None:
+            shape.sourceless_branches += 1
+        elif m.group("flags").strip():
+            shape.flagged_sources += 1
+        else:
+            shape.flagless_sources += 1
         if m is not None:
             loc = self._location_text(m.group("loc"))
             if loc is not None:
@@ -857,8 +983,28 @@ class PerfTextParser:
             if len(self._loc_texts) >= _TEXT_CACHE_LIMIT:
                 self._loc_texts.clear()
             parts = _split_location(text)
+            if parts is not None:
+                self._observe_location(text, *parts)
             found = self._loc_texts[text] = None if parts is None else self._location(*parts)
         return cast("Location | None", found)
+
+    def _observe_location(
+        self, text: str, ip: int, symbol: str | None, offset: int, dso: str | None
+    ) -> None:
+        """Which -F fields a printed location shows (:class:`TextShape`)."""
+        if ip == 0:
+            return  # tr strt / tr end: perf prints 0 with whatever fields there are
+        shape = self.stats.shape
+        shape.locations += 1
+        if dso is not None:
+            shape.dsos += 1
+        if symbol is not None:
+            shape.resolved += 1
+            shape.symbol_fields += 1
+        elif UNKNOWN_SYMBOL in text.partition(" (")[0]:
+            shape.symbol_fields += 1
+        if offset >= 0:
+            shape.offsets += 1
 
     def _location(self, ip: int, symbol: str | None, offset: int, dso: str | None) -> Location:
         loc = make_location(ip, symbol, offset, dso)
@@ -872,7 +1018,17 @@ class PerfTextParser:
             loc.dso = intern(loc.dso)
             loc.function = intern(loc.function)
             found = self._locations[key] = loc
+            if symbol is not None:
+                perf_function = function_key(symbol, loc.dso)
+                if perf_function != loc.function:
+                    self._perf_functions[id(found)] = perf_function
         return found
+
+    def _perf_function(self, loc: Location) -> str:
+        """The function of ``loc`` by perf's own name, which decides, as in the dlfilter,
+        whether a jump stays inside one function (a PLT stub that perf named ``_init+0x30``
+        jumping to PLT0, ``_init+0x20``, does)."""
+        return self._perf_functions.get(id(loc), loc.function)
 
     def _intern(self, text: str) -> str:
         return self._strings.setdefault(text, sys.intern(text))
@@ -909,9 +1065,31 @@ class PerfTextParser:
             return
         header = _parse_header(line)
         if header is None:
+            if " => " in line:
+                self.stats.shape.untimed_branches += 1
             self._unknown(line)
             return
+        shape = self.stats.shape
+        if header.ids == 2:
+            shape.id_pairs += 1
+        elif header.ids == 1:
+            shape.single_ids += 1
+        else:
+            shape.no_ids += 1
+        if not header.ns:
+            shape.coarse_times += 1
         body = header.body
+        if not header.event:
+            # perf printed no event names (-F without event): branches are the lines
+            # with "=>"; the others are psb and cbr lines, told apart by their payload.
+            if " => " in body:
+                if not self._branch_line(header, body, out):
+                    self._unknown(line)
+            elif body.lstrip().startswith("psb offs:"):
+                self.stats.psb += 1
+            else:
+                shape.unnamed_events += 1
+            return
         name = header.event.partition(":")[0].partition("/")[0]
         if name == "cbr":
             self._power(header, line, out)
@@ -968,18 +1146,23 @@ class PerfTextParser:
                 return False
             insn, cycles = counts
             body = body[:at]
-        info = self._body(body.strip())
+        body = body.strip()
+        info = self._bodies.get(body, _MISSING)
+        if info is _MISSING:
+            info = self._body(body)
         if info is None:
             return False
         key = (header.pid, header.tid)
         if self.detail is not None:
-            block = self._body_block(body.strip())
+            block = self._body_block(body)
             if block is not None:
                 self.detail.branch(key, *block)
             insn = 0
         if info is _DROP:
             self.stats.branches_dropped += 1
-            self._last_dropped[key] = (header.time, body.strip())
+            self._last_dropped[key] = (header.time, body)
+            if key not in self._gaps and header.time > self._last_kept.get(key, 0):
+                self._gaps[key] = header.time
             if insn or cycles:
                 # As the dlfilter does: a dropped jump's counts go to the next branch kept.
                 old_insn, old_cycles = self._pending_counts.get(key, (0, 0))
@@ -991,6 +1174,11 @@ class PerfTextParser:
             cycles += old_cycles
         kind, state, src, dst, in_tx = info
         self._last_kept[key] = header.time
+        # As on the fast path: the time of the first jump dropped since the last kept
+        # branch (where the thread was seen running before this one).
+        gap = self._gaps.pop(key, 0)
+        if gap and not (gap < header.time and header.time - gap <= 0xFFFFFFFF):
+            gap = 0
         lines = None
         if self.detail is not None:
             insn, lines = self.detail.take(key)
@@ -1006,7 +1194,8 @@ class PerfTextParser:
                 in_tx,
                 insn,
                 cycles,
-                lines=lines,
+                gap,
+                lines,
             )
         )
         self.stats.branches += 1

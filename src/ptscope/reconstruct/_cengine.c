@@ -1159,8 +1159,10 @@ static void add_root(Engine *e, Thread *th, Ctx *c, int32_t loc, int64_t t)
 #define FN_SETJMP 2   /* engine.py: SETJMPS */
 #define FN_GOGO 4     /* engine.py: GOROUTINE_SWITCHERS */
 #define FN_PARKS 8    /* engine.py: GOROUTINE_PARKERS */
+#define FN_PLT0 16    /* engine.py: PLT_HEADERS */
+#define FN_PLT_STUB 32 /* engine.py: is_plt_stub */
 #define FN_SPECIAL_RETURN (FN_SWITCHES | FN_SETJMP)
-#define FN_ALL (FN_SWITCHES | FN_SETJMP | FN_GOGO | FN_PARKS)
+#define FN_ALL (FN_SWITCHES | FN_SETJMP | FN_GOGO | FN_PARKS | FN_PLT0 | FN_PLT_STUB)
 
 static inline int fn_flags(Engine *e, int32_t fn)
 {
@@ -1401,6 +1403,9 @@ static Ctx *sync_source(Engine *e, Thread *th, int32_t src, int64_t t)
 	int32_t fn = e->loc_fn[src];
 	size_t n = c->nframes;
 	if (n && c->frames[n - 1].fn == fn)
+		return c;
+	/* A stub's jump to PLT0 that the decoders dropped (engine.py: _sync_source). */
+	if (n && (fn_flags(e, fn) & FN_PLT0) && (fn_flags(e, c->frames[n - 1].fn) & FN_PLT_STUB))
 		return c;
 	for (size_t i = n >= 2 ? n - 1 : 0; i-- > 0;) {
 		if (c->frames[i].fn == fn) {

@@ -344,8 +344,19 @@ goroutine's stack (see _goroutine_switch)."""
 GOROUTINE_PARKERS: Final = frozenset({"runtime.mcall", "runtime.mcall.abi0"})
 """Go's ``runtime.mcall``: every goroutine parked through it waits at the same address."""
 
-SPECIAL_FUNCTIONS: Final = SPECIAL_RETURNS | GOROUTINE_SWITCHERS | GOROUTINE_PARKERS
-"""Every function a rule names (the C engine is told which is which)."""
+PLT_HEADERS: Final = frozenset({".plt"})
+"""PLT0, the lazy-binding header every PLT stub of a binary jumps to on its first call
+(named so by ``decode/plt_names.py``, and by perf >= 6.2)."""
+
+SPECIAL_FUNCTIONS: Final = SPECIAL_RETURNS | GOROUTINE_SWITCHERS | GOROUTINE_PARKERS | PLT_HEADERS
+"""Every function a rule names (the C engine is told which is which; also every PLT stub,
+``NAME@plt``: see :func:`is_plt_stub`)."""
+
+
+def is_plt_stub(function: str) -> bool:
+    """A PLT stub (``strlen@plt``), which may jump to :data:`PLT_HEADERS`."""
+    return function.endswith("@plt")
+
 
 LandingPadLookup = Callable[[str, int], Sequence[tuple[int, int]]]
 """``(dso, ip) -> [(start, end), ...]``: the run-time address ranges of the call sites whose
@@ -783,6 +794,11 @@ class TraceSegmentEngine:
         frames = ctx.frames
         fn = src.function
         if frames and frames[-1][_FN] == fn:
+            return ctx
+        if frames and fn in PLT_HEADERS and is_plt_stub(frames[-1][_FN]):
+            # The stub jumped to PLT0, and the decoders dropped that jump as one inside a
+            # function: perf (6.1) names both after the symbol before the PLT, and the
+            # decoders drop by perf's names. The stub goes on there; nothing was lost.
             return ctx
         if frames:
             for i in range(len(frames) - 2, -1, -1):

@@ -39,12 +39,14 @@ from ptscope.model import (
 from ptscope.reconstruct.engine import (
     GOROUTINE_PARKERS,
     GOROUTINE_SWITCHERS,
+    PLT_HEADERS,
     SETJMPS,
     SPECIAL_FUNCTIONS,
     STACK_SWITCHERS,
     EngineStats,
     LandingPadLookup,
     TraceSegmentEngine,
+    is_plt_stub,
 )
 from ptscope.timeline import CounterSample, Instant, SliceBatch, ThreadTimeline, Timeline
 
@@ -405,12 +407,14 @@ class FastEngine:
             for name, i in zip(functions[known:], new, strict=True):
                 if i == len(self._names):
                     self._names.append(name)
-                    if name in SPECIAL_FUNCTIONS:
+                    if name in SPECIAL_FUNCTIONS or is_plt_stub(name):
                         flags = (
                             (name in STACK_SWITCHERS)
                             | (name in SETJMPS) << 1
                             | (name in GOROUTINE_SWITCHERS) << 2
                             | (name in GOROUTINE_PARKERS) << 3
+                            | (name in PLT_HEADERS) << 4
+                            | is_plt_stub(name) << 5
                         )
                         self._c.mark_function(i, flags)
             added = np.array(new, dtype=np.int32)

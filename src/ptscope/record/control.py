@@ -39,6 +39,7 @@ __all__ = [
     "PerfControl",
     "PerfExitedError",
     "SignalControl",
+    "fifo_control",
     "make_control",
 ]
 
@@ -127,6 +128,11 @@ def _signal(process: subprocess.Popen[bytes], sig: int) -> None:
         os.kill(process.pid, sig)
 
 
+def fifo_control(directory: Path) -> Control:
+    """Where the control FIFOs of a recording in ``directory`` are."""
+    return Control(directory / "perf-control.fifo", directory / "perf-ack.fifo")
+
+
 class FifoControl(PerfControl):
     """``perf record --control=fifo:CTL,ACK``; FIFOs are created in ``directory``."""
 
@@ -136,7 +142,7 @@ class FifoControl(PerfControl):
         super().__init__()
         self.has_ping = has_ping
         self.has_stop = has_stop
-        self.control = Control(directory / "perf-control.fifo", directory / "perf-ack.fifo")
+        self.control = fifo_control(directory)
         for path in (self.control.ctl, self.control.ack):
             path.unlink(missing_ok=True)
             os.mkfifo(path, 0o600)

@@ -228,11 +228,17 @@ class Targets:
 
     pids: tuple[int, ...]
     all_threads: bool = False
+    placeholder: str = ""
+    """Printed instead of the PIDs: a command shown before its process exists
+    (``--print-perf-commands`` where nothing can be recorded)."""
 
     def argv(self) -> list[str]:
-        if not self.pids:
+        if self.placeholder:
+            ids = self.placeholder
+        elif not self.pids:
             raise UsageError("nothing to record: no process given")
-        ids = ",".join(str(p) for p in self.pids)
+        else:
+            ids = ",".join(str(p) for p in self.pids)
         return ["-p", ids] if self.all_threads else ["--per-thread", "-t", ids]
 
 

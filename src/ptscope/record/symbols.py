@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Final, Literal
 
 from elftools.common.exceptions import ELFError
+from elftools.elf.constants import SH_FLAGS
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
@@ -153,6 +154,13 @@ class ElfImage:
                     (int(first["p_vaddr"]), int(first["p_offset"])) if first is not None else (0, 0)
                 )
                 self.functions = _functions(elf)
+                self.function_extents = _function_extents(elf)
+                self.has_symtab = isinstance(elf.get_section_by_name(".symtab"), SymbolTableSection)
+                self.code_extents = [
+                    (int(sec["sh_addr"]), int(sec["sh_size"]), sec.name)
+                    for sec in elf.iter_sections()
+                    if sec["sh_flags"] & SH_FLAGS.SHF_EXECINSTR and sec["sh_addr"]
+                ]
                 self._has_dwarf = elf.has_dwarf_info()
         except (OSError, ELFError) as e:
             raise BadInputError(f"{path}: cannot read it as an ELF file ({e})") from e
@@ -197,6 +205,31 @@ class ElfImage:
             if address in values:
                 return name
         return None
+
+    def function_containing(self, address: int) -> str | None:
+        """The function whose code holds link-time ``address`` (its first instruction,
+        for a symbol without a size), or None: data, padding, or no code at all."""
+        for start, size, name in self.function_extents:
+            if start <= address < start + max(size, 1):
+                return name
+        return None
+
+    def is_trigger_address(self, address: int) -> bool:
+        """Whether link-time ``address`` can be a trigger: inside a function, or, in a
+        file stripped of its symbol table (where most functions have no symbol), inside
+        its code."""
+        if self.function_containing(address) is not None:
+            return True
+        return not self.has_symtab and any(
+            start <= address < start + size for start, size, _ in self.code_extents
+        )
+
+    def code_span(self) -> tuple[int, int] | None:
+        """The lowest and highest link-time address of its code (for messages)."""
+        extents = [(start, max(size, 1)) for start, size, _ in self.code_extents]
+        if not extents:
+            return None
+        return min(start for start, _ in extents), max(start + size for start, size in extents)
 
     def line_addresses(self, file: str, line: int, column: int | None) -> list[int]:
         """Lowest address of each line-table sequence for FILE:LINE (is_stmt rows)."""
@@ -277,6 +310,20 @@ def _squeezed(name: str) -> str:
 
 
 @functools.lru_cache(maxsize=64)
+def _function_extents(elf: ELFFile) -> list[tuple[int, int, str]]:
+    """(link-time start, size, name) of every function symbol."""
+    extents: set[tuple[int, int, str]] = set()
+    for name in (".symtab", ".dynsym"):
+        section = elf.get_section_by_name(name)
+        if not isinstance(section, SymbolTableSection):
+            continue
+        for sym in section.iter_symbols():
+            if sym["st_info"]["type"] in _FUNC_TYPES and sym["st_value"] and sym.name:
+                start, size = int(sym["st_value"]), int(sym["st_size"])
+                extents.add((start, size, sym.name.split("@")[0]))
+    return sorted(extents)
+
+
 def _image(path: str) -> ElfImage:
     return ElfImage(Path(path))
 
@@ -317,6 +364,8 @@ def resolve_selection(
     """
     image = _image(os.path.realpath(executable))
     if selection.kind == "address":
+        if not image.is_trigger_address(selection.address):
+            raise _no_code_at(selection, image, executable)
         bias = load_bias(image, maps) or 0
         name = image.function_at(selection.address)
         return [Breakpoint(selection.address + bias, name or selection.text)]
@@ -378,6 +427,10 @@ def check_selection(
                 hint="build with -g, and check the file name and line number",
             )
         return
+    if selection.kind == "address":
+        if not image.is_trigger_address(selection.address):
+            raise _no_code_at(selection, image, executable)
+        return
     if selection.kind != "symbol":
         return
     libraries = _libraries(maps, executable) if maps is not None else linked_libraries(executable)
@@ -386,6 +439,16 @@ def check_selection(
             return
     if libraries is not None:  # else it may be in a library ldd could not list
         raise _no_function(selection.text, executable)
+
+
+def _no_code_at(selection: Selection, image: ElfImage, executable: str) -> BadInputError:
+    span = image.code_span()
+    where = f" (its code lies in {span[0]:#x}-{span[1]:#x})" if span else ""
+    return BadInputError(
+        f"trigger {selection.text}: no function of {executable} contains that address{where}",
+        hint="give a link-time address inside a function (as nm or objdump -d show it), "
+        "or the function's name",
+    )
 
 
 def linked_libraries(executable: str) -> list[str] | None:
