@@ -702,6 +702,21 @@ class PerfTextParser:
 
     # ------------------------------------------------------------- hot path
 
+    def _dropped(self, thread: tuple[int, int], time: int, insn: int, cycles: int) -> None:
+        """A jump of ``thread`` that is dropped, as the dlfilter does: its counts go to the
+        thread's next kept branch, and the first one later than the last kept branch gives
+        that branch its gap time, with the instructions counted up to it."""
+        carried = self._pending_counts
+        if insn or cycles:
+            old_insn, old_cycles = carried.get(thread, (0, 0))
+            carried[thread] = (old_insn + insn, old_cycles + cycles)
+        if thread not in self._gaps and time > self._last_kept.get(thread, 0):
+            detail = self.detail
+            counted = (
+                detail.pending(thread) if detail is not None else carried.get(thread, (0, 0))[0]
+            )
+            self._gaps[thread] = (time, counted)
+
     def _feed(self, lines: list[str], out: list[Event]) -> None:
         append = out.append
         other = self._other_line
@@ -785,18 +800,7 @@ class PerfTextParser:
             if info is drop:
                 dropped += 1
                 last_dropped[thread] = (time, body)
-                if insn or cycles:
-                    # As the dlfilter does: a dropped jump's counts go to the thread's next
-                    # branch that is kept.
-                    old_insn, old_cycles = carried.get((pid, tid), (0, 0))
-                    carried[pid, tid] = (old_insn + insn, old_cycles + cycles)
-                if thread not in gaps and time > last_kept.get(thread, 0):
-                    counted = (
-                        detail.pending(thread)
-                        if detail is not None
-                        else carried.get(thread, (0, 0))[0]
-                    )
-                    gaps[thread] = (time, counted)
+                self._dropped(thread, time, insn, cycles)
                 continue
             kind, state, src, dst, in_tx = info
             if carried:
@@ -1161,12 +1165,7 @@ class PerfTextParser:
         if info is _DROP:
             self.stats.branches_dropped += 1
             self._last_dropped[key] = (header.time, body)
-            if key not in self._gaps and header.time > self._last_kept.get(key, 0):
-                self._gaps[key] = header.time
-            if insn or cycles:
-                # As the dlfilter does: a dropped jump's counts go to the next branch kept.
-                old_insn, old_cycles = self._pending_counts.get(key, (0, 0))
-                self._pending_counts[key] = (old_insn + insn, old_cycles + cycles)
+            self._dropped(key, header.time, insn, cycles)
             return True
         if self._pending_counts:
             old_insn, old_cycles = self._pending_counts.pop(key, (0, 0))
@@ -1176,9 +1175,7 @@ class PerfTextParser:
         self._last_kept[key] = header.time
         # As on the fast path: the time of the first jump dropped since the last kept
         # branch (where the thread was seen running before this one).
-        gap = self._gaps.pop(key, 0)
-        if gap and not (gap < header.time and header.time - gap <= 0xFFFFFFFF):
-            gap = 0
+        gap, gap_insns = _gap(self._gaps.pop(key, _NO_GAP), header.time)
         lines = None
         if self.detail is not None:
             insn, lines = self.detail.take(key)
@@ -1196,6 +1193,7 @@ class PerfTextParser:
                 cycles,
                 gap,
                 lines,
+                gap_insns,
             )
         )
         self.stats.branches += 1
