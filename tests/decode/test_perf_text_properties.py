@@ -37,7 +37,10 @@ from support.perf_text_format import (
 
 # Identifiers start with a letter that is not a hex digit, as a real one cannot be mistaken
 # for perf's address column; the other pieces are what demangled C++/Rust names contain.
-_IDENT = st.from_regex(r"[g-zA-Z_][A-Za-z0-9_]{0,8}", fullmatch=True)
+# (Not a mangled name, `_Z...` or `_R...`: those are demangled, by design.)
+_IDENT = st.from_regex(r"[g-zA-Z_][A-Za-z0-9_]{0,8}", fullmatch=True).filter(
+    lambda name: not name.startswith(("_Z", "_R"))
+)
 _PIECE = st.one_of(
     _IDENT,
     st.sampled_from(
