@@ -111,6 +111,13 @@ class ThreadTimeline:
     """Perf time of each slice's start and end as the events said, whatever the time axis
     (what a slice's ``drill`` command selects by); None: not kept (the Python engine)."""
     perf_end: Int64Array | None = None
+    anchor_ip: UInt64Array | None = None
+    """Where each slice's ``drill`` command finds its call in perf's instruction listing:
+    the address of the call (or tail-call jump) instruction that started it, executed
+    right before its first instruction; :attr:`SliceBatch.anchor_ip` says more."""
+    anchor_occurrence: Int64Array | None = None
+    """Which execution of :attr:`anchor_ip` at :attr:`perf_start` it was (1-based; 0: no
+    anchor: an inferred or synthetic slice, or one started otherwise)."""
 
     def __len__(self) -> int:
         return int(self.start.shape[0])
@@ -186,6 +193,16 @@ class SliceBatch:
     """Perf time of each slice's start and end as the events said (what ``perf script
     --time`` selects by), whatever the time axis of ``start``/``end``."""
     perf_end: Int64Array | None = None
+    anchor_ip: UInt64Array | None = None
+    """The address of the call or tail-call jump instruction that started each slice (the
+    instruction right before its first). perf's instruction listing has each executed
+    instruction once, in order, and dates a call or jump with its branch's time, so the
+    slice's instructions are the ``instructions`` that follow the
+    :attr:`anchor_occurrence`-th instruction at this address dated :attr:`perf_start`."""
+    anchor_occurrence: Int64Array | None = None
+    """Which execution of :attr:`anchor_ip` at :attr:`perf_start` started the slice
+    (1-based; 0: no anchor: inferred, synthetic, or started by anything but a call or a
+    tail call). None with :attr:`anchor_ip`: not kept (the Python engine)."""
     icache_lines: Int64Array | None = None
     """Distinct 64-byte code lines each slice executed (-1 unknown); None: all unknown."""
     instants: list[tuple[int, int, Instant]] = field(default_factory=list)

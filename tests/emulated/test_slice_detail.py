@@ -4,8 +4,8 @@ Truth is QEMU's instruction log of the recorded run (``support.qemu_truth``), ne
 trace itself: every call of the 100-instruction leaf says 100 instructions and 2 code
 lines; a thread's outermost slice holds every instruction QEMU ran on it and exactly the
 64-byte lines their bytes cover; the instruction time axis gives each leaf call 100 ticks,
-the cycles axis a length equal to its cycles; and a slice's ``drill`` command lists that
-call's instructions (``--filter`` keeps it).
+the cycles axis a length equal to its cycles; and a slice's ``drill`` command lists exactly
+that call's instructions (``--filter`` keeps it).
 """
 
 from __future__ import annotations
@@ -152,12 +152,10 @@ def test_a_slices_drill_command_lists_its_instructions(leaf: Recorded, tmp_path:
     assert argv[:5] == ["ptscope", "insns", str(leaf.directory.resolve()), "--tid", str(key[1])]
     result = ptscope(*argv[1:])
     assert result.returncode == 0, result.stderr
-    listed = [line.split()[2] for line in result.stdout.splitlines()]
-    leaf_lines = [x for x in listed if x.startswith("leaf100+")]
-    # The whole call, its first and last instruction included (perf's coarse times may add
-    # the caller's instructions around it).
-    assert leaf_lines[:1] == ["leaf100+0x0"] and "leaf100+0x63" in leaf_lines
-    assert len(leaf_lines) >= 100
+    lines = result.stdout.splitlines()
+    # The whole call and nothing else, its first and last instruction marked.
+    assert [line[2:].split()[2] for line in lines] == [f"leaf100+{n:#x}" for n in range(100)]
+    assert [line[:2] for line in lines] == ["> ", *["  "] * 98, "< "]
     # The third-party reader reads the same args.
     view = third_party_view(tmp_path / "t.fxt.gz")
     drills = {

@@ -2,7 +2,9 @@
 
 One line per instruction: perf time, address, symbol+offset indented by call depth,
 disassembly, and source file:line where the binary has debug information
-(``ptscope.decode.instructions``).
+(``ptscope.decode.instructions``). With ``--after ADDRESS:K --count N`` (what a slice's
+``drill`` arg gives) exactly one call: the N instructions after the K-th instruction at
+ADDRESS dated START, its first and last lines marked.
 """
 
 from __future__ import annotations
@@ -18,11 +20,18 @@ from ptscope.cli.base import add_recording_argument
 from ptscope.errors import BadInputError, UsageError
 
 if TYPE_CHECKING:
+    from ptscope.decode.instructions import InstructionListing
     from ptscope.recording import Recording
 
-__all__ = ["InsnsCommand", "parse_time_range"]
+__all__ = ["InsnsCommand", "parse_anchor", "parse_time_range"]
 
 _TIME_RE = re.compile(r"^\s*(\d+)(?:\.(\d{1,9}))?\s*$")
+_ANCHOR_RE = re.compile(r"^\s*(0[xX][0-9a-fA-F]+):(\d+)\s*$")
+
+FIRST_MARK = "> "
+"""Marks the first line of a call listed with ``--after`` (``<`` its last, ``<>`` both)."""
+LAST_MARK = "< "
+ONLY_MARK = "<>"
 
 
 def _perf_time(text: str, whole: str) -> int:
@@ -33,6 +42,14 @@ def _perf_time(text: str, whole: str) -> int:
             f"not {whole!r}"
         )
     return int(m.group(1)) * 1_000_000_000 + int((m.group(2) or "").ljust(9, "0"))
+
+
+def parse_anchor(text: str) -> tuple[int, int]:
+    """``0xADDRESS:K`` (K >= 1) -> (address, K)."""
+    m = _ANCHOR_RE.match(text)
+    if m is None or int(m.group(2)) < 1:
+        raise UsageError(f"--after takes 0xADDRESS:K (K from 1; e.g. 0x401136:2), not {text!r}")
+    return int(m.group(1), 16), int(m.group(2))
 
 
 def parse_time_range(text: str) -> tuple[int, int]:
@@ -60,6 +77,20 @@ class InsnsCommand:
             help="perf times in seconds, as perf script --time takes them "
             "(e.g. 1.000050000,1.000060000; the `drill` arg of a slice gives the command)",
         )
+        parser.add_argument(
+            "--after",
+            metavar="0xADDRESS:K",
+            help="list one call only: the instructions after the K-th instruction at ADDRESS "
+            "dated START (the call or jump that began the call); needs --count. The "
+            "call's first line is marked '>', its last '<' ('<>' a call of one instruction)",
+        )
+        parser.add_argument(
+            "--count",
+            type=int,
+            metavar="N",
+            help="with --after: how many instructions the call ran (its slice's "
+            "instructions arg); fewer in the range: what there is, and a warning",
+        )
         parser.add_argument("--symfs", type=Path, help="look for binaries under this directory")
 
     def run(self, args: argparse.Namespace) -> int:
@@ -67,20 +98,32 @@ class InsnsCommand:
         from ptscope.recording import Recording
 
         window = parse_time_range(args.time)
+        call = None
+        if (args.after is None) != (args.count is None):
+            raise UsageError("--after and --count go together (a slice's drill arg has both)")
+        if args.after is not None:
+            if args.count < 1:
+                raise UsageError(f"--count {args.count}: a call runs at least 1 instruction")
+            call = (*parse_anchor(args.after), args.count)
         path = Path(args.recording)
         if not path.exists():
             raise BadInputError(f"{path}: no such file or directory")
         if not is_archive(path):
-            return _print(Recording.find(path), args.tid, window, args.symfs, path)
+            return _print(Recording.find(path), args.tid, window, call, args.symfs, path)
         if args.symfs is not None:
             raise UsageError("--symfs does not apply to an archive (it brings its own binaries)")
         with tempfile.TemporaryDirectory(prefix="ptscope-archive-") as tmp:
             unpacked = unpack_archive(path, Path(tmp))
-            return _print(unpacked.recording, args.tid, window, unpacked.symfs, path)
+            return _print(unpacked.recording, args.tid, window, call, unpacked.symfs, path)
 
 
 def _print(
-    recording: Recording, tid: int, window: tuple[int, int], symfs: Path | None, shown: Path
+    recording: Recording,
+    tid: int,
+    window: tuple[int, int],
+    call: tuple[int, int, int] | None,
+    symfs: Path | None,
+    shown: Path,
 ) -> int:
     from ptscope.decode.instructions import (
         InstructionListing,
@@ -95,6 +138,8 @@ def _print(
         raise BadInputError(f"thread {tid} is not in {shown} (its threads: {known})")
     perf = find_perf()
     listing = InstructionListing(tid, binary_resolver(symfs))
+    if call is not None:
+        return _print_call(recording, tid, window, call, symfs, shown, listing)
     count = 0
     out = sys.stdout
     try:
@@ -116,3 +161,65 @@ def _print(
         f"thread {tid} executed no traced instruction between {format_time(window[0])} "
         f"and {format_time(window[1])}"
     )
+
+
+def _print_call(
+    recording: Recording,
+    tid: int,
+    window: tuple[int, int],
+    call: tuple[int, int, int],
+    symfs: Path | None,
+    shown: Path,
+    listing: InstructionListing,
+) -> int:
+    """Exactly one call: the ``count`` instructions after the anchor, first and last
+    marked. An anchor not in the range is an error; a call cut short (a decode error, a
+    range that ends early) is printed as far as it goes, with a warning."""
+    from ptscope.decode.instructions import CallPicker, format_instruction, pick_call
+    from ptscope.decode.perf_script import format_time
+    from ptscope.perftool import find_perf
+
+    anchor, occurrence, count = call
+    picker = CallPicker(anchor, occurrence, window[0], count)
+    perf = find_perf()
+    try:
+        for perf_data in recording.perf_data_paths():
+            pick_call(
+                perf_data, picker, perf=perf.path, tid=tid, window=window, symfs=symfs,
+                listing=listing,
+            )  # fmt: skip
+    finally:
+        listing.close()
+    if not picker.found:
+        if not listing.thread_seen:
+            raise BadInputError(f"thread {tid} is not in {shown}")
+        raise BadInputError(
+            f"thread {tid} executed no instruction {occurrence} at {anchor:#x} at "
+            f"{format_time(window[0])}: the call is not there"
+        )
+    instructions = picker.instructions()
+    real = [k for k, insn in enumerate(instructions) if insn.error is None]
+    first = real[0] if real else -1
+    last = real[-1] if picker.complete else -1
+    lines = []
+    for k, insn in enumerate(instructions):
+        mark = (
+            ONLY_MARK
+            if k == first == last
+            else FIRST_MARK
+            if k == first
+            else LAST_MARK
+            if k == last
+            else "  "
+        )
+        lines.append(mark + format_instruction(insn))
+    if lines:
+        sys.stdout.write("\n".join(lines) + "\n")
+    sys.stdout.flush()
+    if not picker.complete:
+        print(
+            f"ptscope: warning: only {picker.taken} of the call's {count} instructions "
+            f"follow its start in {format_time(window[0])},{format_time(window[1])}",
+            file=sys.stderr,
+        )
+    return 0

@@ -11,6 +11,13 @@ lines (:class:`~ptscope.decode.source_lines.SourceLines`), and whether the threa
 The call depth is counted from the first instruction of the range: +1 after a ``call``,
 -1 after a ``return`` (system calls and interrupts come back where they left); the listing
 is shifted so that its shallowest instruction has depth 0.
+
+One call exactly (``--after``, :class:`CallPicker`): perf's listing shows each executed
+instruction once, in order, and dates a call or jump instruction with the time of that
+branch's sample; a slice's drill command names the instruction that started its call
+(the call, or the tail call's jump), which of its executions at the call's perf time it
+was (the engine counts them), and how many instructions the call ran. The call is the
+instructions right after that one, so many, whatever else perf dates in the same range.
 """
 
 from __future__ import annotations
@@ -25,17 +32,19 @@ import capstone
 
 from ptscope.decode.blocks import CodeMap
 from ptscope.decode.perf_script import binary_resolver, format_time, stream_perf_script
-from ptscope.decode.perf_text import parse_error_line, parse_flags
+from ptscope.decode.perf_text import function_of, parse_error_line, parse_flags
 from ptscope.decode.source_lines import SourceLines
 from ptscope.model import BranchFlags
 
 __all__ = [
     "INSN_FIELDS",
+    "CallPicker",
     "Instruction",
     "InstructionListing",
     "format_instruction",
     "instructions_argv",
     "list_instructions",
+    "pick_call",
 ]
 
 INSN_FIELDS: Final = "pid,tid,time,ip,sym,symoff,dso,insn,flags"
@@ -66,6 +75,9 @@ class Instruction:
     """``file:line`` from the binary's debug information, when it has some."""
     depth: int = 0
     error: str | None = None
+    function: str = ""
+    """Its function as the engine names functions (``model.function_key``)."""
+    is_call: bool = False
 
 
 def instructions_argv(
@@ -97,6 +109,7 @@ class InstructionListing:
         self.unparsed = 0
         self._depth = 0
         self._disassembly: dict[tuple[int, bytes], str] = {}
+        self._functions: dict[str, str] = {}
 
     def close(self) -> None:
         """Release the binaries read for source lines."""
@@ -138,10 +151,16 @@ class InstructionListing:
         code = bytes.fromhex(m.group(7))
         insn = Instruction(time, ip, where or "[unknown]", code, self._disassemble(ip, code))
         insn.depth = self._depth
+        located = m.group(6)
+        function = self._functions.get(located)
+        if function is None:
+            function = self._functions[located] = function_of(f"{ip:x} {located}") or ""
+        insn.function = function
         found = self.code.locate(pid, ip)
         if found is not None:
             insn.source = self.sources.line(found[0], found[1])
         flags, _ = parse_flags(m.group(4))
+        insn.is_call = bool(flags & BranchFlags.CALL) and not flags & _NEST
         if not flags & _NEST:
             if flags & BranchFlags.CALL:
                 self._depth += 1
@@ -160,6 +179,67 @@ class InstructionListing:
                 text = f"(bytes {code.hex(' ')})"
             self._disassembly[key] = text
         return text
+
+
+class CallPicker:
+    """One call out of a listing: the ``count`` instructions that follow the
+    ``occurrence``-th instruction at address ``anchor`` dated ``time`` (the call or jump
+    that began the call). Decode errors among them are kept and not counted.
+
+    Occurrences are counted as the engine counts branches (``_cengine.c``, "Anchors"):
+    a call at that address, or an instruction there followed by one in another function
+    (a jump out); not one followed by an instruction of its own function (a jump inside
+    it, a conditional jump not taken, which the engine never sees from there)."""
+
+    def __init__(self, anchor: int, occurrence: int, time: int, count: int) -> None:
+        if occurrence < 1 or count < 1:
+            raise ValueError("occurrence and count start at 1")
+        self.anchor = anchor
+        self.occurrence = occurrence
+        self.time = time
+        self.count = count
+        self.anchors_seen = 0
+        self._jump: Instruction | None = None  # at the anchor: counts if control leaves
+        self.picked: list[Instruction] = []
+        self.taken = 0
+        """Instructions picked (``picked`` less its decode errors)."""
+
+    def instructions(self) -> list[Instruction]:
+        """What was picked, depths shifted so that the shallowest is 0."""
+        _shift_depths(self.picked)
+        return self.picked
+
+    @property
+    def found(self) -> bool:
+        return self.anchors_seen >= self.occurrence
+
+    @property
+    def complete(self) -> bool:
+        return self.taken >= self.count
+
+    def feed(self, instructions: Iterable[Instruction]) -> None:
+        for insn in instructions:
+            if self.complete:
+                return
+            if not self.found:
+                jump, self._jump = self._jump, None
+                if jump is not None and insn.error is None and insn.function != jump.function:
+                    self.anchors_seen += 1
+                    if self.found:
+                        self._take(insn)
+                    continue
+                if insn.error is None and insn.ip == self.anchor and insn.time == self.time:
+                    if insn.is_call:
+                        self.anchors_seen += 1
+                    else:
+                        self._jump = insn
+                continue
+            self._take(insn)
+
+    def _take(self, insn: Instruction) -> None:
+        self.picked.append(insn)
+        if insn.error is None:
+            self.taken += 1
 
 
 def list_instructions(
@@ -185,11 +265,36 @@ def list_instructions(
     finally:
         if own:
             listing.close()
-    if out:
-        low = min(i.depth for i in out)
-        for i in out:
-            i.depth -= low
+    _shift_depths(out)
     return out
+
+
+def pick_call(
+    perf_data: Path,
+    call: CallPicker,
+    *,
+    perf: str,
+    tid: int,
+    window: tuple[int, int],
+    symfs: Path | str | None = None,
+    listing: InstructionListing,
+) -> None:
+    """Feed ``call`` the instructions of ``tid`` in ``window`` until it is complete (perf
+    is stopped then: the rest of the range is not wanted)."""
+    if call.complete:
+        return
+    argv = instructions_argv(perf_data, perf=perf, tid=tid, window=window, symfs=symfs)
+    for batch in stream_perf_script(argv, perf_data=perf_data):
+        call.feed(listing.feed(batch))
+        if call.complete:
+            break
+
+
+def _shift_depths(instructions: list[Instruction]) -> None:
+    if instructions:
+        low = min(i.depth for i in instructions)
+        for i in instructions:
+            i.depth -= low
 
 
 def format_instruction(insn: Instruction) -> str:

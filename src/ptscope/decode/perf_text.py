@@ -69,6 +69,7 @@ __all__ = [
     "MAX_EXAMPLES",
     "PerfTextParser",
     "TextStats",
+    "function_of",
     "make_location",
     "parse_error_line",
     "parse_flags",
@@ -384,6 +385,18 @@ def _split_location(text: str) -> tuple[int, str | None, int, str | None] | None
 def _is_hex(text: str) -> bool:
     """Whether ``text`` is a non-empty lowercase hex number as perf prints addresses."""
     return bool(text) and not text.strip("0123456789abcdef")
+
+
+def function_of(text: str) -> str | None:
+    """The function key (:func:`ptscope.model.function_key`) of one printed address
+    (``401136 main+0x26 (/tmp/a.out)``) as perf named it, or ``None`` if ``text`` does not
+    start with a hex address. No demangling: two addresses are in one function exactly
+    when these keys are equal, which is all the drill-down asks."""
+    parts = _split_location(text)
+    if parts is None:
+        return None
+    _, symbol, _, dso = parts
+    return function_key(symbol or UNKNOWN_SYMBOL, dso if dso is not None else UNKNOWN_SYMBOL)
 
 
 def parse_location(text: str) -> Location | None:

@@ -457,36 +457,112 @@ _DIGITS3: Final = np.array(
 """The ASCII digits of 000..999."""
 
 
+_HEX_DIGITS: Final = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
+_DECIMAL_LIMITS: Final = np.array([10**k for k in range(1, 19)], dtype=np.int64)
+_HEX_LIMITS: Final = np.array([16**k for k in range(1, 16)], dtype=np.uint64)
+
+
+def decimal_widths(values: npt.NDArray[np.int64]) -> npt.NDArray[np.intp]:
+    """The number of decimal digits of each value (>= 0)."""
+    return 1 + np.searchsorted(_DECIMAL_LIMITS, values, side="right")
+
+
+def hex_widths(values: npt.NDArray[np.uint64]) -> npt.NDArray[np.intp]:
+    """The number of hexadecimal digits of each value."""
+    return 1 + np.searchsorted(_HEX_LIMITS, values, side="right")
+
+
+def _put_decimal(
+    out: npt.NDArray[np.uint8], column: int, value: npt.NDArray[np.int64], digits: int
+) -> None:
+    """Write ``value`` as ``digits`` zero-filled decimal digits at ``column`` of each row:
+    right to left, three digits at a time from a table (a third of the divisions)."""
+    rest = value
+    d = digits
+    while d > 0:
+        rest, group = np.divmod(rest, 1000)
+        take = min(3, d)
+        out[:, column + d - take : column + d] = _DIGITS3[group, 3 - take :]
+        d -= take
+
+
+def _put_hex(
+    out: npt.NDArray[np.uint8], column: int, value: npt.NDArray[np.uint64], digits: int
+) -> None:
+    """Write ``value`` as ``digits`` zero-filled lowercase hex digits at ``column``."""
+    for k in range(digits):
+        nibble = (value >> np.uint64(4 * k)) & np.uint64(15)
+        out[:, column + digits - 1 - k] = _HEX_DIGITS[nibble]
+
+
 def drill_strings(
-    prefix: str, perf_start: npt.NDArray[np.int64], perf_end: npt.NDArray[np.int64]
-) -> tuple[int, npt.NDArray[np.uint64]]:
+    prefix: str,
+    perf_start: npt.NDArray[np.int64],
+    perf_end: npt.NDArray[np.int64],
+    anchor_ip: npt.NDArray[np.uint64] | None = None,
+    anchor_occurrence: npt.NDArray[np.int64] | None = None,
+    count: npt.NDArray[np.int64] | None = None,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.uint64]]:
     """Inline string values ``PREFIX + START,END`` (perf times as ``SEC.NSEC``, 9 digits
     after the point), one per slice, built with numpy (a Python loop per slice would cost
-    more than the rest of the encoding): returns the common length in bytes and an
-    ``(n, words)`` array of the zero-padded bytes. Seconds have the width of the largest,
-    zero-filled (``ptscope insns`` reads them as numbers)."""
+    more than the rest of the encoding). Seconds have the width of the largest, zero-filled
+    (``ptscope insns`` reads them as numbers). A slice with an anchor (occurrence > 0) and
+    a count (> 0) goes on `` --after 0xADDRESS:OCCURRENCE --count COUNT`` (no leading
+    zeros). Returns each string's length in bytes and an ``(n, words)`` array of their
+    bytes, zero after each string's end (as many words as the longest needs)."""
     head = prefix.encode()
     n = len(perf_start)
     latest = max(int(perf_start.max(initial=0)), int(perf_end.max(initial=0)))
     width = len(str(latest // 1_000_000_000))
     field = width + 10  # SEC.NSEC
-    length = len(head) + 2 * field + 1
-    words = -(-length // 8)
+    base = len(head) + 2 * field + 1
+    lengths = np.full(n, base, dtype=np.int64)
+    rows = np.zeros(0, dtype=np.intp)
+    if anchor_ip is not None and anchor_occurrence is not None and count is not None:
+        rows = np.flatnonzero((anchor_occurrence > 0) & (count > 0))
+        address_w = hex_widths(anchor_ip[rows])
+        occurrence_w = decimal_widths(anchor_occurrence[rows])
+        count_w = decimal_widths(count[rows])
+        fixed = len(_AFTER) + len(_OCCURRENCE) + len(_COUNT)
+        lengths[rows] += fixed + address_w + occurrence_w + count_w
+    words = -(-int(lengths.max(initial=base)) // 8)
     out = np.zeros((n, words * 8), dtype=np.uint8)
     out[:, : len(head)] = np.frombuffer(head, dtype=np.uint8)
     for k, times in enumerate((perf_start, perf_end)):
         at = len(head) + k * (field + 1)
         sec, nsec = np.divmod(np.maximum(times, 0), 1_000_000_000)
-        for column, value, digits in ((at, sec, width), (at + width + 1, nsec, 9)):
-            # right to left, three digits at a time from a table (a third of the divisions)
-            rest = value
-            d = digits
-            while d > 0:
-                rest, group = np.divmod(rest, 1000)
-                take = min(3, d)
-                out[:, column + d - take : column + d] = _DIGITS3[group, 3 - take :]
-                d -= take
+        _put_decimal(out, at, sec, width)
+        _put_decimal(out, at + width + 1, nsec, 9)
         out[:, at + width] = ord(".")
         if k == 0:
             out[:, at + field] = ord(",")
-    return length, out.view(np.uint64).reshape(n, words)
+    if rows.size:
+        assert anchor_ip is not None and anchor_occurrence is not None and count is not None
+        # The rows whose three numbers have the same widths share one layout: a handful
+        # of groups, each filled as columns.
+        layout = (address_w << 16) | (occurrence_w << 8) | count_w
+        for key in np.unique(layout).tolist():
+            group = rows[layout == key]
+            widths = (key >> 16, (key >> 8) & 0xFF, key & 0xFF)
+            tail = np.zeros((len(group), int(lengths[group[0]]) - base), dtype=np.uint8)
+            at = 0
+            for text, digits, value in zip(
+                (_AFTER, _OCCURRENCE, _COUNT),
+                widths,
+                (anchor_ip[group], anchor_occurrence[group], count[group]),
+                strict=True,
+            ):
+                tail[:, at : at + len(text)] = np.frombuffer(text, dtype=np.uint8)
+                at += len(text)
+                if text is _AFTER:
+                    _put_hex(tail, at, value.astype(np.uint64), digits)
+                else:
+                    _put_decimal(tail, at, value.astype(np.int64), digits)
+                at += digits
+            out[group, base : base + tail.shape[1]] = tail
+    return lengths, out.view(np.uint64).reshape(n, words)
+
+
+_AFTER: Final = b" --after 0x"
+_OCCURRENCE: Final = b":"
+_COUNT: Final = b" --count "

@@ -29,7 +29,7 @@ import numpy.typing as npt
 
 from ptscope.errors import PtscopeError
 from ptscope.fxt import records as rec
-from ptscope.fxt.writer import FxtWriter, WriteStats
+from ptscope.fxt.writer import Drill, FxtWriter, WriteStats
 from ptscope.timeline import CounterSample, Instant, SliceBatch
 
 __all__ = ["PartInfo", "TraceStream", "part_path"]
@@ -249,7 +249,8 @@ class TraceStream:
             order = np.lexsort((np.arange(len(rows)), tid, pid))  # stable: keeps close order
             keys = (pid[order] << 32) | (tid[order] & 0xFFFFFFFF)
             cuts = np.flatnonzero(np.diff(keys)) + 1
-        insns, cycles = batch.instructions[rows], batch.cycles[rows]
+        whole_insns = insns = batch.instructions[rows]
+        cycles = batch.cycles[rows]
         lines = None if batch.icache_lines is None else batch.icache_lines[rows]
         if continued is not None:
             # (a piece of a call has none of its counts: they are the whole call's)
@@ -276,10 +277,16 @@ class TraceStream:
                 icache_lines=None if lines is None else lines[group],
                 drill=None
                 if self._drill is None or batch.perf_start is None or batch.perf_end is None
-                else (
+                else Drill(
                     f"ptscope insns {self._drill} --tid {t} --time ",
                     batch.perf_start[rows][group],
                     batch.perf_end[rows][group],
+                    None if batch.anchor_ip is None else batch.anchor_ip[rows][group],
+                    None
+                    if batch.anchor_occurrence is None
+                    else batch.anchor_occurrence[rows][group],
+                    # a piece of a call drills into the whole call
+                    whole_insns[group],
                 ),
             )
             part.info.slices += len(group)
@@ -337,6 +344,8 @@ class TraceStream:
         batches = [batch for batch, _, _ in part.carried]
         if all(b.perf_start is not None and b.perf_end is not None for b in batches):
             columns += ("perf_start", "perf_end")
+        if all(b.anchor_ip is not None and b.anchor_occurrence is not None for b in batches):
+            columns += ("anchor_ip", "anchor_occurrence")
         joined = SliceBatch(names=self.names)
         for column in columns:
             parts = [getattr(batch, column)[rows] for batch, rows, _ in part.carried]

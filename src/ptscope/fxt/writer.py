@@ -37,6 +37,7 @@ from ptscope.timeline import Timeline
 __all__ = [
     "GZIP_LEVEL",
     "ArgValue",
+    "Drill",
     "FxtWriter",
     "Koid",
     "Pointer",
@@ -297,6 +298,38 @@ class _ThreadTable:
             self._slot[key] = slot
             self._writer._thread_record(slot, pid, tid)
         return slot
+
+
+@dataclass(frozen=True)
+class Drill:
+    """What each slice's ``drill`` string is made of (:func:`records.drill_strings`): the
+    command up to ``--time``, and per slice its perf times and, where known, its anchor
+    and its instruction count (``anchor_ip``/``anchor_occurrence`` as
+    :class:`~ptscope.timeline.SliceBatch` has them; ``instructions`` the whole call's,
+    even for a piece of it)."""
+
+    prefix: str
+    perf_start: npt.ArrayLike
+    perf_end: npt.ArrayLike
+    anchor_ip: npt.ArrayLike | None = None
+    anchor_occurrence: npt.ArrayLike | None = None
+    instructions: npt.ArrayLike | None = None
+
+    def texts(self, i: int, j: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.uint64]]:
+        """The strings of slices [i, j): their lengths and bytes."""
+        anchored = (
+            self.anchor_ip is not None
+            and self.anchor_occurrence is not None
+            and self.instructions is not None
+        )
+        return rec.drill_strings(
+            self.prefix,
+            np.asarray(self.perf_start, dtype=np.int64)[i:j],
+            np.asarray(self.perf_end, dtype=np.int64)[i:j],
+            np.asarray(self.anchor_ip, dtype=np.uint64)[i:j] if anchored else None,
+            np.asarray(self.anchor_occurrence, dtype=np.int64)[i:j] if anchored else None,
+            np.asarray(self.instructions, dtype=np.int64)[i:j] if anchored else None,
+        )
 
 
 class FxtWriter:
@@ -596,16 +629,16 @@ class FxtWriter:
         flags: npt.ArrayLike | None = None,
         continued: npt.ArrayLike | None = None,
         icache_lines: npt.ArrayLike | None = None,
-        drill: tuple[str, npt.ArrayLike, npt.ArrayLike] | None = None,
+        drill: Drill | None = None,
     ) -> None:
         """Many complete events of one thread at once, from columns (see
         :class:`ptscope.timeline.ThreadTimeline`): ``names[name_id[i]]`` is slice i's
         name; ``address`` 0, ``instructions``/``cycles``/``icache_lines`` < 0, ``flags`` 0 and
         ``continued`` 0 are not written (``continued``: 1 the slice continues a call of the
         previous part of a split trace, 2 the call goes on in the next part, 3 both).
-        ``drill`` (prefix, perf start, perf end) gives every slice a ``drill`` string:
-        the prefix, then ``START,END`` in perf's seconds. Encoded with numpy, a chunk at
-        a time."""
+        ``drill`` gives every slice a ``drill`` string: the prefix, then ``START,END`` in
+        perf's seconds, then where the slice has an anchor and a count ``--after
+        0xADDRESS:OCCURRENCE --count N``. Encoded with numpy, a chunk at a time."""
         start_a = np.asarray(start, dtype=np.int64)
         end_a = np.asarray(end, dtype=np.int64)
         ids = np.asarray(name_id, dtype=np.int32)
@@ -663,13 +696,7 @@ class FxtWriter:
                 None if cont_a is None else cont_a[i:j],
                 self._full_name_args(ids[i:j], slots),
                 None if lines_a is None else lines_a[i:j],
-                None
-                if drill is None
-                else rec.drill_strings(
-                    drill[0],
-                    np.asarray(drill[1], dtype=np.int64)[i:j],
-                    np.asarray(drill[2], dtype=np.int64)[i:j],
-                ),
+                None if drill is None else drill.texts(i, j),
             )
             self._emit_words(words, j - i)
             i = j
@@ -712,7 +739,7 @@ class FxtWriter:
         continued: npt.NDArray[np.uint8] | None = None,
         full_name: Sequence[tuple[npt.NDArray[np.bool_], _U64]] = (),
         icache_lines: npt.NDArray[np.int64] | None = None,
-        drill: tuple[int, _U64] | None = None,
+        drill: tuple[npt.NDArray[np.int64], _U64] | None = None,
     ) -> _U64:
         """Duration-complete records for a chunk, as one word array.
 
@@ -720,11 +747,13 @@ class FxtWriter:
         [cycles arg, value], [icache_lines arg, value], [flags arg], [continued arg],
         [full_name args], [drill arg, inline string words], end. When
         every slice has the same args the records all have one size and are filled as the
-        columns of a 2-D array; otherwise each word is scattered to its offset.
+        columns of a 2-D array; otherwise each word is scattered to its offset. ``drill``:
+        each slice's string length and bytes (its words, then zeros).
         """
         n = int(start.shape[0])
-        # (present, words, arg header word(s), value word or None)
-        args: list[tuple[npt.NDArray[np.bool_], int, int | _U64, _U64 | None]] = []
+        # (present, words (per slice where they differ), arg header word(s), value word(s)
+        # or None)
+        args: list[tuple[npt.NDArray[np.bool_], int | _U64, int | _U64, _U64 | None]] = []
         if address is not None:
             h = rec.arg_header(rec.ArgType.POINTER, 2, self._arg_address)
             args.append((address != 0, 2, h, address))
@@ -748,35 +777,59 @@ class FxtWriter:
         for present, piece_words in full_name:
             args.append((present, 1, piece_words, None))
         if drill is not None:
-            length, text = drill
-            words = 1 + text.shape[1]
-            h = rec.arg_header(rec.ArgType.STRING, words, self._arg_drill, 0x8000 | length)
-            args.append((np.ones(n, dtype=bool), words, h, text))
+            lengths, text = drill
+            h = rec.arg_header(rec.ArgType.STRING, 0, self._arg_drill)
+            everyone = np.ones(n, dtype=bool)
+            if int(lengths.min()) == int(lengths.max()):
+                length = int(lengths[0])
+                words = 1 + -(-length // 8)
+                h |= (words << 4) | ((0x8000 | length) << 32)
+                args.append((everyone, words, h, text[:, : words - 1]))
+            else:  # one size per slice: its header says its length
+                u64 = lengths.astype(np.uint64)
+                row_words = np.uint64(1) + (u64 + np.uint64(7)) // np.uint64(8)
+                heads = (
+                    np.uint64(h)
+                    | (row_words << np.uint64(4))
+                    | ((u64 | np.uint64(0x8000)) << np.uint64(32))
+                )
+                args.append((everyone, row_words, heads, text))
         name_word = name_slots.astype(np.uint64) << np.uint64(48)
 
         everywhere = [a for a in args if a[0].all()]
         nowhere = [a for a in args if not a[0].any()]
         if len(everywhere) + len(nowhere) == len(args):
-            size = 3 + sum(a[1] for a in everywhere)
-            table = np.empty((n, size), dtype=np.uint64)
-            table[:, 0] = name_word | np.uint64(header | (size << 4) | (len(everywhere) << 20))
+            # One row of a 2-D table per record; an arg whose size varies gets the most it
+            # needs, and the words a record does not use are dropped at the end.
+            widths = [w if isinstance(w, int) else int(w.max()) for _, w, _, _ in everywhere]
+            table = np.empty((n, 3 + sum(widths)), dtype=np.uint64)
+            used: npt.NDArray[np.bool_] | None = None
+            sizes = np.full(n, 3, dtype=np.uint64)
+            for _, arg_words, _, _ in everywhere:
+                sizes += np.uint64(arg_words) if isinstance(arg_words, int) else arg_words
+            head = name_word | np.uint64(header | (len(everywhere) << 20))
+            table[:, 0] = head | (sizes << np.uint64(4))
             table[:, 1] = start
             col = 2
-            for _, words, arg_word, value in everywhere:
+            for (_, arg_words, arg_word, value), width in zip(everywhere, widths, strict=True):
                 table[:, col] = arg_word
                 if value is not None and value.ndim == 2:
-                    table[:, col + 1 : col + words] = value
+                    table[:, col + 1 : col + width] = value[:, : width - 1]
                 elif value is not None:
                     table[:, col + 1] = value
-                col += words
+                if not isinstance(arg_words, int):
+                    if used is None:
+                        used = np.ones(table.shape, dtype=bool)
+                    used[:, col : col + width] = np.arange(width) < arg_words[:, None]
+                col += width
             table[:, col] = end
-            return table.reshape(-1)
+            return table.reshape(-1) if used is None else table[used]
 
         nargs = np.zeros(n, dtype=np.uint64)
         size_a = np.full(n, 3, dtype=np.uint64)
-        for present, words, _, _ in args:
+        for present, arg_words, _, _ in args:
             nargs += present
-            size_a += present * np.uint64(words)
+            size_a += present * np.uint64(arg_words) if isinstance(arg_words, int) else arg_words
         offsets = np.cumsum(size_a, dtype=np.int64) - size_a.astype(np.int64)
         out = np.empty(int(size_a.sum()), dtype=np.uint64)
         out[offsets] = (
@@ -784,15 +837,24 @@ class FxtWriter:
         )
         out[offsets + 1] = start
         pos = offsets + 2
-        for present, words, arg_word, value in args:
+        for present, arg_words, arg_word, value in args:
             at = pos[present]
             out[at] = arg_word if isinstance(arg_word, int) else arg_word[present]
-            if value is not None and value.ndim == 2:
-                for k in range(words - 1):
+            if value is not None and value.ndim == 2 and isinstance(arg_words, int):
+                for k in range(arg_words - 1):
                     out[at + 1 + k] = value[present, k]
+            elif value is not None and value.ndim == 2:
+                assert not isinstance(arg_words, int)
+                rows = value[present]
+                left = arg_words[present] - np.uint64(1)  # value words each slice has
+                for k in range(value.shape[1]):
+                    has = left > k
+                    out[at[has] + 1 + k] = rows[has, k]
             elif value is not None:
                 out[at + 1] = value[present]
-            pos += present * words
+            pos += present * (
+                arg_words if isinstance(arg_words, int) else arg_words.astype(np.int64)
+            )
         out[pos] = end
         return out
 
@@ -815,10 +877,13 @@ class FxtWriter:
             drill_args = (
                 None
                 if recording is None or thread.perf_start is None or thread.perf_end is None
-                else (
+                else Drill(
                     f"ptscope insns {recording} --tid {tid} --time ",
                     thread.perf_start,
                     thread.perf_end,
+                    thread.anchor_ip,
+                    thread.anchor_occurrence,
+                    thread.instructions,
                 )
             )
             self.slices(

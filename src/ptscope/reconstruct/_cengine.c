@@ -119,10 +119,13 @@ typedef struct {
 } LineSet;
 
 /* A slot's resolved time (on the engine's time axis), the cumulative instruction/cycle
- * counts in force there, and its perf time (as the event said, not spread: what
- * `perf script --time` selects by). */
+ * counts in force there, its perf time (as the event said, not spread: what
+ * `perf script --time` selects by), and its anchor: for the slot of a call or a tail
+ * call, the address of that call or jump instruction and which of its executions at that
+ * perf time it was (1-based; 0: no anchor). See "Anchors" below. */
 typedef struct {
 	int64_t time, insn, cyc, real;
+	int64_t anchor, occurrence;
 } SlotValue;
 
 /* What slot times measure (engine.py: the events' times; the other axes are the thread's
@@ -180,11 +183,26 @@ typedef struct {
 	LineSet base, before;
 } Ctx;
 
-/* A branch held until its transaction commits. */
+/* A branch held until its transaction commits, with its anchor as counted when it came. */
 typedef struct {
 	int32_t kind, state, src, dst;
 	int64_t time;
+	uint64_t ip;
+	uint32_t occurrence;
 } TxEvent;
+
+/* How many branches of a thread at one perf time came from each address (see "Anchors"):
+ * open addressing, an entry counts only while its stamp is the current generation, so a
+ * new time empties the table in O(1). */
+typedef struct {
+	uint64_t ip;
+	uint32_t count, stamp;
+} Occurrence;
+typedef struct {
+	Occurrence *v;
+	uint32_t cap, n, gen; /* cap: a power of two; n: entries of generation gen */
+	int64_t time;
+} Occurrences;
 
 /* A branch held while an ambiguous landing waits (engine.py: _Lookahead); its code lines
  * are lines[line0, line0 + nlines) of the lookahead. */
@@ -241,7 +259,7 @@ typedef struct {
 	/* slots: [0, done) resolved; the window holds [done, nslots), all one timestamp */
 	int64_t nslots, done;
 	int64_t last_raw; /* the newest slot's raw value (time*4 + flags) */
-	Vec win_raw, win_insn, win_cyc, win_real;
+	Vec win_raw, win_insn, win_cyc, win_real, win_anchor, win_occurrence;
 	SlotValue *win_out; /* resolution scratch */
 	size_t capout;
 	int64_t lasting, top; /* the catch-up clock (engine._slot_times) */
@@ -258,6 +276,13 @@ typedef struct {
 	size_t ntx, captx;
 	Vec resume; /* (frame index, generation, address) triples: setjmp resume points */
 	Lookahead look;
+	/* The branch being applied (its source address, perf time and occurrence there), and
+	 * whether the next slot taken is the one it starts a callee at (see "Anchors"). */
+	Occurrences seen;
+	uint64_t ev_ip;
+	int64_t ev_time;
+	uint32_t ev_occurrence;
+	bool anchor_next;
 	bool closed;
 } Thread;
 
@@ -311,7 +336,7 @@ static uint8_t kind_state[FLAG_TABLE_SIZE]; /* classify() of every value, filled
 
 /* Output columns, drained by take_output(). */
 enum { O_PID, O_TID, O_START, O_END, O_NAME, O_ADDR, O_INSN, O_CYC, O_FLAGS, O_SSLOT, O_ESLOT,
-       O_RSTART, O_REND, O_LINES, NOUT };
+       O_RSTART, O_REND, O_LINES, O_ANCHOR, O_OCCURRENCE, NOUT };
 enum { I_PID, I_TID, I_TIME, I_MSG, NINST };
 enum { N_PID, N_TID, N_TIME, N_NAME, N_VALUE, NCTR };
 
@@ -687,8 +712,9 @@ static void resolve(Engine *e, Thread *th, int64_t span)
 			th->top = x;
 			th->clock_started = true;
 		}
-		out[k] = (SlotValue){th->top + th->lasting, insn[k], th->win_cyc.v[k],
-				     th->win_real.v[k]};
+		out[k] = (SlotValue){th->top + th->lasting,	  insn[k],
+				     th->win_cyc.v[k],		  th->win_real.v[k],
+				     th->win_anchor.v[k],	  th->win_occurrence.v[k]};
 		if (e->axis == AXIS_CYCLES)
 			out[k].cyc = out[k].time; /* the cycles a slice says are its length */
 		th->lasting += (raw[k] & (CALL_SLOT | START_SLOT)) != 0;
@@ -707,6 +733,7 @@ static void resolve(Engine *e, Thread *th, int64_t span)
 	}
 	th->done = hi;
 	th->win_raw.n = th->win_insn.n = th->win_cyc.n = th->win_real.n = 0;
+	th->win_anchor.n = th->win_occurrence.n = 0;
 	/* Every waiter waits for a slot of the window: all are served. Serving may not add
 	 * waiters (a frame is written, or freed, nothing more). */
 	size_t nw = th->nwait;
@@ -754,6 +781,16 @@ static void resolve(Engine *e, Thread *th, int64_t span)
 static int64_t take_slot(Engine *e, Thread *th, int64_t t, int flags)
 {
 	int64_t real = t;
+	/* The anchor, if armed, holds only where the slot's perf time is the branch's own
+	 * (a time raised to keep the thread's times in order would not find it). */
+	int64_t anchor = 0, occurrence = 0;
+	if (th->anchor_next) {
+		th->anchor_next = false;
+		if (th->ev_occurrence && th->ev_time == real) {
+			anchor = (int64_t)th->ev_ip;
+			occurrence = th->ev_occurrence;
+		}
+	}
 	if (e->axis == AXIS_INSTRUCTIONS)
 		t = th->cum_insn;
 	else if (e->axis == AXIS_CYCLES)
@@ -770,6 +807,8 @@ static int64_t take_slot(Engine *e, Thread *th, int64_t t, int flags)
 	vec_push(e, &th->win_insn, th->cum_insn);
 	vec_push(e, &th->win_cyc, th->cum_cyc);
 	vec_push(e, &th->win_real, real);
+	vec_push(e, &th->win_anchor, anchor);
+	vec_push(e, &th->win_occurrence, occurrence);
 	th->last_raw = raw;
 	return th->nslots++;
 }
@@ -950,6 +989,8 @@ static void emit_slice(Engine *e, Thread *th, Frame *f, int64_t ix)
 	vec_push(e, &e->out[O_REND], f->end.real);
 	bool lined = th->first_line_slot >= 0 && f->end_slot >= th->first_line_slot;
 	vec_push(e, &e->out[O_LINES], lined ? f->icache : -1);
+	vec_push(e, &e->out[O_ANCHOR], f->start.anchor);
+	vec_push(e, &e->out[O_OCCURRENCE], f->start.occurrence);
 	ls_clear(&f->lines);
 	e->slices_out++;
 }
@@ -1581,7 +1622,9 @@ static void jump(Engine *e, Thread *th, int32_t src, int32_t dst, int64_t t)
 	c = sync_source(e, th, src, t);
 	if (c->frames[c->nframes - 1].fn == fn)
 		return;
-	/* A tail call, or a jump into an unrelated function: the leaf is replaced. */
+	/* A tail call, or a jump into an unrelated function: the leaf is replaced. The new
+	 * frame's first instruction follows the jump (an asynchronous branch has no anchor). */
+	th->anchor_next = true;
 	int64_t slot = take_slot(e, th, t, CALL_SLOT);
 	lines_down(e, th, c, c->nframes - 1, NULL);
 	int64_t old = c->frames[--c->nframes].ix;
@@ -1720,6 +1763,7 @@ static void apply(Engine *e, Thread *th, int kind, int state, int32_t src, int32
 		Ctx *c = cur(th);
 		if (!c->nframes || c->frames[c->nframes - 1].fn != sfn)
 			c = sync_source(e, th, src, t);
+		th->anchor_next = true; /* the callee's first instruction follows this call */
 		int64_t slot = take_slot(e, th, t, CALL_SLOT);
 		int64_t ix = new_frame(e, th, c, c->frames[c->nframes - 1].ix, fn, slot,
 				       e->loc_entry[dst], 0, (int64_t)sip);
@@ -1766,6 +1810,80 @@ static void apply(Engine *e, Thread *th, int kind, int state, int32_t src, int32
 	}
 }
 
+/* ------------------------------------------------------------------ anchors */
+
+/* A slice's drill command (`ptscope insns --after IP:K --count N`) lists exactly its call:
+ * perf's instruction listing gives each executed instruction once, in order, and a call or
+ * jump instruction's sample has the perf time of that branch's sample. So the call (or
+ * tail-call jump) that started a frame is found in the listing as the K-th instruction at
+ * its address among those at the branch's perf time, and the frame's instructions are the
+ * N that follow. Per thread the engine counts, within one perf time, the branches from
+ * each address that can start a frame: calls, and jumps into another function. Not an
+ * asynchronous branch (its source is where it interrupted, which runs later), a return
+ * (it starts no frame), nor a jump inside one function: the dlfilter drops those, and
+ * the same instruction may jump elsewhere another time (a PLT slot's jump goes to the
+ * slot's lazy-binding code once, then to the function; a conditional tail call falls
+ * through), so `ptscope insns` counts the same way: the calls at that address, and the
+ * instructions there followed by one in another function. The call and tail-call handlers
+ * arm the slot they take with the count of the branch being applied. */
+
+static void occurrences_grow(Engine *e, Occurrences *o)
+{
+	uint32_t cap = o->cap ? o->cap * 2 : 16;
+	Occurrence *v = calloc(cap, sizeof(Occurrence));
+	if (!v)
+		fail_nomem(e);
+	for (uint32_t k = 0; k < o->cap; k++) {
+		Occurrence x = o->v[k];
+		if (x.stamp != o->gen)
+			continue;
+		uint32_t h = line_hash(x.ip) & (cap - 1);
+		while (v[h].stamp == o->gen)
+			h = (h + 1) & (cap - 1);
+		v[h] = x;
+	}
+	free(o->v);
+	o->v = v;
+	o->cap = cap;
+}
+
+/* Which branch from `ip` at perf time `time` of this thread this one is (1-based). */
+static uint32_t occurrence_of(Engine *e, Occurrences *o, uint64_t ip, int64_t time)
+{
+	if (time != o->time || !o->gen) {
+		o->time = time;
+		o->n = 0;
+		if (++o->gen == 0) { /* the stamps wrapped: forget them all */
+			if (o->v)
+				memset(o->v, 0, o->cap * sizeof(Occurrence));
+			o->gen = 1;
+		}
+	}
+	if (2 * (o->n + 1) > o->cap)
+		occurrences_grow(e, o);
+	uint32_t mask = o->cap - 1, h = line_hash(ip) & mask;
+	for (; o->v[h].stamp == o->gen; h = (h + 1) & mask)
+		if (o->v[h].ip == ip)
+			return ++o->v[h].count;
+	o->v[h] = (Occurrence){ip, 1, o->gen};
+	o->n++;
+	return 1;
+}
+
+/* Before a branch is applied: what its slot's anchor would be. */
+static inline void note_branch(Engine *e, Thread *th, int kind, int32_t src, int32_t dst,
+			       int64_t time)
+{
+	th->ev_time = time;
+	if (kind == K_CALL ||
+	    ((kind == K_JUMP || kind == K_CJUMP) && e->loc_fn[src] != e->loc_fn[dst])) {
+		th->ev_ip = e->loc_ip[src];
+		th->ev_occurrence = occurrence_of(e, &th->seen, th->ev_ip, time);
+	} else {
+		th->ev_occurrence = 0;
+	}
+}
+
 /* engine.py: _gap_and_count (the instructions up to the dropped jump
  * (gap_insns of the event's insns, when known) count before the gap slot, the rest after) */
 static inline void gap_and_count(Engine *e, Thread *th, int64_t gap_time, uint64_t gap_insns,
@@ -1793,24 +1911,34 @@ static void branch_body(Engine *e, Thread *th, int kind, int state, bool in_tx, 
 	th->last_time = t;
 	gap_and_count(e, th, gap_time, gap_insns, t, insns, cycles);
 	add_lines(e, th, lines, nlines);
+	note_branch(e, th, kind, src, dst, time);
 	if (in_tx) {
 		if (th->ntx == th->captx)
 			th->txq = grow(e, th->txq, &th->captx, th->ntx + 1, sizeof(TxEvent));
-		th->txq[th->ntx++] = (TxEvent){kind, state, src, dst, time};
+		th->txq[th->ntx++] =
+		    (TxEvent){kind, state, src, dst, time, th->ev_ip, th->ev_occurrence};
 		return;
 	}
 	if (th->ntx) {
 		size_t queued = th->ntx;
 		th->ntx = 0;
 		if (kind != K_TX_ABORT) {
+			uint64_t ip = th->ev_ip;
+			uint32_t occurrence = th->ev_occurrence;
 			/* apply() never queues, so the buffer stays as it is while we walk it. */
 			for (size_t k = 0; k < queued; k++) {
 				TxEvent q = th->txq[k];
 				/* engine.py: never before what the thread logged since, nor after now. */
 				int64_t logged = th->last_raw >> 2;
 				int64_t tq = q.time > logged ? q.time : logged;
+				th->ev_ip = q.ip;
+				th->ev_time = q.time;
+				th->ev_occurrence = q.occurrence;
 				apply(e, th, q.kind, q.state, q.src, q.dst, tq <= t ? tq : t);
 			}
+			th->ev_ip = ip;
+			th->ev_time = time;
+			th->ev_occurrence = occurrence;
 		}
 	}
 	apply(e, th, kind, state, src, dst, t);
@@ -2040,6 +2168,9 @@ static void free_thread(Thread *th)
 	free(th->win_insn.v);
 	free(th->win_cyc.v);
 	free(th->win_real.v);
+	free(th->win_anchor.v);
+	free(th->win_occurrence.v);
+	free(th->seen.v);
 	free(th->win_out);
 	free(th->waiters);
 	for (size_t g = 0; g < th->ngroups; g++)
@@ -2357,6 +2488,7 @@ static PyObject *engine_feed_batch(Engine *e, PyObject *args)
 			int32_t l0 = AT(cols[NCOLS], int32_t, i), l1 = AT(cols[NCOLS], int32_t, i + 1);
 			add_lines(e, th, all_lines + l0, (size_t)(l1 - l0));
 		}
+		note_branch(e, th, kind, src, dst, time);
 		apply(e, th, kind, state, src, dst, t);
 	}
 	columns_release(cols, NCOLS + 3);
@@ -2653,8 +2785,8 @@ static PyObject *vecs_blocks(Vec *v, int n)
 
 /* Everything written since the last call: (slices, instants, counters), each a tuple of
  * int64 Blocks (slices: pid, tid, start, end, name id, address, instructions, cycles,
- * flags, start slot, end slot, perf time at start, perf time at end; the slots empty unless
- * keep_slots; instants: pid, tid,
+ * flags, start slot, end slot, perf time at start, perf time at end, code lines, anchor
+ * address and occurrence at start; the slots empty unless keep_slots; instants: pid, tid,
  * time, message id; counters: pid, tid, time, name id, value). */
 static PyObject *engine_take_output(Engine *e, PyObject *Py_UNUSED(ignored))
 {

@@ -159,6 +159,11 @@ def timeline_from_batches(
     )
     pstart = np.concatenate([b.perf_start for b in batches]) if with_perf else None
     pend = np.concatenate([b.perf_end for b in batches]) if with_perf else None
+    with_anchors = bool(batches) and all(
+        b.anchor_ip is not None and b.anchor_occurrence is not None for b in batches
+    )
+    anchor = np.concatenate([b.anchor_ip for b in batches]) if with_anchors else None
+    occurrence = np.concatenate([b.anchor_occurrence for b in batches]) if with_anchors else None
     with_slots = bool(batches) and all(b.start_slot is not None for b in batches)
     sslot = np.concatenate([b.start_slot for b in batches]) if with_slots else None
     eslot = np.concatenate([b.end_slot for b in batches]) if with_slots else None
@@ -208,6 +213,8 @@ def timeline_from_batches(
                 icache_lines=icache[order] if icache is not None else None,
                 perf_start=pstart[order] if pstart is not None else None,
                 perf_end=pend[order] if pend is not None else None,
+                anchor_ip=anchor[order] if anchor is not None else None,
+                anchor_occurrence=occurrence[order] if occurrence is not None else None,
             )
         )
         if sslot is not None and eslot is not None:
@@ -470,7 +477,7 @@ class FastEngine:
         pid, tid, start, end, name, addr, insns, cycles, flags, sslot, eslot, pstart, pend = cols[
             :13
         ]
-        icache = cols[13]
+        icache, anchor, occurrence = cols[13:16]
         inst = [np.frombuffer(b, dtype=np.int64).tolist() for b in instants]
         ctrs = [np.frombuffer(b, dtype=np.int64).tolist() for b in counters]
         return SliceBatch(
@@ -488,6 +495,8 @@ class FastEngine:
             end_slot=eslot if self._keep_slots else None,
             perf_start=pstart,
             perf_end=pend,
+            anchor_ip=anchor.view(np.uint64),
+            anchor_occurrence=occurrence,
             icache_lines=icache if self._c.lines_on() else None,
             instants=[
                 (p, t, Instant(time, self._messages[m]))

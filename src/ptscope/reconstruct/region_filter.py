@@ -96,12 +96,15 @@ def _clip_thread(thread: ThreadTimeline, regions: Sequence[tuple[int, int]]) -> 
         out.cycles = thread.cycles[idx]
         out.flags = np.concatenate(new_flags)[order]
         # A piece keeps what its whole call ran (as the counts) and the call's perf times
-        # (its drill command lists the whole call).
+        # and anchor (its drill command lists the whole call).
         if thread.icache_lines is not None:
             out.icache_lines = thread.icache_lines[idx]
         if thread.perf_start is not None and thread.perf_end is not None:
             out.perf_start = thread.perf_start[idx]
             out.perf_end = thread.perf_end[idx]
+        if thread.anchor_ip is not None and thread.anchor_occurrence is not None:
+            out.anchor_ip = thread.anchor_ip[idx]
+            out.anchor_occurrence = thread.anchor_occurrence[idx]
     out.instants = [i for i in thread.instants if _inside(i.time, regions)]
     out.counters = [c for c in thread.counters if _inside(c.time, regions)]
     return out
