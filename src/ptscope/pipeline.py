@@ -14,6 +14,7 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
+from ptscope.decode.binary_files import reading_binaries
 from ptscope.decode.blocks import InstructionDetail
 from ptscope.decode.dlfilter_stream import DlfilterRun, choose_decoder, selection_arguments
 from ptscope.decode.landing_pads import LandingPads
@@ -201,6 +202,19 @@ def decode_recording(
     progress: Progress | None = None,
 ) -> DecodeSummary:
     """Decode every perf.data of ``recording`` into one trace at ``output``."""
+    # Names read from the binaries (PLT stubs, OCaml functions) come from where perf reads
+    # them: under --symfs when given (an archive's copies).
+    with reading_binaries(_binary_resolver(options.symfs)):
+        return _decode_recording(recording, output, options, progress=progress)
+
+
+def _decode_recording(
+    recording: Recording,
+    output: Path,
+    options: DecodeOptions,
+    *,
+    progress: Progress | None,
+) -> DecodeSummary:
     started = time.perf_counter()
     if recording.backend == "emulated" and emulated.recover(recording):
         log.warning(

@@ -125,6 +125,13 @@ def _read_until(fd: int, wanted: bytes, deadline: float) -> bytes:
     return seen
 
 
+def _interruptible() -> None:
+    """SIGINT as a terminal's program gets it: a suite started in the background by a
+    shell without job control runs with SIGINT ignored, which ptscope and the program would
+    inherit (and Ctrl-C would then stop nothing, as it would stop nothing natively)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _interrupted_run(args: list[str], how: str, cwd: Path) -> tuple[int, str]:
     """``ptscope ARGS`` interrupted the way a user does: Ctrl-C typed in its terminal (a
     pty: the terminal signals ptscope and the program, its foreground group), or SIGINT
@@ -135,6 +142,7 @@ def _interrupted_run(args: list[str], how: str, cwd: Path) -> tuple[int, str]:
         pid, fd = pty.fork()
         if pid == 0:  # the child: ptscope, with the pty as its controlling terminal
             os.chdir(cwd)
+            _interruptible()
             os.execv(command[0], command)
         output = _read_until(fd, b"spinning", deadline)
         time.sleep(0.5)
@@ -144,7 +152,12 @@ def _interrupted_run(args: list[str], how: str, cwd: Path) -> tuple[int, str]:
         _, status = os.waitpid(pid, 0)
         return os.waitstatus_to_exitcode(status), output.decode(errors="replace")
     process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=cwd, start_new_session=True
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        cwd=cwd,
+        start_new_session=True,
+        preexec_fn=_interruptible,
     )
     assert process.stdout is not None
     try:

@@ -21,6 +21,8 @@ from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
+from ptscope.decode.binary_files import local_binary
+
 __all__ = ["is_ocaml_label", "ocaml_function_name", "perf_ocaml_name"]
 
 log = logging.getLogger("ptscope")
@@ -46,17 +48,17 @@ def ocaml_function_name(symbol: str, dso: str) -> str:
     """The function at the address of the label ``symbol`` in ``dso`` (perf's spelling), or
     ``symbol`` when there is none or the binary cannot be read."""
     raw = symbol if "." not in symbol else "caml" + symbol.replace(".", "__")
-    found = _functions_at_labels(dso).get(raw)
+    path = local_binary(dso)
+    found = _functions_at_labels(str(path)).get(raw) if path is not None else None
     return perf_ocaml_name(found) if found else symbol
 
 
 @functools.lru_cache(maxsize=64)
-def _functions_at_labels(dso: str) -> dict[str, str]:
-    """label -> the function symbol at the label's address (sized, the first one seen)."""
-    if not dso.startswith("/"):
-        return {}
+def _functions_at_labels(path: str) -> dict[str, str]:
+    """label -> the function symbol at the label's address (sized, the first one seen), in
+    the binary at ``path``."""
     try:
-        with open(Path(dso), "rb") as f:
+        with open(Path(path), "rb") as f:
             labels: dict[int, list[str]] = {}
             functions: dict[int, str] = {}
             for section in ELFFile(f).iter_sections():
@@ -69,7 +71,7 @@ def _functions_at_labels(dso: str) -> dict[str, str]:
                     elif kind == "STT_NOTYPE" and _LABEL.search(sym.name):
                         labels.setdefault(sym["st_value"], []).append(sym.name)
     except (OSError, ELFError, ValueError) as e:
-        log.debug("OCaml labels of %s: %s", dso, e)
+        log.debug("OCaml labels of %s: %s", path, e)
         return {}
     return {
         label: functions[address]

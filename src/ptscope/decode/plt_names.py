@@ -30,6 +30,8 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.relocation import RelocationSection
 from elftools.elf.sections import Section, SymbolTableSection
 
+from ptscope.decode.binary_files import local_binary
+
 __all__ = ["PLT_HEADER_NAME", "PltEntries", "plt_entries", "plt_stub"]
 
 log = logging.getLogger("ptscope")
@@ -85,13 +87,17 @@ def plt_stub(symbol: str, offset: int, dso: str) -> tuple[str, int] | None:
     return entries.name_at(base + offset)
 
 
-@functools.lru_cache(maxsize=256)
 def plt_entries(dso: str) -> PltEntries:
-    """The PLT entries of ``dso`` (a path; empty if it has none or cannot be read)."""
-    if not dso.startswith("/"):
-        return PltEntries()
+    """The PLT entries of ``dso`` (a path as perf prints it, read where the decode reads
+    binaries: ``binary_files``; empty if it has none or cannot be read)."""
+    path = local_binary(dso)
+    return PltEntries() if path is None else _entries_in(str(path))
+
+
+@functools.lru_cache(maxsize=256)
+def _entries_in(path: str) -> PltEntries:
     try:
-        with open(dso, "rb") as f:
+        with open(path, "rb") as f:
             elf = ELFFile(f)
             if elf.elfclass != 64 or elf["e_machine"] != "EM_X86_64" or not elf.little_endian:
                 return PltEntries()
@@ -101,7 +107,7 @@ def plt_entries(dso: str) -> PltEntries:
                 return PltEntries()
             return _read_entries(elf, sections)
     except (OSError, ELFError, ValueError) as e:
-        log.debug("PLT of %s: %s", dso, e)
+        log.debug("PLT of %s: %s", path, e)
         return PltEntries()
 
 
