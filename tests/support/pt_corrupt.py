@@ -19,6 +19,7 @@ flips one given candidate; ``damaged_copy`` tries candidates until perf reports 
 
 from __future__ import annotations
 
+import bisect
 import shutil
 import struct
 import subprocess
@@ -96,9 +97,14 @@ def packets(data: bytes) -> list[tuple[int, int]]:
     return out
 
 
-def flip_tnt_bit(source: Path, destination: Path, *, where: float = 0.5) -> Flip:
+def flip_tnt_bit(
+    source: Path, destination: Path, *, where: float = 0.5, before_psb: int | None = None
+) -> Flip:
     """Copy the recording directory ``source`` to ``destination`` with one TNT bit flipped
-    in its largest AUXTRACE buffer, at about ``where`` (0..1) of its not-taken TNT packets."""
+    in its largest AUXTRACE buffer, at about ``where`` (0..1) of its not-taken TNT packets;
+    or, with ``before_psb=r``, in the one that is the r-th closest before a PSB (ranked by
+    the packets between them: a flip there loses the least, as perf resynchronises at the
+    PSB)."""
     if destination.exists():
         shutil.rmtree(destination)
     shutil.copytree(source, destination)
@@ -115,10 +121,25 @@ def flip_tnt_bit(source: Path, destination: Path, *, where: float = 0.5) -> Flip
         ]
         if not candidates:
             raise ValueError(f"{perf_data}: no one-bit not-taken TNT packet to flip")
-        k, off = candidates[min(len(candidates) - 1, int(len(candidates) * where))]
+        if before_psb is None:
+            k, off = candidates[min(len(candidates) - 1, int(len(candidates) * where))]
+        else:
+            k, off = _closest_before_psb(data, candidates)[before_psb]
         f.seek(offset + off)
         f.write(bytes((_TAKEN,)))
     return Flip(offset + off, tid, queue, k)
+
+
+def _closest_before_psb(data: bytes, candidates: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``candidates`` (packet index, offset) ordered by how many packets lie between each and
+    the next PSB (those with no PSB after them last)."""
+    psbs = [k for k, (off, _) in enumerate(packets(data)) if data[off : off + 2] == b"\x02\x82"]
+
+    def distance(candidate: tuple[int, int]) -> int:
+        after = bisect.bisect_right(psbs, candidate[0])
+        return psbs[after] - candidate[0] if after < len(psbs) else len(data)
+
+    return sorted(candidates, key=distance)
 
 
 def perf_reports_errors(perf_data: Path, perf: str = "perf") -> list[str]:
@@ -133,9 +154,14 @@ def perf_reports_errors(perf_data: Path, perf: str = "perf") -> list[str]:
 
 
 def damaged_copy(source: Path, destination: Path, perf: str = "perf") -> Flip:
-    """A copy of the recording with one flipped TNT bit that perf reports as an error."""
-    for where in (0.5, 0.3, 0.7, 0.2, 0.8, 0.4, 0.6, 0.1, 0.9):
-        flip = flip_tnt_bit(source, destination, where=where)
+    """A copy of the recording with one flipped TNT bit that perf reports as an error:
+    the flip closest before a PSB that perf catches, so that what is lost (up to the PSB,
+    where perf synchronises again) does not depend on where the PSBs happen to fall."""
+    for rank in range(24):
+        try:
+            flip = flip_tnt_bit(source, destination, before_psb=rank)
+        except IndexError:
+            break
         if perf_reports_errors(destination / "perf.data", perf):
             return flip
     raise AssertionError(f"no flipped TNT bit of {source} made perf report an error")
