@@ -1040,12 +1040,17 @@ static int is_handler(uint64_t pc)
 /* QEMU 7.2 starts translating an instruction, finds that it crosses into the next page
    (or starts there) while the block has instructions already, and leaves it for the next
    block, but the plugin's list of the block's instructions keeps it, with the bytes read
-   so far. Such an instruction is cut at the page boundary. */
+   so far: up to the boundary, or fewer when the read that crossed it was several bytes
+   wide (`call *disp32(%rip)` 3 bytes before the boundary: its disp32 read crosses, and only
+   the opcode and ModRM are kept). Such an instruction is incomplete, or reaches into the
+   next page. */
 static int phantom(const uint8_t *code, size_t size, uint64_t vaddr)
 {
 	if (size == 0)
 		return 1;
-	return ((vaddr + size) & 4095) == 0 && ptscope_x86_length(code, size) < 0;
+	if ((vaddr >> 12) != ((vaddr + size - 1) >> 12))
+		return 1;
+	return (vaddr & 4095) + PTSCOPE_X86_MAX_LENGTH > 4096 && ptscope_x86_length(code, size) < 0;
 }
 
 static void on_translate(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
