@@ -2000,11 +2000,11 @@ static bool follow(Engine *e, Thread *th, const HeldEvent *h)
 	case K_CJUMP:
 		if (fn == sfn)
 			return true;
-		if (l->nabove && l->above[l->nabove - 1] >= 0) {
+		if (l->nabove && l->above[l->nabove - 1] >= 0 && e->loc_off[h->dst] == 0) {
 			l->above[l->nabove - 1] = fn; /* a tail call above the landing */
 			return true;
 		}
-		return false;
+		return false; /* into the middle of a function: a longjmp, which may go below */
 	default:
 		return false;
 	}
@@ -2054,6 +2054,13 @@ static void settle(Engine *e, Thread *th)
 	free(lines);
 }
 
+/* engine.py: _settle_all */
+static void settle_all(Engine *e, Thread *th)
+{
+	while (th->look.on)
+		settle(e, th);
+}
+
 /* engine.py: _hold */
 static void hold(Engine *e, Thread *th, int kind, int state, bool in_tx, int32_t src,
 		 int32_t dst, int64_t time, uint64_t insns, uint64_t cycles, int64_t gap_time,
@@ -2100,7 +2107,7 @@ static void branch_slow(Engine *e, Thread *th, int kind, int state, bool in_tx, 
  * written. */
 static void close_all(Engine *e, Thread *th)
 {
-	settle(e, th);
+	settle_all(e, th);
 	end_every_frame(e, th, take_slot(e, th, th->last_time, 0));
 	resolve(e, th, 0);
 	flush_groups(e, th, true);
@@ -2540,7 +2547,7 @@ static PyObject *engine_decode_error(Engine *e, PyObject *args)
 	}
 	if (!th)
 		Py_RETURN_FALSE;
-	settle(e, th);
+	settle_all(e, th);
 	int64_t t = has_time ? time : th->last_time;
 	if (t < th->last_time)
 		t = th->last_time;
@@ -2569,7 +2576,7 @@ static PyObject *engine_counter(Engine *e, PyObject *args)
 	}
 	e->events++;
 	Thread *th = thread_of(e, pid, tid, time);
-	settle(e, th);
+	settle_all(e, th);
 	int64_t t = time > th->last_time ? time : th->last_time;
 	th->last_time = t;
 	int64_t slot = take_slot(e, th, t, 0);
@@ -2587,7 +2594,7 @@ static PyObject *engine_end_segment(Engine *e, PyObject *Py_UNUSED(ignored))
 	}
 	for (size_t i = 0; i < e->nthreads; i++) {
 		Thread *th = e->threads[i];
-		settle(e, th);
+		settle_all(e, th);
 		Ctx *c = cur(th);
 		if (!c->nframes && c->detached)
 			continue; /* no open frame: nothing to stitch to */

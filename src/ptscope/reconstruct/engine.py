@@ -427,10 +427,10 @@ def _follow(th: _Thread, held: _Lookahead, ev: BranchEvent) -> bool:
     if kind in (_JUMP, _CJUMP):
         if dst.function == src.function:
             return True
-        if above and above[-1]:
+        if above and above[-1] and dst.offset == 0:
             above[-1] = dst.function  # a tail call above the landing
             return True
-    return False
+    return False  # (a jump into the middle of a function: a longjmp, which may go below)
 
 
 def _count(th: _Thread, insns: int, cycles: int) -> None:
@@ -617,7 +617,7 @@ class TraceSegmentEngine:
         frames it finds later were running since its segment started, break or not.
         """
         for th in self._threads.values():
-            self._settle(th)
+            self._settle_all(th)
             cur = th.ctxs[-1]
             if not cur.frames and cur.detached:
                 continue
@@ -643,7 +643,7 @@ class TraceSegmentEngine:
         if th is None:
             self._orphan_errors.append(err)
             return
-        self._settle(th)
+        self._settle_all(th)
         time = err.time if err.time is not None else th.last_time
         if time < th.last_time:
             time = th.last_time
@@ -676,7 +676,7 @@ class TraceSegmentEngine:
     def _power(self, ev: PowerEvent) -> None:
         self.stats.events += 1
         th = self._thread(ev.pid, ev.tid, ev.time)
-        self._settle(th)
+        self._settle_all(th)
         t = ev.time if ev.time > th.last_time else th.last_time
         th.last_time = t
         th.counters.append((len(th.log), "CPU frequency (MHz)", ev.freq_mhz))
@@ -1182,6 +1182,12 @@ class TraceSegmentEngine:
         if not followed or len(held.events) >= LOOKAHEAD_EVENTS or len(held.alive()) <= 1:
             self._settle(th)
 
+    def _settle_all(self, th: _Thread) -> None:
+        """Settle until nothing is held (the held events, as they run, may land ambiguously
+        again): before anything that is not a branch of the thread."""
+        while th.held is not None:
+            self._settle(th)
+
     def _settle(self, th: _Thread) -> None:
         """Land where the held events say (the nearest candidate that fits them, or the
         nearest of all if none does), then run the held events."""
@@ -1300,7 +1306,7 @@ class TraceSegmentEngine:
         return timeline
 
     def _close_all(self, th: _Thread) -> None:
-        self._settle(th)
+        self._settle_all(th)
         self._end_every_frame(th, self._slot(th, th.last_time))
 
     def _end_every_frame(self, th: _Thread, end: int) -> None:
