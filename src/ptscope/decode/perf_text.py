@@ -683,30 +683,7 @@ class PerfTextParser:
             if branch is None:
                 continue
             (_flags, kind, state, in_tx, src), dst = branch
-            pid, tid = thread
-            insn, cycles = self._pending_counts.pop(thread, (0, 0))
-            lines = None
-            if self.detail is not None:
-                insn, lines = self.detail.take(thread)
-            gap, gap_insns = _gap(self._gaps.pop(thread, _NO_GAP), time)
-            trailing.append(
-                BranchEvent(
-                    pid,
-                    tid,
-                    time,
-                    kind,
-                    state,
-                    src,
-                    dst,
-                    in_tx,
-                    insn,
-                    cycles,
-                    gap,
-                    lines,
-                    gap_insns,
-                )
-            )
-            self._last_kept[thread] = time
+            trailing.append(self._kept(thread, time, kind, state, src, dst, in_tx, 0, 0))
             self.stats.branches += 1
             self.stats.branches_dropped -= 1
         trailing.sort(key=lambda e: (e.time, e.pid, e.tid))
@@ -714,6 +691,34 @@ class PerfTextParser:
         return out + trailing
 
     # ------------------------------------------------------------- hot path
+
+    def _kept(
+        self,
+        thread: tuple[int, int],
+        time: int,
+        kind: BranchKind,
+        state: TraceState,
+        src: Location,
+        dst: Location,
+        in_tx: bool,
+        insn: int,
+        cycles: int,
+    ) -> BranchEvent:
+        """A branch of ``thread`` that is kept (off the hot path, which does the same
+        inline): the counts of the jumps dropped before it added, its instruction detail,
+        and the time (and count) of the first of those jumps later than the last one kept."""
+        old_insn, old_cycles = self._pending_counts.pop(thread, (0, 0))
+        self._last_kept[thread] = time
+        gap, gap_insns = _gap(self._gaps.pop(thread, _NO_GAP), time)
+        lines = None
+        if self.detail is not None:
+            insn, lines = self.detail.take(thread)
+        else:
+            insn += old_insn
+        return BranchEvent(
+            thread[0], thread[1], time, kind, state, src, dst, in_tx, insn,
+            cycles + old_cycles, gap, lines, gap_insns,
+        )  # fmt: skip
 
     def _dropped(self, thread: tuple[int, int], time: int, insn: int, cycles: int) -> None:
         """A jump of ``thread`` that is dropped, as the dlfilter does: its counts go to the
@@ -1180,35 +1185,8 @@ class PerfTextParser:
             self._last_dropped[key] = (header.time, body)
             self._dropped(key, header.time, insn, cycles)
             return True
-        if self._pending_counts:
-            old_insn, old_cycles = self._pending_counts.pop(key, (0, 0))
-            insn += old_insn
-            cycles += old_cycles
         kind, state, src, dst, in_tx = info
-        self._last_kept[key] = header.time
-        # As on the fast path: the time of the first jump dropped since the last kept
-        # branch (where the thread was seen running before this one).
-        gap, gap_insns = _gap(self._gaps.pop(key, _NO_GAP), header.time)
-        lines = None
-        if self.detail is not None:
-            insn, lines = self.detail.take(key)
-        out.append(
-            BranchEvent(
-                header.pid,
-                header.tid,
-                header.time,
-                kind,
-                state,
-                src,
-                dst,
-                in_tx,
-                insn,
-                cycles,
-                gap,
-                lines,
-                gap_insns,
-            )
-        )
+        out.append(self._kept(key, header.time, kind, state, src, dst, in_tx, insn, cycles))
         self.stats.branches += 1
         return True
 
