@@ -21,7 +21,7 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
@@ -258,16 +258,22 @@ class ElfImage:
         return sorted(set(found.values()))
 
 
-def _functions(elf: ELFFile) -> dict[str, list[int]]:
-    functions: dict[str, list[int]] = {}
+def _function_symbols(elf: ELFFile) -> Iterator[tuple[str, int, int]]:
+    """(name, link-time start, size) of every function symbol; a versioned dynamic name
+    (memcpy@@GLIBC_2.14) is its base name, by which it is found."""
     for name in (".symtab", ".dynsym"):
         section = elf.get_section_by_name(name)
         if not isinstance(section, SymbolTableSection):
             continue
         for sym in section.iter_symbols():
             if sym["st_info"]["type"] in _FUNC_TYPES and sym["st_value"] and sym.name:
-                # Versioned dynamic names (memcpy@@GLIBC_2.14) are found by their base name.
-                functions.setdefault(sym.name.split("@")[0], []).append(int(sym["st_value"]))
+                yield sym.name.split("@")[0], int(sym["st_value"]), int(sym["st_size"])
+
+
+def _functions(elf: ELFFile) -> dict[str, list[int]]:
+    functions: dict[str, list[int]] = {}
+    for name, start, _ in _function_symbols(elf):
+        functions.setdefault(name, []).append(start)
     return functions
 
 
@@ -309,19 +315,9 @@ def _squeezed(name: str) -> str:
     return "".join(name.split())
 
 
-@functools.lru_cache(maxsize=64)
 def _function_extents(elf: ELFFile) -> list[tuple[int, int, str]]:
     """(link-time start, size, name) of every function symbol."""
-    extents: set[tuple[int, int, str]] = set()
-    for name in (".symtab", ".dynsym"):
-        section = elf.get_section_by_name(name)
-        if not isinstance(section, SymbolTableSection):
-            continue
-        for sym in section.iter_symbols():
-            if sym["st_info"]["type"] in _FUNC_TYPES and sym["st_value"] and sym.name:
-                start, size = int(sym["st_value"]), int(sym["st_size"])
-                extents.add((start, size, sym.name.split("@")[0]))
-    return sorted(extents)
+    return sorted({(start, size, name) for name, start, size in _function_symbols(elf)})
 
 
 def _image(path: str) -> ElfImage:
