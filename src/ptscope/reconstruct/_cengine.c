@@ -218,7 +218,7 @@ typedef struct {
  * point, and the thread's events held until their returns tell which one it was. */
 #define LOOKAHEAD_EVENTS 65536
 typedef struct {
-	bool on, within; /* within: in the current context (else land_on) */
+	bool on;
 	size_t ci;	 /* the context landed in */
 	int64_t t;	 /* the landing's time */
 	ptrdiff_t *cand, *tops; /* candidate frame indices, nearest first; their tops (-1: out) */
@@ -1353,7 +1353,6 @@ static bool look_ahead(Engine *e, Thread *th, size_t ci, size_t fi, int32_t dst,
 	if (l->ncand < 2)
 		return false;
 	l->on = true;
-	l->within = ci + 1 == th->nctx;
 	l->ci = ci;
 	l->t = t;
 	l->nabove = l->nev = l->nlines = 0;
@@ -2028,7 +2027,7 @@ static void settle(Engine *e, Thread *th)
 			break;
 		}
 	}
-	if (l->within)
+	if (l->ci + 1 == th->nctx) /* in the current context (else land_on) */
 		close_above(e, th, th->ctxs[l->ci], (size_t)fi, take_slot(e, th, l->t, 0), 0);
 	else
 		land_on(e, th, l->ci, (size_t)fi, l->t);

@@ -253,14 +253,13 @@ class _Lookahead:
     function and call site; empty function: an untraced gap).
     """
 
-    __slots__ = ("above", "candidates", "ctx_index", "events", "time", "tops", "within")
+    __slots__ = ("above", "candidates", "ctx_index", "events", "time", "tops")
 
-    def __init__(self, ctx_index: int, candidates: list[int], time: int, within: bool) -> None:
+    def __init__(self, ctx_index: int, candidates: list[int], time: int) -> None:
         self.ctx_index = ctx_index
         self.candidates = candidates  # frame indices in that context, nearest first
         self.tops = list(candidates)
         self.time = time
-        self.within = within  # the landing is in the current context (else: _land_on)
         self.above: list[str] = []
         self.events: list[BranchEvent] = []
 
@@ -1171,7 +1170,7 @@ class TraceSegmentEngine:
         ]
         if len(candidates) < 2:
             return False
-        th.held = _Lookahead(ci, candidates, t, ci == len(th.ctxs) - 1)
+        th.held = _Lookahead(ci, candidates, t)
         return True
 
     def _hold(self, th: _Thread, ev: BranchEvent) -> None:
@@ -1197,7 +1196,7 @@ class TraceSegmentEngine:
         th.held = None
         alive = held.alive()
         fi = alive[0] if alive else held.candidates[0]
-        if held.within:
+        if held.ctx_index == len(th.ctxs) - 1:  # in the current context (nothing held moved it)
             ctx = th.ctxs[held.ctx_index]
             self._close_above(th, ctx, fi, self._slot(th, held.time), 0)
         else:
