@@ -214,17 +214,33 @@ typedef struct {
 	size_t line0, nlines;
 } HeldEvent;
 
+/* engine.py: _Hypothesis. One way the held events may have run: on candidate cand's stack,
+ * whose top is now frame top of the landing's context, with above[0, nabove) pushed on it
+ * since the landing (fn -1: an untraced gap; resume: the point a setjmp armed, 0 if none). */
+typedef struct {
+	int32_t fn;
+	uint64_t resume;
+} Pushed;
+typedef struct {
+	size_t cand;
+	ptrdiff_t top;
+	Pushed *above;
+	size_t nabove, capabove;
+} Hypothesis;
+
 /* engine.py: _Lookahead. A landing in one of several activations armed at the same resume
- * point, and the thread's events held until their returns tell which one it was. */
+ * point, and the thread's events held until they tell which one it was. */
 #define LOOKAHEAD_EVENTS 65536
+#define MAX_HYPOTHESES 256
 typedef struct {
 	bool on;
 	size_t ci;	 /* the context landed in */
 	int64_t t;	 /* the landing's time */
-	ptrdiff_t *cand, *tops; /* candidate frame indices, nearest first; their tops (-1: out) */
-	size_t ncand, capcand, captops;
-	int32_t *above; /* functions pushed since the landing (-1: an untraced gap) */
-	size_t nabove, capabove;
+	ptrdiff_t *cand; /* candidate frame indices, nearest first */
+	size_t ncand, capcand;
+	Hypothesis *hyp, *next; /* the stacks the events fit; next: being built */
+	size_t nhyp, caphyp, nnext, capnext;
+	size_t nearest; /* the nearest candidate they fitted after the last event followed */
 	HeldEvent *ev;
 	size_t nev, capev;
 	uint64_t *lines;
@@ -1345,17 +1361,19 @@ static bool look_ahead(Engine *e, Thread *th, size_t ci, size_t fi, int32_t dst,
 			continue;
 		if (l->ncand == l->capcand)
 			l->cand = grow(e, l->cand, &l->capcand, l->ncand + 1, sizeof(ptrdiff_t));
-		if (l->ncand == l->captops)
-			l->tops = grow(e, l->tops, &l->captops, l->ncand + 1, sizeof(ptrdiff_t));
-		l->cand[l->ncand] = l->tops[l->ncand] = (ptrdiff_t)j;
-		l->ncand++;
+		l->cand[l->ncand++] = (ptrdiff_t)j;
 	}
 	if (l->ncand < 2)
 		return false;
+	l->hyp = grow(e, l->hyp, &l->caphyp, l->ncand, sizeof(Hypothesis));
+	for (size_t k = 0; k < l->ncand; k++)
+		l->hyp[k] = (Hypothesis){k, l->cand[k], NULL, 0, 0};
+	l->nhyp = l->ncand;
+	l->nearest = 0;
 	l->on = true;
 	l->ci = ci;
 	l->t = t;
-	l->nabove = l->nev = l->nlines = 0;
+	l->nev = l->nlines = 0;
 	return true;
 }
 
@@ -1943,70 +1961,233 @@ static void branch_body(Engine *e, Thread *th, int kind, int state, bool in_tx, 
 	apply(e, th, kind, state, src, dst, t);
 }
 
-/* engine.py: _follow (false: an event the candidate stacks cannot follow) */
-static bool follow(Engine *e, Thread *th, const HeldEvent *h)
+static void push_above(Engine *e, Hypothesis *h, int32_t fn, uint64_t resume)
 {
-	Lookahead *l = &th->look;
-	if (h->in_tx)
-		return false;
-	if (h->state == S_END) {
-		if (l->nabove == l->capabove)
-			l->above = grow(e, l->above, &l->capabove, l->nabove + 1, sizeof(int32_t));
-		l->above[l->nabove++] = -1; /* an untraced gap: tracing resumes on top of it */
+	if (h->nabove == h->capabove)
+		h->above = grow(e, h->above, &h->capabove, h->nabove + 1, sizeof(Pushed));
+	h->above[h->nabove++] = (Pushed){fn, resume};
+}
+
+/* Adds a hypothesis to the list being built (taking over its frames). */
+static void keep_hypothesis(Engine *e, Lookahead *l, Hypothesis h)
+{
+	if (l->nnext == l->capnext)
+		l->next = grow(e, l->next, &l->capnext, l->nnext + 1, sizeof(Hypothesis));
+	l->next[l->nnext++] = h;
+}
+
+/* A new hypothesis: h's candidate with top, and the first nabove frames h pushed. */
+static void fork_hypothesis(Engine *e, Lookahead *l, const Hypothesis *h, ptrdiff_t top,
+			    size_t nabove)
+{
+	Hypothesis n = {h->cand, top, NULL, 0, 0};
+	if (nabove) {
+		n.above = grow(e, NULL, &n.capabove, nabove, sizeof(Pushed));
+		memcpy(n.above, h->above, nabove * sizeof(Pushed));
+		n.nabove = nabove;
+	}
+	keep_hypothesis(e, l, n);
+}
+
+/* engine.py: _follow_jump (a jump into the middle of a function among the held events: to
+ * every frame armed at dst, pushed since the landing or below it; if none is, to the frame
+ * resumed_frame picks; if none is of its function, the frame on top is replaced). Adds what
+ * h becomes to l->next; false: past an untraced gap, or replacing the landed frame. */
+static bool follow_jump(Engine *e, Thread *th, Lookahead *l, Hypothesis *h, int32_t dst)
+{
+	int32_t fn = e->loc_fn[dst];
+	uint64_t ip = e->loc_ip[dst];
+	ptrdiff_t nearest = -1;
+	size_t armed = 0;
+	bool gap = false;
+	for (size_t a = h->nabove; a-- > 0;) {
+		if (h->above[a].fn < 0) {
+			if (nearest < 0)
+				return false; /* past an untraced gap: what ran there is unknown */
+			gap = true;
+			break;
+		}
+		if (h->above[a].fn == fn) {
+			if (nearest < 0)
+				nearest = (ptrdiff_t)a;
+			if (h->above[a].resume == ip) {
+				fork_hypothesis(e, l, h, h->top, a + 1);
+				armed++;
+			}
+		}
+	}
+	Ctx *c = th->ctxs[l->ci];
+	if (!gap) {
+		for (ptrdiff_t j = h->top; j >= 0; j--) {
+			if (c->frames[j].fn == fn && resumes_at(th, c->frames[j].ix, ip)) {
+				fork_hypothesis(e, l, h, j, 0);
+				armed++;
+			}
+		}
+	}
+	if (armed) {
+		free(h->above);
 		return true;
 	}
-	if (h->state == S_START) {
-		if (l->nabove && l->above[l->nabove - 1] < 0) {
-			l->nabove--;
-			return true;
-		}
-		return false;
+	if (nearest >= 0) {
+		h->nabove = (size_t)nearest + 1;
+		keep_hypothesis(e, l, *h);
+		return true;
 	}
-	if (h->state != S_NONE)
-		return false;
-	int32_t fn = e->loc_fn[h->dst], sfn = e->loc_fn[h->src];
-	uint64_t dip = e->loc_ip[h->dst], sip = e->loc_ip[h->src];
-	switch (h->kind) {
+	ptrdiff_t j = resumed_frame(e, th, c, h->top, fn, dst);
+	if (j >= 0) {
+		h->top = j;
+		h->nabove = 0;
+	} else if (h->nabove) {
+		h->above[h->nabove - 1] = (Pushed){fn, 0}; /* into an unrelated function */
+	} else {
+		return false; /* it replaces the landed frame */
+	}
+	keep_hypothesis(e, l, *h);
+	return true;
+}
+
+/* engine.py: _follow_on. Adds what h becomes after the event to l->next (nothing if the event
+ * does not fit it); false: an event this cannot follow (h is then left as it was). */
+static bool follow_on(Engine *e, Thread *th, Lookahead *l, Hypothesis *h, const HeldEvent *ev)
+{
+	if (ev->state == S_END) {
+		push_above(e, h, -1, 0); /* an untraced gap: tracing resumes on top of it */
+		keep_hypothesis(e, l, *h);
+		return true;
+	}
+	if (ev->state == S_START) {
+		if (!h->nabove || h->above[h->nabove - 1].fn >= 0)
+			return false;
+		h->nabove--;
+		keep_hypothesis(e, l, *h);
+		return true;
+	}
+	int32_t fn = e->loc_fn[ev->dst], sfn = e->loc_fn[ev->src];
+	uint64_t dip = e->loc_ip[ev->dst], sip = e->loc_ip[ev->src];
+	switch (ev->kind) {
 	case K_CALL:
-		if (!(fn == sfn && dip > sip && dip - sip <= MAX_INSN)) {
-			if (l->nabove == l->capabove)
-				l->above =
-				    grow(e, l->above, &l->capabove, l->nabove + 1, sizeof(int32_t));
-			l->above[l->nabove++] = fn;
-		}
+		if (!(fn == sfn && dip > sip && dip - sip <= MAX_INSN))
+			push_above(e, h, fn, 0);
+		keep_hypothesis(e, l, *h);
 		return true;
 	case K_RETURN: {
-		if (l->nabove) {
-			if (l->above[l->nabove - 1] < 0)
+		if (h->nabove) {
+			if (h->above[h->nabove - 1].fn < 0)
 				return false;
-			l->nabove--;
+			h->nabove--;
+			int32_t caller = h->nabove ? h->above[h->nabove - 1].fn
+						   : th->ctxs[l->ci]->frames[h->top].fn;
+			if (caller >= 0 && caller != fn) {
+				free(h->above); /* not to its caller: not this stack */
+				return true;
+			}
+			if ((fn_flags(e, sfn) & FN_SETJMP) && h->nabove && caller >= 0)
+				h->above[h->nabove - 1].resume = dip; /* a resume point armed since */
+			keep_hypothesis(e, l, *h);
 			return true;
 		}
 		if (fn_flags(e, sfn) & FN_SPECIAL_RETURN)
 			return false;
 		Ctx *c = th->ctxs[l->ci];
-		for (size_t k = 0; k < l->ncand; k++) {
-			ptrdiff_t top = l->tops[k];
-			if (top < 0)
-				continue;
-			bool fits = top >= 1 && c->frames[top - 1].fn == fn &&
-				    after_call(th, c->frames[top].ix, dip);
-			l->tops[k] = fits ? top - 1 : -1;
+		ptrdiff_t top = h->top;
+		if (top >= 1 && c->frames[top - 1].fn == fn && after_call(th, c->frames[top].ix, dip)) {
+			h->top = top - 1;
+			keep_hypothesis(e, l, *h);
+		} else {
+			free(h->above);
 		}
 		return true;
 	}
 	case K_JUMP:
 	case K_CJUMP:
-		if (fn == sfn)
-			return true;
-		if (l->nabove && l->above[l->nabove - 1] >= 0 && e->loc_off[h->dst] == 0) {
-			l->above[l->nabove - 1] = fn; /* a tail call above the landing */
+		if (fn == sfn) {
+			keep_hypothesis(e, l, *h);
 			return true;
 		}
-		return false; /* into the middle of a function: a longjmp, which may go below */
+		if (h->nabove && h->above[h->nabove - 1].fn >= 0 && e->loc_off[ev->dst] == 0) {
+			h->above[h->nabove - 1] = (Pushed){fn, 0}; /* a tail call above the landing */
+			keep_hypothesis(e, l, *h);
+			return true;
+		}
+		if (e->loc_off[ev->dst] > 0)
+			return follow_jump(e, th, l, h, ev->dst);
+		return false;
 	default:
 		return false;
 	}
+}
+
+static bool same_stack(const Hypothesis *a, const Hypothesis *b)
+{
+	return a->top == b->top && a->nabove == b->nabove &&
+	       (!a->nabove || !memcmp(a->above, b->above, a->nabove * sizeof(Pushed)));
+}
+
+/* engine.py: _follow (false: an event the stacks cannot follow; the landing is then settled on
+ * l->nearest, as the events before it left it) */
+static bool follow(Engine *e, Thread *th, const HeldEvent *ev)
+{
+	Lookahead *l = &th->look;
+	if (ev->in_tx || (ev->state != S_NONE && ev->state != S_START && ev->state != S_END))
+		return false;
+	bool ok = true;
+	l->nnext = 0;
+	for (size_t i = 0; i < l->nhyp; i++) {
+		if (ok)
+			ok = follow_on(e, th, l, &l->hyp[i], ev);
+		if (!ok)
+			free(l->hyp[i].above);
+	}
+	Hypothesis *tmp = l->hyp;
+	size_t cap = l->caphyp;
+	l->hyp = l->next;
+	l->caphyp = l->capnext;
+	l->nhyp = l->nnext;
+	l->next = tmp;
+	l->capnext = cap;
+	l->nnext = 0;
+	if (!ok || !l->nhyp)
+		return false; /* (nothing fits: a jump into a cold part) */
+	if (l->nhyp > 1 && (ev->kind == K_JUMP || ev->kind == K_CJUMP) && e->loc_off[ev->dst] > 0) {
+		/* A longjmp may leave the same stack twice: what follows fits both alike, so only
+		 * the nearer candidate's can be the one chosen. */
+		size_t n = 0;
+		for (size_t i = 0; i < l->nhyp; i++) {
+			size_t k = 0;
+			while (k < n && !same_stack(&l->hyp[k], &l->hyp[i]))
+				k++;
+			if (k == n) {
+				l->hyp[n++] = l->hyp[i];
+				continue;
+			}
+			if (l->hyp[i].cand < l->hyp[k].cand) {
+				Hypothesis t = l->hyp[k];
+				l->hyp[k] = l->hyp[i];
+				l->hyp[i] = t;
+			}
+			free(l->hyp[i].above);
+		}
+		l->nhyp = n;
+		if (n > MAX_HYPOTHESES)
+			return false;
+	}
+	l->nearest = l->hyp[0].cand;
+	for (size_t i = 1; i < l->nhyp; i++)
+		if (l->hyp[i].cand < l->nearest)
+			l->nearest = l->hyp[i].cand;
+	return true;
+}
+
+/* engine.py: _Lookahead.decided (the stacks come from one candidate, or are the same) */
+static bool decided(const Lookahead *l)
+{
+	bool one = true, same = true;
+	for (size_t i = 1; i < l->nhyp; i++) {
+		one = one && l->hyp[i].cand == l->hyp[0].cand;
+		same = same && same_stack(&l->hyp[i], &l->hyp[0]);
+	}
+	return one || same;
 }
 
 static void hold(Engine *e, Thread *th, int kind, int state, bool in_tx, int32_t src,
@@ -2020,13 +2201,10 @@ static void settle(Engine *e, Thread *th)
 	if (!l->on)
 		return;
 	l->on = false;
-	ptrdiff_t fi = l->cand[0];
-	for (size_t k = 0; k < l->ncand; k++) {
-		if (l->tops[k] >= 0) {
-			fi = l->cand[k];
-			break;
-		}
-	}
+	ptrdiff_t fi = l->cand[l->nearest];
+	for (size_t i = 0; i < l->nhyp; i++)
+		free(l->hyp[i].above);
+	l->nhyp = 0;
 	if (l->ci + 1 == th->nctx) /* in the current context (else land_on) */
 		close_above(e, th, th->ctxs[l->ci], (size_t)fi, take_slot(e, th, l->t, 0), 0);
 	else
@@ -2079,10 +2257,7 @@ static void hold(Engine *e, Thread *th, int kind, int state, bool in_tx, int32_t
 			 gap_time, insns, cycles, gap_insns, l->nlines, nlines};
 	l->nlines += nlines;
 	bool followed = follow(e, th, h);
-	size_t alive = 0;
-	for (size_t k = 0; k < l->ncand; k++)
-		alive += l->tops[k] >= 0;
-	if (!followed || l->nev >= LOOKAHEAD_EVENTS || alive <= 1)
+	if (!followed || l->nev >= LOOKAHEAD_EVENTS || decided(l))
 		settle(e, th);
 }
 
@@ -2193,8 +2368,10 @@ static void free_thread(Thread *th)
 	free(th->ctxs);
 	free(th->txq);
 	free(th->look.cand);
-	free(th->look.tops);
-	free(th->look.above);
+	for (size_t i = 0; i < th->look.nhyp; i++)
+		free(th->look.hyp[i].above);
+	free(th->look.hyp);
+	free(th->look.next);
 	free(th->look.ev);
 	free(th->look.lines);
 	free(th);

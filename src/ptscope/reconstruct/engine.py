@@ -242,29 +242,65 @@ LOOKAHEAD_EVENTS: Final = 65536
 """At most this many events wait for an ambiguous landing to be settled."""
 
 
+_GAP: Final = ("", 0)
+"""An untraced gap among the frames pushed since a landing (see _Hypothesis)."""
+
+MAX_HYPOTHESES: Final = 256
+"""At most this many stacks are followed at once; more, and the landing is settled."""
+
+
+class _Hypothesis:
+    """One way the held events may have run: on candidate ``candidate``'s stack, whose
+    top is now frame ``top`` of the landing's context, with ``above`` pushed on it since
+    the landing (function and the resume point a setjmp gave it, 0 if none; ``_GAP``: an
+    untraced gap)."""
+
+    __slots__ = ("above", "candidate", "top")
+
+    def __init__(self, candidate: int, top: int, above: list[tuple[str, int]]) -> None:
+        self.candidate = candidate
+        self.top = top
+        self.above = above
+
+    def key(self) -> tuple[int, list[tuple[str, int]]]:
+        return self.top, self.above
+
+
 class _Lookahead:
     """A landing in one of several activations armed at the same resume point, and the
-    thread's events held until their returns tell which one it was.
+    thread's events held until they tell which one it was.
 
     The candidates share the stack below them, and the events after the landing run on top
     of whichever it is: a return with nothing pushed since pops the landed frame, and must
-    land in its caller, right after its call. ``tops[k]``: where candidate k's stack top is
-    now (-1: a return did not fit it). ``above``: frames pushed since the landing (their
-    function and call site; empty function: an untraced gap).
+    land in its caller, right after its call; a longjmp goes to a frame armed at its
+    target (one of several, again: each is followed). ``hypotheses``: the stacks the events
+    fit so far (see _Hypothesis); the landing is settled when they all come from one
+    candidate, or when what follows can no longer tell them apart.
     """
 
-    __slots__ = ("above", "candidates", "ctx_index", "events", "time", "tops")
+    __slots__ = ("candidates", "ctx_index", "events", "hypotheses", "time")
 
     def __init__(self, ctx_index: int, candidates: list[int], time: int) -> None:
         self.ctx_index = ctx_index
         self.candidates = candidates  # frame indices in that context, nearest first
-        self.tops = list(candidates)
+        self.hypotheses = [_Hypothesis(k, fi, []) for k, fi in enumerate(candidates)]
         self.time = time
-        self.above: list[str] = []
         self.events: list[BranchEvent] = []
 
-    def alive(self) -> list[int]:
-        return [c for c, top in zip(self.candidates, self.tops, strict=True) if top >= 0]
+    def nearest(self) -> int:
+        """The frame to land on: the nearest candidate the events still fit (the nearest
+        of all if they fit none)."""
+        k = min((h.candidate for h in self.hypotheses), default=0)
+        return self.candidates[k]
+
+    def decided(self) -> bool:
+        """Nothing more to learn: the stacks the events fit all come from one candidate,
+        or are the same frames (a longjmp below them all: what follows fits each alike)."""
+        hyps = self.hypotheses
+        if len({h.candidate for h in hyps}) <= 1:
+            return True
+        first = hyps[0].key()
+        return all(h.key() == first for h in hyps)
 
 
 @dataclass
@@ -377,59 +413,6 @@ def _after_call(th: _Thread, frame: Handle, ip: int) -> bool:
     ``caml_raise_exn``, the unwinder's return to a landing pad), not a return to the caller."""
     site: int = th.fd[frame[_IX] * _FIELDS + _CALLSITE] & _MASK64
     return site == 0 or 0 < ip - site <= _MAX_INSN
-
-
-def _follow(th: _Thread, held: _Lookahead, ev: BranchEvent) -> bool:
-    """Follow one held event on every candidate stack: returns rule out the candidates
-    whose caller they do not land in. False: an event this cannot follow (the landing must
-    be settled before it)."""
-    if ev.in_tx:
-        return False
-    above = held.above
-    state = ev.state
-    if state == _ST_END:
-        above.append("")  # an untraced gap: tracing resumes on top of it
-        return True
-    if state == _ST_START:
-        if above and not above[-1]:
-            above.pop()
-            return True
-        return False
-    if state != _ST_NONE:
-        return False
-    kind = ev.kind
-    src = ev.src
-    dst = ev.dst
-    if kind == _CALL:
-        if not (dst.function == src.function and 0 < dst.ip - src.ip <= _MAX_INSN):
-            above.append(dst.function)
-        return True
-    if kind == _RETURN:
-        if above:
-            if not above[-1]:
-                return False
-            above.pop()
-            return True
-        if src.function in SPECIAL_RETURNS:
-            return False
-        frames = th.ctxs[held.ctx_index].frames
-        tops = held.tops
-        for k, top in enumerate(tops):
-            if top >= 0:
-                fits = (
-                    top >= 1
-                    and frames[top - 1][_FN] == dst.function
-                    and _after_call(th, frames[top], dst.ip)
-                )
-                tops[k] = top - 1 if fits else -1
-        return True
-    if kind in (_JUMP, _CJUMP):
-        if dst.function == src.function:
-            return True
-        if above and above[-1] and dst.offset == 0:
-            above[-1] = dst.function  # a tail call above the landing
-            return True
-    return False  # (a jump into the middle of a function: a longjmp, which may go below)
 
 
 def _count(th: _Thread, insns: int, cycles: int) -> None:
@@ -1153,6 +1136,135 @@ class TraceSegmentEngine:
 
     # ------------------------------------------------------------ lookahead
 
+    def _follow(self, th: _Thread, held: _Lookahead, ev: BranchEvent) -> bool:
+        """Follow one held event on every stack the events fit so far (see _Lookahead).
+        False: an event this cannot follow (the landing must be settled before it)."""
+        if ev.in_tx or ev.state not in (_ST_NONE, _ST_START, _ST_END):
+            return False
+        out: list[_Hypothesis] = []
+        for h in held.hypotheses:
+            fits = self._follow_on(th, held, h, ev)
+            if fits is None:
+                return False  # (the hypotheses stay as they were: settled on those)
+            out += fits
+        if not out:
+            return False  # it fits none (a jump into a cold part): settled on those before
+        if len(out) > 1 and ev.kind in (_JUMP, _CJUMP) and ev.dst.offset > 0:
+            # A longjmp may leave the same stack twice: what follows fits both alike, so
+            # only the nearer candidate's can be the one chosen (see nearest).
+            same: dict[tuple[int, tuple[tuple[str, int], ...]], _Hypothesis] = {}
+            for h in out:
+                key = (h.top, tuple(h.above))
+                if key not in same or h.candidate < same[key].candidate:
+                    same[key] = h
+            if len(same) > MAX_HYPOTHESES:
+                return False
+            out = list(same.values())
+        held.hypotheses = out
+        return True
+
+    def _follow_on(
+        self, th: _Thread, held: _Lookahead, h: _Hypothesis, ev: BranchEvent
+    ) -> list[_Hypothesis] | None:
+        """The stacks ``h`` becomes after ``ev``: [h] changed in place, [] if ``ev`` does
+        not fit it, several for a longjmp to one of several armed frames; None: an event
+        this cannot follow."""
+        above = h.above
+        state = ev.state
+        if state == _ST_END:
+            above.append(_GAP)  # an untraced gap: tracing resumes on top of it
+            return [h]
+        if state == _ST_START:
+            if above and not above[-1][0]:
+                above.pop()
+                return [h]
+            return None
+        kind = ev.kind
+        src = ev.src
+        dst = ev.dst
+        if kind == _CALL:
+            if not (dst.function == src.function and 0 < dst.ip - src.ip <= _MAX_INSN):
+                above.append((dst.function, 0))
+            return [h]
+        if kind == _RETURN:
+            if above:
+                if not above[-1][0]:
+                    return None
+                above.pop()
+                caller = above[-1][0] if above else th.ctxs[held.ctx_index].frames[h.top][_FN]
+                if caller and caller != dst.function:
+                    return []  # not to its caller: not this stack
+                if src.function in SETJMPS and above and caller:
+                    above[-1] = (dst.function, dst.ip)  # a resume point armed since
+                return [h]
+            if src.function in SPECIAL_RETURNS:
+                return None
+            frames = th.ctxs[held.ctx_index].frames
+            top = h.top
+            if (
+                top >= 1
+                and frames[top - 1][_FN] == dst.function
+                and _after_call(th, frames[top], dst.ip)
+            ):
+                h.top = top - 1
+                return [h]
+            return []
+        if kind in (_JUMP, _CJUMP):
+            if dst.function == src.function:
+                return [h]
+            if above and above[-1][0] and dst.offset == 0:
+                above[-1] = (dst.function, 0)  # a tail call above the landing
+                return [h]
+            if dst.offset > 0:
+                return self._follow_jump(th, held, h, dst)
+        return None
+
+    def _follow_jump(
+        self, th: _Thread, held: _Lookahead, h: _Hypothesis, dst: Location
+    ) -> list[_Hypothesis] | None:
+        """A jump into the middle of a function among the held events (another longjmp, a
+        landing pad): to every frame of ``h`` armed at ``dst``, pushed since the landing or
+        below it; if none is, to the frame _resumed_frame picks; if none is of its
+        function, the frame on top is replaced. None: one past an untraced gap, or one that
+        replaces the landed frame."""
+        fn = dst.function
+        ip = dst.ip
+        above = h.above
+        armed_above: list[int] = []
+        nearest = -1
+        for a in range(len(above) - 1, -1, -1):
+            if not above[a][0]:
+                if nearest < 0:
+                    return None  # past an untraced gap: what ran there is unknown
+                break
+            if above[a][0] == fn:
+                nearest = a if nearest < 0 else nearest
+                if above[a][1] == ip:
+                    armed_above.append(a)
+        else:
+            frames = th.ctxs[held.ctx_index].frames
+            armed_below = [
+                j
+                for j in range(h.top, -1, -1)
+                if frames[j][_FN] == fn and th.resume.get(frames[j][_IX]) == ip
+            ]
+            if armed_above or armed_below:
+                return [_Hypothesis(h.candidate, h.top, above[: a + 1]) for a in armed_above] + [
+                    _Hypothesis(h.candidate, j, []) for j in armed_below
+                ]
+            if nearest < 0:
+                j = self._resumed_frame(th, frames, h.top, dst)
+                if j >= 0:
+                    return [_Hypothesis(h.candidate, j, [])]
+                if above:
+                    above[-1] = (fn, 0)  # into an unrelated function: the leaf is replaced
+                    return [h]
+                return None
+        if armed_above:
+            return [_Hypothesis(h.candidate, h.top, above[: a + 1]) for a in armed_above]
+        del above[nearest + 1 :]
+        return [h]
+
     def _look_ahead(self, th: _Thread, ci: int, fi: int, dst: Location, t: int) -> bool:
         """A landing at ``dst`` in frame ``fi`` of context ``ci``: if farther activations
         of its function armed the same resume point, hold the landing and the events that
@@ -1177,8 +1289,8 @@ class TraceSegmentEngine:
         held = th.held
         assert held is not None
         held.events.append(ev)
-        followed = _follow(th, held, ev)
-        if not followed or len(held.events) >= LOOKAHEAD_EVENTS or len(held.alive()) <= 1:
+        followed = self._follow(th, held, ev)
+        if not followed or len(held.events) >= LOOKAHEAD_EVENTS or held.decided():
             self._settle(th)
 
     def _settle_all(self, th: _Thread) -> None:
@@ -1194,8 +1306,7 @@ class TraceSegmentEngine:
         if held is None:
             return
         th.held = None
-        alive = held.alive()
-        fi = alive[0] if alive else held.candidates[0]
+        fi = held.nearest()
         if held.ctx_index == len(th.ctxs) - 1:  # in the current context (nothing held moved it)
             ctx = th.ctxs[held.ctx_index]
             self._close_above(th, ctx, fi, self._slot(th, held.time), 0)
