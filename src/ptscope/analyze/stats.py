@@ -10,7 +10,9 @@ Definitions (documented in the README):
 - **self**: the time in the function's own code: each call's duration minus its direct
   callees' durations, summed over all calls (never double-counted).
 - **percentiles** and **max**: over the durations of all calls (recursive ones too), with
-  numpy's default (linear) interpolation.
+  numpy's default (linear) interpolation. Streamed (:class:`StatsAccumulator`), the
+  percentiles come from a log-bucket histogram (:class:`DurationHistogram`: within 0.4 % of
+  the exact value); the maximum stays exact, and ``exact=True`` keeps every duration.
 - **share**: a time divided by the time in all top-level calls of the selected threads.
 """
 
@@ -24,9 +26,17 @@ import numpy as np
 import numpy.typing as npt
 
 from ptscope.analyze.calls import Calls, ThreadInfo
+from ptscope.analyze.stream import CallBatch
 from ptscope.errors import UsageError
 
-__all__ = ["SORT_KEYS", "FunctionStats", "StatsReport", "function_stats", "select_functions"]
+__all__ = [
+    "SORT_KEYS",
+    "FunctionStats",
+    "StatsAccumulator",
+    "StatsReport",
+    "function_stats",
+    "select_functions",
+]
 
 SORT_KEYS: Final = ("total", "self", "calls", "p50", "p90", "p99", "max", "name")
 QUANTILES: Final = (0.5, 0.9, 0.99)
@@ -107,9 +117,12 @@ def outermost_calls(calls: Calls) -> B:
 
 def _quantiles(calls: Calls, count: I64) -> tuple[I64, ...]:
     """Per name: the duration quantiles of :data:`QUANTILES` and the maximum."""
+    return _exact_quantiles(calls.name_id, calls.duration, count)
+
+
+def _exact_quantiles(name_id: npt.NDArray[np.int32], dur: I64, count: I64) -> tuple[I64, ...]:
     n_names = len(count)
-    dur = calls.duration
-    name = calls.name_id.astype(np.int64)
+    name = name_id.astype(np.int64)
     dur_bits = int(dur.max()).bit_length() if len(dur) else 0
     if dur_bits + max(n_names, 1).bit_length() <= 62:
         key = np.sort((name << dur_bits) | dur)
@@ -189,3 +202,185 @@ def select_functions(
     rows = sorted(rows, key=lambda f: f.name)  # ties in name order
     rows.sort(key=lambda f: getattr(f, attribute), reverse=descending)
     return rows[:top] if top else rows
+
+
+# -- streamed ----------------------------------------------------------------------------
+
+_EXACT_BELOW: Final = 256
+"""Durations below this many ns have a bucket each."""
+_MANTISSA_BITS: Final = 7
+"""Above, a bucket per 1/128 of a power of two: a bucket's middle is within 1/256 (0.4 %)
+of every value in it."""
+_COMPACT_AT: Final = 1 << 21
+
+
+def _bucket(dur: I64) -> I64:
+    """The histogram bucket of each duration (>= 0)."""
+    value = np.maximum(dur, 0)
+    _, exponent = np.frexp(value.astype(np.float64))  # value = m * 2**exponent, m in [.5, 1)
+    shift = np.maximum(exponent.astype(np.int64) - 1 - _MANTISSA_BITS, 0)
+    mantissa = value >> shift  # in [128, 256) above the exact range
+    # (float rounding may put a value just under a power of two one bucket up: still
+    # within the bucket's error.)
+    mantissa = np.minimum(mantissa, (2 << _MANTISSA_BITS) - 1)
+    buckets: I64 = np.where(
+        value < _EXACT_BELOW,
+        value,
+        _EXACT_BELOW + (shift - 1) * (1 << _MANTISSA_BITS) + mantissa - (1 << _MANTISSA_BITS),
+    )
+    return buckets
+
+
+def _bucket_value(bucket: I64) -> npt.NDArray[np.float64]:
+    """The middle of each bucket."""
+    above = np.maximum(bucket - _EXACT_BELOW, 0)
+    shift = above // (1 << _MANTISSA_BITS) + 1
+    low = ((above % (1 << _MANTISSA_BITS)) + (1 << _MANTISSA_BITS)).astype(np.float64) * (
+        2.0 ** shift.astype(np.float64)
+    )
+    middle = low + (2.0 ** shift.astype(np.float64) - 1) / 2
+    return np.where(bucket < _EXACT_BELOW, bucket.astype(np.float64), middle)
+
+
+class DurationHistogram:
+    """Per name, how many calls fell in each log bucket (sparse: names x buckets used)."""
+
+    def __init__(self) -> None:
+        self.keys = np.zeros(0, dtype=np.int64)  # name << 16 | bucket, sorted
+        self.counts = np.zeros(0, dtype=np.int64)
+        self._pending: list[I64] = []
+        self._pending_rows = 0
+
+    def add(self, name: npt.NDArray[np.int32], dur: I64) -> None:
+        if not len(dur):
+            return
+        self._pending.append((name.astype(np.int64) << 16) | _bucket(dur))
+        self._pending_rows += len(dur)
+        if self._pending_rows >= _COMPACT_AT:
+            self._compact()
+
+    def _compact(self) -> None:
+        if not self._pending:
+            return
+        keys = np.concatenate([self.keys, *self._pending])
+        weights = np.concatenate(
+            [self.counts, *(np.ones(len(p), dtype=np.int64) for p in self._pending)]
+        )
+        self._pending, self._pending_rows = [], 0
+        self.keys, inverse = np.unique(keys, return_inverse=True)
+        self.counts = np.bincount(inverse, weights=weights).astype(np.int64)
+
+    def quantiles(self, count: I64, longest: I64) -> tuple[I64, ...]:
+        """Per name: the quantiles of :data:`QUANTILES` (numpy's linear interpolation
+        between the order statistics, each read as its bucket's middle, capped at the
+        maximum)."""
+        self._compact()
+        n_names = len(count)
+        middle = _bucket_value(self.keys & 0xFFFF)
+        cumulative = np.cumsum(self.counts)
+        first_of_name = np.concatenate(([0], np.cumsum(count)[:-1]))
+        present = count > 0
+        last = np.maximum(count - 1, 0)
+        out: list[I64] = []
+        for q in QUANTILES:
+            h = last * q
+            lo = np.floor(h).astype(np.int64)
+            hi = np.minimum(lo + 1, last)
+            # The k-th duration of a name (0-based) is in the first of its buckets whose
+            # running count passes first_of_name + k.
+            a = _nth(middle, cumulative, np.where(present, first_of_name + lo, 0), n_names)
+            b = _nth(middle, cumulative, np.where(present, first_of_name + hi, 0), n_names)
+            t = h - lo
+            value = np.where(t >= 0.5, b - (b - a) * (1 - t), a + (b - a) * t)
+            value = np.minimum(value, longest)
+            out.append(np.where(present, np.round(value), 0).astype(np.int64))
+        return tuple(out)
+
+
+def _nth(
+    middle: npt.NDArray[np.float64], cumulative: I64, index: I64, n_names: int
+) -> npt.NDArray[np.float64]:
+    """The value (bucket middle) of the ``index``-th duration of the histogram."""
+    if not len(middle):
+        return np.zeros(n_names)
+    found = np.searchsorted(cumulative, index, "right").clip(max=len(middle) - 1)
+    values: npt.NDArray[np.float64] = middle[found]
+    return values
+
+
+def _outermost_rows(name: npt.NDArray[np.int32], start: I64, end: I64) -> B:
+    """``outermost_calls`` for the rows of one thread in start order (each call's callers
+    among the rows before it)."""
+    order = np.argsort(name, kind="stable")
+    n = name[order]
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = n[1:] != n[:-1]
+    segment = np.cumsum(first) - 1
+    reach = _segmented_running_max(end[order], segment)
+    nested = np.zeros(len(order), dtype=bool)
+    nested[1:] = ~first[1:] & (reach[:-1] > start[order][1:])
+    outermost = np.empty(len(order), dtype=bool)
+    outermost[order] = ~nested
+    return outermost
+
+
+class StatsAccumulator:
+    """:func:`function_stats`, a batch of :class:`CallBatch` at a time."""
+
+    def __init__(self, names: list[str], *, exact: bool = False) -> None:
+        self.names = names
+        n = len(names)
+        self.count = np.zeros(n, dtype=np.int64)
+        self.total = np.zeros(n, dtype=np.int64)
+        self.self_time = np.zeros(n, dtype=np.int64)
+        self.longest = np.zeros(n, dtype=np.int64)
+        self.top_level = 0
+        self.calls = 0
+        self.histogram = DurationHistogram()
+        self.exact = exact
+        self._durations: list[tuple[npt.NDArray[np.int32], I64]] = []
+
+    def add(self, batch: CallBatch) -> None:
+        c = batch.carried
+        if c == len(batch):
+            return
+        dur = batch.duration
+        name = batch.name
+        new_name, new_dur = name[c:], dur[c:]
+        self.calls += len(new_dur)
+        np.add.at(self.count, new_name, 1)
+        np.add.at(self.self_time, new_name, new_dur)
+        parent = batch.parent[c:]
+        has = parent >= 0
+        np.subtract.at(self.self_time, name[parent[has]], new_dur[has])
+        outer = _outermost_rows(name, batch.start, batch.end)[c:]
+        np.add.at(self.total, new_name[outer], new_dur[outer])
+        self.top_level += int(new_dur[batch.depth[c:] == 0].sum())
+        np.maximum.at(self.longest, new_name, new_dur)
+        if self.exact:
+            self._durations.append((new_name, new_dur))
+        else:
+            self.histogram.add(new_name, new_dur)
+
+    def report(self, threads: list[ThreadInfo]) -> StatsReport:
+        count = self.count
+        if self.exact:
+            name = np.concatenate([n for n, _ in self._durations] or [np.zeros(0, np.int32)])
+            dur = np.concatenate([d for _, d in self._durations] or [np.zeros(0, np.int64)])
+            p50, p90, p99, _ = _exact_quantiles(name, dur, count) if len(dur) else (count,) * 4
+        else:
+            p50, p90, p99 = self.histogram.quantiles(count, self.longest)
+        functions = [
+            FunctionStats(
+                self.names[i],
+                int(count[i]),
+                int(self.total[i]),
+                int(self.self_time[i]),
+                int(p50[i]),
+                int(p90[i]),
+                int(p99[i]),
+                int(self.longest[i]),
+            )
+            for i in np.flatnonzero(count).tolist()
+        ]
+        return StatsReport(functions, self.top_level, self.calls, threads)

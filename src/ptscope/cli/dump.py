@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from ptscope.cli.base import reading_trace
 
 if TYPE_CHECKING:
     from ptscope.fxt.reader import FxtTrace
 
-__all__ = ["DumpCommand", "dump_lines"]
+__all__ = ["DumpCommand", "dump_lines", "write_dump"]
 
 
 def _clean(name: str) -> str:
@@ -54,14 +54,67 @@ class DumpCommand:
         )
 
     def run(self, args: argparse.Namespace) -> int:
-        from ptscope.fxt.reader import read_trace
-
         path = Path(args.trace)
         with reading_trace(path):
-            trace = read_trace(path)
-        out = sys.stdout
-        lines = dump_lines(trace, instants=args.instants)
-        for i in range(0, len(lines), 4096):
-            out.write("\n".join(lines[i : i + 4096]) + "\n")
-        out.flush()
+            write_dump([path], sys.stdout, instants=args.instants)
         return 0
+
+
+def write_dump(paths: list[Path], out: TextIO, *, instants: bool = False) -> int:
+    """:func:`dump_lines` of the trace at ``paths`` (a split trace's parts, as one), written
+    to ``out`` as it is read (memory does not grow with the trace). Returns the lines
+    written."""
+    import numpy as np
+
+    from ptscope.analyze.stream import CallStream
+
+    written = 0
+    with CallStream(paths) as calls:
+        names = [_clean(n) for n in calls.names]
+        origin = calls.origin
+        by_key = {(t.pid, t.tid): t for t in calls.threads()}
+        keys = set(by_key)
+        if instants:
+            keys |= {k for k, v in calls.meta.instants.items() if v}
+        for key in sorted(keys):
+            pid, tid = key
+            prefix = f"{pid} {tid} "
+            marks = (
+                sorted(calls.meta.instants.get(key, ()), key=lambda i: i.time) if instants else []
+            )
+            lines: list[str] = []
+            thread = by_key.get(key)
+            for batch in calls.batches([thread]) if thread is not None else ():
+                c = batch.carried
+                start = (batch.start[c:] + origin).tolist()
+                lines = [
+                    f"{prefix}{s} {e} {d} {names[n]}"
+                    for s, e, d, n in zip(
+                        start,
+                        (batch.end[c:] + origin).tolist(),
+                        batch.depth[c:].tolist(),
+                        batch.name[c:].tolist(),
+                        strict=True,
+                    )
+                ]
+                if marks and start:
+                    # An instant goes after the slices that start when it happens (or
+                    # before): those at the batch's last start may go on in the next one.
+                    due = 0
+                    while due < len(marks) and marks[due].time < start[-1]:
+                        due += 1
+                    at = np.searchsorted(start, [m.time for m in marks[:due]], side="right")
+                    for k in range(due - 1, -1, -1):
+                        lines.insert(
+                            int(at[k]), f"{prefix}{marks[k].time} instant {_clean(marks[k].name)}"
+                        )
+                    del marks[:due]
+                if lines:
+                    out.write("\n".join(lines) + "\n")
+                    written += len(lines)
+            rest = [f"{prefix}{m.time} instant {_clean(m.name)}" for m in marks]
+            if rest:
+                out.write("\n".join(rest) + "\n")
+                written += len(rest)
+    out.flush()
+    return written

@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ptscope.cli.stats import add_selection_arguments, load_selected_calls
+from ptscope.cli.stats import add_selection_arguments, no_calls_in_window, selected_calls
 
 __all__ = ["FlameCommand"]
 
@@ -35,23 +35,46 @@ class FlameCommand:
 
     def run(self, args: argparse.Namespace) -> int:
         from ptscope.analyze.calls import format_ns
-        from ptscope.analyze.flame import flame_chart, flame_graph
+        from ptscope.analyze.flame import FlameChartAccumulator, FlameGraphAccumulator
         from ptscope.analyze.flame_svg import render_svg
         from ptscope.cli.run import check_output
         from ptscope.errors import PtscopeError
 
         output = check_output(args.output)
-        calls, window = load_selected_calls(args)
-        model = flame_chart(calls) if args.chart else flame_graph(calls)
+        with selected_calls(args) as selection:
+            calls = selection.calls
+            window = selection.window
+            accumulator: FlameChartAccumulator | FlameGraphAccumulator
+            if args.chart:
+                left = 0 if window is None else window.start
+                right = calls.span if window is None or window.end is None else window.end
+                accumulator = FlameChartAccumulator(
+                    calls.names, selection.threads, left, min(right, calls.span)
+                )
+            else:
+                accumulator = FlameGraphAccumulator(calls.names)
+            count = 0
+            for batch in selection.batches():
+                accumulator.add(batch)
+                count += len(batch) - batch.carried
+            if not count:
+                raise no_calls_in_window(selection)
+            model = accumulator.model()
         kind = "Flame chart" if args.chart else "Flame graph"
-        threads = len(calls.threads)
+        threads = len(selection.threads)
         where = ""
         if window is not None:
             until = "the end" if window.end is None else format_ns(window.end)
             where = f" (from {format_ns(window.start)} to {until})"
+        merged = ""
+        if model.merged:
+            merged = (
+                f"; {model.merged:,} calls narrower than a pixel drawn merged in "
+                f"{model.merged_boxes:,} boxes"
+            )
         subtitle = (
-            f"{args.trace}: {len(calls):,} calls on {threads} thread{'s' * (threads != 1)}, "
-            f"{format_ns(model.base_ns)} in top-level calls{where}"
+            f"{selection.label}: {count:,} calls on {threads} thread{'s' * (threads != 1)}, "
+            f"{format_ns(model.base_ns)} in top-level calls{where}{merged}"
         )
         svg = render_svg(model, title=args.title or kind, subtitle=subtitle)
         try:

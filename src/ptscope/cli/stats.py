@@ -6,16 +6,21 @@ import argparse
 import csv
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ptscope.cli.base import non_negative_int, parse_id_list, reading_trace
 
 if TYPE_CHECKING:
-    from ptscope.analyze.calls import Calls, TimeWindow
+    from ptscope.analyze.calls import ThreadInfo, TimeWindow
     from ptscope.analyze.stats import FunctionStats, StatsReport
+    from ptscope.analyze.stream import CallBatch, CallStream, StreamThread
+    from ptscope.errors import PtscopeError
 
-__all__ = ["StatsCommand", "add_selection_arguments", "load_selected_calls"]
+__all__ = ["Selection", "StatsCommand", "add_selection_arguments", "selected_calls"]
 
 SORT_KEYS = ("total", "self", "calls", "p50", "p90", "p99", "max", "name")
 """analyze.stats.SORT_KEYS, spelled out here: building the parser must not import numpy."""
@@ -23,7 +28,13 @@ SORT_KEYS = ("total", "self", "calls", "p50", "p90", "p99", "max", "name")
 
 def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
     """TRACE, --tid and --time: what `stats` and `flame` look at."""
-    parser.add_argument("trace", metavar="TRACE", type=Path, help="a .fxt or .fxt.gz trace")
+    parser.add_argument(
+        "trace",
+        metavar="TRACE",
+        type=Path,
+        nargs="+",
+        help="a .fxt or .fxt.gz trace (several: the parts of a split trace, read as one)",
+    )
     parser.add_argument("--tid", metavar="TID[,TID...]", help="only these threads")
     parser.add_argument(
         "--time",
@@ -33,13 +44,62 @@ def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def load_selected_calls(args: argparse.Namespace) -> tuple[Calls, TimeWindow | None]:
-    from ptscope.analyze.calls import load_calls, parse_time_window
+@dataclass
+class Selection:
+    """What `stats` and `flame` read: the trace's calls (streamed), the threads and the
+    time window chosen."""
+
+    calls: CallStream
+    threads: list[StreamThread]
+    window: TimeWindow | None
+    label: str
+
+    def batches(self) -> Iterator[CallBatch]:
+        window = None if self.window is None else (self.window.start, self.window.end)
+        return self.calls.batches(self.threads, window=window)
+
+    def thread_infos(self) -> list[ThreadInfo]:
+        from ptscope.analyze.calls import ThreadInfo
+
+        return [ThreadInfo(t.pid, t.tid, t.name, t.process) for t in self.threads]
+
+
+@contextmanager
+def selected_calls(args: argparse.Namespace) -> Iterator[Selection]:
+    """The calls ``args`` select, read in bounded memory (one line for every way the
+    trace cannot be read)."""
+    from ptscope.analyze.calls import parse_time_window
+    from ptscope.analyze.stream import CallStream
+    from ptscope.errors import BadInputError
 
     window = parse_time_window(args.time) if args.time else None
     tids = parse_id_list(args.tid, "--tid") if args.tid else ()
-    with reading_trace(args.trace):
-        return load_calls(args.trace, tids=tids, window=window), window
+    paths: list[Path] = list(args.trace)
+    label = str(paths[0]) if len(paths) == 1 else f"{paths[0]} (+{len(paths) - 1} parts)"
+    with reading_trace(paths[0]), CallStream(paths) as calls:
+        threads = calls.threads()
+        if not threads:
+            raise BadInputError(f"{label} holds no calls (no slices in the trace)")
+        if tids:
+            known = {t.tid for t in threads}
+            missing = [tid for tid in tids if tid not in known]
+            if missing:
+                listed = ", ".join(str(t.tid) for t in threads[:20])
+                raise BadInputError(
+                    f"no thread {', '.join(map(str, missing))} in {label} (threads: {listed})"
+                )
+            threads = [t for t in threads if t.tid in tids]
+        yield Selection(calls, threads, window, label)
+
+
+def no_calls_in_window(selection: Selection) -> PtscopeError:
+    from ptscope.analyze.calls import format_ns
+    from ptscope.errors import BadInputError
+
+    return BadInputError(
+        f"no calls in that time window of {selection.label} "
+        f"(it spans {format_ns(selection.calls.span)})"
+    )
 
 
 class StatsCommand:
@@ -64,15 +124,27 @@ class StatsCommand:
         parser.add_argument(
             "--match", metavar="REGEX", help="only functions whose name matches (re.search)"
         )
+        parser.add_argument(
+            "--exact",
+            action="store_true",
+            help="exact percentiles (memory then grows with the calls; by default they come "
+            "from a histogram, within 0.4%% of the exact value)",
+        )
         out = parser.add_mutually_exclusive_group()
         out.add_argument("--json", action="store_true", help="print JSON (times in ns)")
         out.add_argument("--csv", action="store_true", help="print CSV (times in ns)")
 
     def run(self, args: argparse.Namespace) -> int:
-        from ptscope.analyze.stats import function_stats, select_functions
+        from ptscope.analyze.stats import StatsAccumulator, select_functions
 
-        calls, window = load_selected_calls(args)
-        report = function_stats(calls)
+        with selected_calls(args) as selection:
+            stats = StatsAccumulator(selection.calls.names, exact=args.exact)
+            for batch in selection.batches():
+                stats.add(batch)
+            report = stats.report(selection.thread_infos())
+            if not report.calls:
+                raise no_calls_in_window(selection)
+        window = selection.window
         rows = select_functions(report, sort=args.sort, top=args.top, match=args.match)
         if args.json:
             _print_json(args, report, rows, window)
@@ -90,7 +162,7 @@ def _print_json(
     window: TimeWindow | None,
 ) -> None:
     data = {
-        "trace": str(args.trace),
+        "trace": str(args.trace[0]) if len(args.trace) == 1 else [str(p) for p in args.trace],
         "threads": [{"pid": t.pid, "tid": t.tid, "name": t.name} for t in report.threads],
         "window_ns": None if window is None else [window.start, window.end],
         "calls": report.calls,
@@ -125,8 +197,13 @@ def _print_table(args: argparse.Namespace, report: StatsReport, rows: list[Funct
         return f"{100 * ns / report.top_level_ns:.1f}%" if report.top_level_ns else "-"
 
     threads = len(report.threads)
+    label = (
+        str(args.trace[0])
+        if len(args.trace) == 1
+        else f"{args.trace[0]} (+{len(args.trace) - 1} parts)"
+    )
     console.print(
-        f"{args.trace}: {report.calls:,} calls on {threads} thread{'s' * (threads != 1)}, "
+        f"{label}: {report.calls:,} calls on {threads} thread{'s' * (threads != 1)}, "
         f"{format_ns(report.top_level_ns)} in top-level calls",
         soft_wrap=True,
     )

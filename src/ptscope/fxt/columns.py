@@ -110,9 +110,9 @@ class _Blocks:
     a record cut by the end of a block are moved to the front before the next read
     (fresh 64 MB objects per block would cost a page fault per 4 KB)."""
 
-    def __init__(self, stream: BinaryIO) -> None:
+    def __init__(self, stream: BinaryIO, size: int = _BLOCK_BYTES) -> None:
         self.stream = stream
-        self.buffer = np.empty(_BLOCK_BYTES, dtype=np.uint8)
+        self.buffer = np.empty(size, dtype=np.uint8)
         self.held = 0  # bytes at the front of the buffer not yet consumed
         self.eof = False
 

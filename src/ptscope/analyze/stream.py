@@ -1,0 +1,402 @@
+"""Every call of a trace, thread by thread in start order, in batches, in bounded memory.
+
+A trace's slices are written as calls return (and split over parts), so nesting them needs
+them in start order: an external sort. **Pass 1** reads the trace a block at a time
+(:class:`ptscope.fxt.chunks.ChunkReader`) and cuts it into *runs* of at most
+:data:`RUN_ROWS` slices, each sorted by (thread, start, file order) and, when there is more
+than one, written to a temporary directory. **Pass 2** takes the threads in (pid, tid)
+order and merges each thread's rows from every run (a window of each run in memory; rows
+before the earliest window end are safe to hand over), then nests each batch: the calls
+still open at the end of a batch (the chain from its last call to the top level, at most
+the stack depth) are carried to the next one, so every call's parent is in its batch.
+
+Memory is a run while it is sorted, then the merge windows: it does not grow with the
+trace (``bench/stats.py --sizes`` measures it). A trace that fits in one run is never
+written out.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+
+from ptscope.fxt.chunks import ChunkReader, NotStreamable, SliceChunk, TraceMeta
+from ptscope.fxt.columns import _depths, _NotOurSubset
+
+__all__ = ["RUN_ROWS", "CallBatch", "CallStream", "StreamThread"]
+
+I64 = npt.NDArray[np.int64]
+I32 = npt.NDArray[np.int32]
+
+RUN_ROWS: Final = 1 << 20
+"""Slices per sorted run (about 45 MB)."""
+WINDOW_ROWS: Final = 1 << 15
+"""Rows of each run in memory while merging."""
+
+ROW: Final = np.dtype(
+    [
+        ("thread", "<i4"),
+        ("text", "<i4"),
+        ("start", "<i8"),
+        ("end", "<i8"),
+        ("instructions", "<i8"),
+        ("cycles", "<i8"),
+        ("flags", "u1"),
+    ]
+)
+"""One slice of a run (perf ns; ``thread`` and ``text`` index the trace's meta)."""
+
+
+@dataclass
+class StreamThread:
+    pid: int
+    tid: int
+    name: str
+    process: str
+    index: int
+    """The thread's number in the meta (what runs store)."""
+
+
+@dataclass
+class CallBatch:
+    """Consecutive calls of one thread in start order, after the calls carried from its
+    previous batch. Rows ``[0, carried)`` are those carried calls (already handed over);
+    ``parent`` is a row of this batch (-1: a top-level call); ``next_carry`` are the rows
+    the thread's next batch begins with, in order. Times are ns from the trace's first
+    event, clipped to the window; ``name`` indexes :attr:`CallStream.names`."""
+
+    thread: int
+    carried: int
+    start: I64
+    end: I64
+    depth: I32
+    parent: I64
+    name: I32
+    instructions: I64
+    cycles: I64
+    flags: npt.NDArray[np.uint8]
+    next_carry: I64
+
+    def __len__(self) -> int:
+        return int(self.start.shape[0])
+
+    @property
+    def duration(self) -> I64:
+        return self.end - self.start
+
+
+@dataclass
+class _Run:
+    rows: npt.NDArray[np.void] | None = None  # in memory
+    path: Path | None = None  # or on disk
+    length: int = 0
+    bounds: I64 = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    """Row ranges by thread: thread t is rows [bounds[t], bounds[t + 1])."""
+
+    def read(self, first: int, count: int) -> npt.NDArray[np.void]:
+        if self.rows is not None:
+            return self.rows[first : first + count]
+        assert self.path is not None
+        return np.fromfile(self.path, dtype=ROW, count=count, offset=first * ROW.itemsize)
+
+
+class CallStream:
+    """``with CallStream(paths) as calls: for batch in calls.batches(): ...``.
+
+    ``tids``: only these threads; ``window`` (ns from the first event, end None: to the
+    end): only calls that overlap it, clipped. Raises what the readers raise
+    (:class:`ptscope.fxt.FxtFormatError`, OSError).
+    """
+
+    def __init__(
+        self,
+        paths: Sequence[Path],
+        *,
+        with_args: bool = False,
+        run_rows: int = RUN_ROWS,
+        window_rows: int = WINDOW_ROWS,
+    ) -> None:
+        self.paths = list(paths)
+        self.with_args = with_args
+        self.run_rows = run_rows
+        self.window_rows = window_rows
+        self._tmp: Path | None = None
+        self.runs: list[_Run] = []
+        self.meta = TraceMeta()
+
+    def __enter__(self) -> CallStream:
+        try:
+            self._read()
+        except NotStreamable:
+            self._discard()
+            self._read(strict=True)
+        except BaseException:
+            self._discard()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self._discard()
+
+    def _discard(self) -> None:
+        self.runs = []
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+    # -- pass 1 ----------------------------------------------------------------------
+
+    def _read(self, *, strict: bool = False) -> None:
+        reader = ChunkReader(self.paths, with_args=self.with_args, strict=strict)
+        pending: list[npt.NDArray[np.void]] = []
+        count = 0
+        for chunk in reader.chunks():
+            rows = _as_rows(chunk)
+            while len(rows):
+                room = self.run_rows - count
+                pending.append(rows[:room])
+                count += len(pending[-1])
+                rows = rows[room:]
+                if count >= self.run_rows:
+                    self._cut(pending, on_disk=True)
+                    pending, count = [], 0
+        if pending or not self.runs:
+            self._cut(pending, on_disk=bool(self.runs))
+        self.meta = reader.meta
+        n_threads = len(self.meta.thread_keys)
+        for run in self.runs:
+            run.bounds = _bounds(run, n_threads)
+
+    def _cut(self, pending: list[npt.NDArray[np.void]], *, on_disk: bool) -> None:
+        rows = np.concatenate(pending) if pending else np.zeros(0, dtype=ROW)
+        pending.clear()
+        order = np.lexsort((rows["start"], rows["thread"]))  # stable: file order in ties
+        rows = rows[order]
+        del order
+        if not on_disk:
+            self.runs.append(_Run(rows=rows, length=len(rows)))
+            return
+        if self._tmp is None:
+            self._tmp = Path(tempfile.mkdtemp(prefix="ptscope-analyze-"))
+        path = self._tmp / f"run-{len(self.runs):05d}.bin"
+        rows.tofile(path)
+        self.runs.append(_Run(path=path, length=len(rows)))
+        if len(self.runs) == 2 and self.runs[0].rows is not None:  # the first went to memory
+            first = self.runs[0]
+            assert first.rows is not None
+            first.path = self._tmp / "run-first.bin"
+            first.rows.tofile(first.path)
+            first.rows = None
+
+    # -- what pass 1 learnt ----------------------------------------------------------
+
+    @property
+    def names(self) -> list[str]:
+        return self.meta.texts
+
+    @property
+    def origin(self) -> int:
+        """perf ns of the trace's first event (slices, instants, counters)."""
+        return self.meta.first_time or 0
+
+    @property
+    def span(self) -> int:
+        """ns from the first event to the last."""
+        return (self.meta.last_time or 0) - self.origin
+
+    def threads(self) -> list[StreamThread]:
+        """Threads with calls, in (pid, tid) order."""
+        with_calls = np.zeros(len(self.meta.thread_keys), dtype=bool)
+        for run in self.runs:
+            with_calls |= np.diff(run.bounds) > 0
+        keys = self.meta.thread_keys
+        return [
+            StreamThread(
+                pid,
+                tid,
+                self.meta.thread_names.get((pid, tid), ""),
+                self.meta.processes.get(pid, ""),
+                i,
+            )
+            for i, (pid, tid) in sorted(enumerate(keys), key=lambda item: item[1])
+            if with_calls[i]
+        ]
+
+    # -- pass 2 ----------------------------------------------------------------------
+
+    def batches(
+        self,
+        threads: Sequence[StreamThread] | None = None,
+        *,
+        window: tuple[int, int | None] | None = None,
+    ) -> Iterator[CallBatch]:
+        """The calls of ``threads`` (all with calls when None), thread after thread.
+        ``window`` is (start, end) in ns from the first event; each batch's ``thread`` is
+        the position of its thread in ``threads``."""
+        chosen = self.threads() if threads is None else list(threads)
+        origin = self.origin
+        for position, thread in enumerate(chosen):
+            carry = np.zeros(0, dtype=ROW)
+            for rows in self._merged(thread.index):
+                rows = np.concatenate((carry, rows)) if len(carry) else rows
+                start = rows["start"]
+                end = rows["end"]
+                try:
+                    depth, parent = _depths(start, end)
+                except _NotOurSubset:
+                    from ptscope.fxt.reader import FxtFormatError
+
+                    raise FxtFormatError(
+                        f"slices of thread {thread.tid} do not nest (around ns "
+                        f"{int(start[0]) - origin})"
+                    ) from None
+                chain = _chain(parent)
+                batch = _batch(position, rows, len(carry), depth, parent, chain, origin, window)
+                carry = rows[chain]
+                yield batch  # (even with no new call: the carried calls changed)
+
+    def _merged(self, thread: int) -> Iterator[npt.NDArray[np.void]]:
+        """Thread ``thread``'s rows of every run, in (start, run, row) order, in pieces."""
+        ranges = [
+            (run, int(run.bounds[thread]), int(run.bounds[thread + 1]))
+            for run in self.runs
+            if run.bounds[thread + 1] > run.bounds[thread]
+        ]
+        if len(ranges) == 1:
+            run, lo, hi = ranges[0]
+            step = max(self.window_rows, 1) * 4
+            for first in range(lo, hi, step):
+                yield run.read(first, min(step, hi - first))
+            return
+        cursor = [lo for _, lo, _ in ranges]
+        size = [self.window_rows] * len(ranges)
+        window = [
+            run.read(lo, min(s, hi - lo)) for (run, lo, hi), s in zip(ranges, size, strict=True)
+        ]
+        while True:
+            live = [k for k in range(len(ranges)) if len(window[k])]
+            if not live:
+                return
+            # Rows before the earliest end of a window that does not reach its run's end
+            # are all here; rows at that very time may go on past the window.
+            limits = [
+                (int(window[k]["start"][-1]), k)
+                for k in live
+                if cursor[k] + len(window[k]) < ranges[k][2]
+            ]
+            horizon = min(limits)[0] if limits else None
+            taken = []
+            for k in live:
+                w = window[k]
+                n = len(w) if horizon is None else int(np.searchsorted(w["start"], horizon))
+                if n:
+                    taken.append(w[:n])
+                    window[k] = w[n:]
+                    cursor[k] += n
+            if not taken:
+                k = min(limits)[1]  # one time fills a whole window: read more of it
+                size[k] *= 2
+            rows = np.concatenate(taken) if len(taken) > 1 else (taken[0] if taken else None)
+            if rows is not None:
+                yield rows[np.argsort(rows["start"], kind="stable")]
+            for k in live:
+                run, _, hi = ranges[k]
+                have = len(window[k])
+                if have < size[k] and cursor[k] + have < hi:
+                    more = run.read(cursor[k] + have, min(size[k] - have, hi - cursor[k] - have))
+                    window[k] = np.concatenate((window[k], more))
+
+
+def _as_rows(chunk: SliceChunk) -> npt.NDArray[np.void]:
+    rows = np.empty(len(chunk), dtype=ROW)
+    rows["thread"] = chunk.thread
+    rows["text"] = chunk.text
+    rows["start"] = chunk.start
+    rows["end"] = chunk.end
+    rows["instructions"] = chunk.instructions
+    rows["cycles"] = chunk.cycles
+    rows["flags"] = chunk.flags
+    return rows
+
+
+def _bounds(run: _Run, n_threads: int) -> I64:
+    """Row ranges of every thread in a run (rows sorted by thread)."""
+    counts = np.zeros(n_threads, dtype=np.int64)
+    step = 1 << 20
+    for first in range(0, run.length, step):
+        counts += np.bincount(run.read(first, step)["thread"], minlength=n_threads)
+    return np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+
+
+def _chain(parent: I64) -> I64:
+    """The last row and its ancestors, outermost first: the calls that can still be open
+    for rows that start later."""
+    out = []
+    i = len(parent) - 1
+    while i >= 0:
+        out.append(i)
+        i = int(parent[i])
+    return np.asarray(out[::-1], dtype=np.int64)
+
+
+def _batch(
+    position: int,
+    rows: npt.NDArray[np.void],
+    carried: int,
+    depth: I32,
+    parent: I64,
+    chain: I64,
+    origin: int,
+    window: tuple[int, int | None] | None,
+) -> CallBatch:
+    start = rows["start"] - origin
+    end = rows["end"] - origin
+    if window is None:
+        keep = None
+    else:
+        most = int(np.iinfo(np.int64).max)
+        lo = min(window[0], most)
+        hi = most if window[1] is None else min(window[1], most)
+        inside = (end > lo) & (start < hi)
+        inside |= (start == end) & (start >= lo) & (start < hi)
+        if inside.all():
+            keep = None
+        else:
+            keep = np.flatnonzero(inside)
+        np.maximum(start, lo, out=start)
+        np.minimum(end, hi, out=end)
+    if keep is not None:
+        renumber = np.full(len(rows), -1, dtype=np.int64)
+        renumber[keep] = np.arange(len(keep))
+        up = parent[keep]
+        parent = np.where(up >= 0, renumber[np.maximum(up, 0)], -1)
+        carried = int(np.searchsorted(keep, carried))
+        chain = renumber[chain]
+        chain = chain[chain >= 0]
+        rows, start, end, depth = rows[keep], start[keep], end[keep], depth[keep]
+    return CallBatch(
+        position,
+        carried,
+        start,
+        end,
+        depth,
+        parent,
+        rows["text"].astype(np.int32),
+        rows["instructions"],
+        rows["cycles"],
+        rows["flags"],
+        chain,
+    )
