@@ -3,6 +3,7 @@ at the boundaries and marked), and the progress bar (on a terminal only)."""
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import re
@@ -76,6 +77,28 @@ def test_split_parts_cover_the_whole_trace(
         assert first[1] <= last[0], (name, first, last)
         marked += 1
     assert marked >= 2  # main and its callers cross the boundaries
+
+
+@pytest.mark.parametrize("how", [("--split-time", "20us"), ("--split-size", "2k")])
+def test_analyses_read_the_parts_as_one_trace(
+    perf_data: Path, tmp_path: Path, how: tuple[str, str]
+) -> None:
+    whole = tmp_path / "whole.fxt.gz"
+    ptscope("decode", str(perf_data), "-o", str(whole))
+    ptscope("decode", str(perf_data), "-o", str(tmp_path / "t.fxt.gz"), *how)
+    parts = [str(p) for p in sorted(tmp_path.glob("t-*.fxt.gz"))]
+    assert len(parts) >= 3
+    # Calls cut at the boundaries are joined again: the same calls, times and nesting.
+    assert ptscope("dump", *parts).stdout == ptscope("dump", str(whole)).stdout
+
+    def table(*paths: str) -> dict[str, tuple[int, int, int, int]]:
+        out = json.loads(ptscope("stats", *paths, "--json", "--top", "0", "--exact").stdout)
+        return {
+            f["name"]: (f["calls"], f["total_ns"], f["self_ns"], f["max_ns"])
+            for f in out["functions"]
+        }
+
+    assert table(*parts) == table(str(whole))
 
 
 @pytest.mark.parametrize("every", ["20us", "1000s"])

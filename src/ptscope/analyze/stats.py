@@ -211,7 +211,6 @@ _EXACT_BELOW: Final = 256
 _MANTISSA_BITS: Final = 7
 """Above, a bucket per 1/128 of a power of two: a bucket's middle is within 1/256 (0.4 %)
 of every value in it."""
-_COMPACT_AT: Final = 1 << 21
 
 
 def _bucket(dur: I64) -> I64:
@@ -248,33 +247,28 @@ class DurationHistogram:
     def __init__(self) -> None:
         self.keys = np.zeros(0, dtype=np.int64)  # name << 16 | bucket, sorted
         self.counts = np.zeros(0, dtype=np.int64)
-        self._pending: list[I64] = []
-        self._pending_rows = 0
 
     def add(self, name: npt.NDArray[np.int32], dur: I64) -> None:
         if not len(dur):
             return
-        self._pending.append((name.astype(np.int64) << 16) | _bucket(dur))
-        self._pending_rows += len(dur)
-        if self._pending_rows >= _COMPACT_AT:
-            self._compact()
-
-    def _compact(self) -> None:
-        if not self._pending:
-            return
-        keys = np.concatenate([self.keys, *self._pending])
-        weights = np.concatenate(
-            [self.counts, *(np.ones(len(p), dtype=np.int64) for p in self._pending)]
+        keys, counts = np.unique(
+            (name.astype(np.int64) << 16) | _bucket(dur), return_counts=True
         )
-        self._pending, self._pending_rows = [], 0
-        self.keys, inverse = np.unique(keys, return_inverse=True)
-        self.counts = np.bincount(inverse, weights=weights).astype(np.int64)
+        at = np.searchsorted(self.keys, keys)
+        known = at < len(self.keys)
+        known[known] = self.keys[at[known]] == keys[known]
+        np.add.at(self.counts, at[known], counts[known])
+        if not known.all():  # buckets seen for the first time (rarer and rarer)
+            fresh = ~known
+            merged = np.concatenate((self.keys, keys[fresh]))
+            order = np.argsort(merged, kind="stable")
+            self.keys = merged[order]
+            self.counts = np.concatenate((self.counts, counts[fresh]))[order]
 
     def quantiles(self, count: I64, longest: I64) -> tuple[I64, ...]:
         """Per name: the quantiles of :data:`QUANTILES` (numpy's linear interpolation
         between the order statistics, each read as its bucket's middle, capped at the
         maximum)."""
-        self._compact()
         n_names = len(count)
         middle = _bucket_value(self.keys & 0xFFFF)
         cumulative = np.cumsum(self.counts)

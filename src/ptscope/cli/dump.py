@@ -46,7 +46,12 @@ class DumpCommand:
     help = "print a trace's slices as text: pid tid start_ns end_ns depth name"
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("trace", metavar="TRACE", help="a .fxt or .fxt.gz trace")
+        parser.add_argument(
+            "trace",
+            metavar="TRACE",
+            nargs="+",
+            help="a .fxt or .fxt.gz trace (several: the parts of a split trace, read as one)",
+        )
         parser.add_argument(
             "--instants",
             action="store_true",
@@ -54,9 +59,9 @@ class DumpCommand:
         )
 
     def run(self, args: argparse.Namespace) -> int:
-        path = Path(args.trace)
-        with reading_trace(path):
-            write_dump([path], sys.stdout, instants=args.instants)
+        paths = [Path(p) for p in args.trace]
+        with reading_trace(paths[0]):
+            write_dump(paths, sys.stdout, instants=args.instants)
         return 0
 
 

@@ -368,10 +368,11 @@ class ChunkReader:
                 waiting = self._waiting.get(key)
                 match = None
                 if waiting:
-                    for k, piece in enumerate(waiting):
-                        if piece.end == start:
-                            match = waiting.pop(k)
-                            break
+                    # Continuations come outermost first (the longest first, all starting
+                    # at the boundary): the outermost piece that reached the boundary.
+                    reached = [k for k, p in enumerate(waiting) if p.end == start]
+                    if reached:
+                        match = waiting.pop(min(reached, key=lambda k: waiting[k].start))
                     if not waiting:
                         del self._waiting[key]
                 if match is not None:
