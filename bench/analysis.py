@@ -100,6 +100,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, nargs="+", default=[60_000, 300_000, 700_000])
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--before-limit", type=int, default=13_000_000)
+    ap.add_argument(
+        "--dump-before-limit",
+        type=int,
+        default=3_000_000,
+        help="the in-memory dump takes minutes and GBs: only on traces up to this many calls",
+    )
     ap.add_argument("--what", nargs="+", default=list(AFTER), choices=list(AFTER))
     args = ap.parse_args()
     scratch = CACHE / "analysis-out"
@@ -118,7 +124,8 @@ def main() -> None:
                     "after": [PY, "-m", "ptscope"]
                     + [a.format(P=trace, OUT=scratch / "x.svg") for a in AFTER[what]]
                 }
-                if calls <= args.before_limit:
+                limit = args.dump_before_limit if what == "dump" else args.before_limit
+                if calls <= limit:
                     target = out if what == "dump" else scratch / "y.svg"
                     code = BEFORE[what].format(P=repr(str(trace)), OUT=repr(str(target)))
                     runs["before"] = [PY, "-c", code]
