@@ -51,9 +51,17 @@ def shuffled(timeline: Timeline, seed: int) -> Timeline:
                 t,
                 **{
                     f: getattr(t, f)[order]
-                    for f in ("start", "end", "depth", "name_id", "address", "instructions",
-                              "cycles", "flags")
-                },  # fmt: skip
+                    for f in (
+                        "start",
+                        "end",
+                        "depth",
+                        "name_id",
+                        "address",
+                        "instructions",
+                        "cycles",
+                        "flags",
+                    )
+                },
             )
         )
     return Timeline(names=timeline.names, threads=threads, processes=timeline.processes)
@@ -125,7 +133,9 @@ def test_streamed_flame_graph_and_dump_equal_the_in_memory_ones(
         out = io.StringIO()
         write_dump([path], out, instants=instants)
         text = out.getvalue()
-        assert text == "".join(line + "\n" for line in dump_lines(read_trace(path), instants=instants))
+        assert text == "".join(
+            line + "\n" for line in dump_lines(read_trace(path), instants=instants)
+        )
 
 
 def test_a_trace_in_several_runs_is_merged_in_start_order(tmp_path: Path) -> None:
@@ -174,3 +184,37 @@ def test_histogram_percentiles_are_within_their_bound(values: list[int], names: 
     want = _exact_quantiles(name, dur, count)[:3]
     for g, w in zip(got, want, strict=True):
         assert np.all(np.abs(g - w) <= 0.004 * w + 1), (g, w)
+
+
+@pytest.mark.parametrize("case", ["basics-static", "threads-pie", "signals-static", "fork-pie"])
+def test_streamed_stats_on_the_corpus(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path, case: str
+) -> None:
+    """Real traces: calls, totals and self times exactly as the in-memory computation,
+    percentiles within the README's bound (0.4 %)."""
+    from ptscope.pipeline import decode_recording
+    from ptscope.recording import Recording
+    from support.emulated_corpus import decode_case_recording
+
+    perf_data = decode_case_recording(case, tmp_path_factory)
+    trace = tmp_path / "t.fxt.gz"
+    decode_recording(Recording.load(perf_data.parent), trace)
+    exact = {f.name: f for f in function_stats(load_calls(trace)).functions}
+    with CallStream([trace], run_rows=4096, window_rows=512) as calls:
+        threads = calls.threads()
+        stats = StatsAccumulator(calls.names)
+        for batch in calls.batches(threads):
+            stats.add(batch)
+    streamed = {f.name: f for f in stats.report([]).functions}
+    assert set(streamed) == set(exact)
+    for name, want in exact.items():
+        got = streamed[name]
+        assert (got.calls, got.total_ns, got.self_ns, got.max_ns) == (
+            want.calls, want.total_ns, want.self_ns, want.max_ns
+        ), name  # fmt: skip
+        for g, w in (
+            (got.p50_ns, want.p50_ns),
+            (got.p90_ns, want.p90_ns),
+            (got.p99_ns, want.p99_ns),
+        ):
+            assert abs(g - w) <= 0.004 * w + 1, (name, g, w)

@@ -251,9 +251,7 @@ class DurationHistogram:
     def add(self, name: npt.NDArray[np.int32], dur: I64) -> None:
         if not len(dur):
             return
-        keys, counts = np.unique(
-            (name.astype(np.int64) << 16) | _bucket(dur), return_counts=True
-        )
+        keys, counts = np.unique((name.astype(np.int64) << 16) | _bucket(dur), return_counts=True)
         at = np.searchsorted(self.keys, keys)
         known = at < len(self.keys)
         known[known] = self.keys[at[known]] == keys[known]
