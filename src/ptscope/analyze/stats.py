@@ -251,9 +251,11 @@ class DurationHistogram:
     def add(self, name: npt.NDArray[np.int32], dur: I64) -> None:
         if not len(dur):
             return
-        keys, counts = np.unique((name.astype(np.int64) << 16) | _bucket(dur), return_counts=True)
-        at = np.searchsorted(self.keys, keys)
-        known = at < len(self.keys)
+        found = np.unique((name.astype(np.int64) << 16) | _bucket(dur), return_counts=True)
+        keys: I64 = found[0]
+        counts: I64 = found[1]
+        at: I64 = np.searchsorted(self.keys, keys)
+        known: B = at < len(self.keys)
         known[known] = self.keys[at[known]] == keys[known]
         np.add.at(self.counts, at[known], counts[known])
         if not known.all():  # buckets seen for the first time (rarer and rarer)
