@@ -23,7 +23,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -41,18 +41,46 @@ RUN_ROWS: Final = 1 << 19
 WINDOW_ROWS: Final = 1 << 16
 """Rows of each run in memory while merging."""
 
-ROW: Final = np.dtype(
-    [
-        ("thread", "<i4"),
-        ("text", "<i4"),
-        ("start", "<i8"),
-        ("end", "<i8"),
-        ("instructions", "<i8"),
-        ("cycles", "<i8"),
-        ("flags", "u1"),
-    ]
-)
-"""One slice of a run (perf ns; ``thread`` and ``text`` index the trace's meta)."""
+_TYPES: Final[dict[str, type[np.generic]]] = {
+    "thread": np.int32,
+    "text": np.int32,
+    "start": np.int64,
+    "end": np.int64,
+    "instructions": np.int64,
+    "cycles": np.int64,
+    "flags": np.uint8,
+}
+"""The columns of a run (perf ns; ``thread`` and ``text`` index the trace's meta); the
+last three only when the arguments are read."""
+_ARGS: Final = ("instructions", "cycles", "flags")
+
+
+class _Rows:
+    """Slices as columns (a run, a window of one, a batch)."""
+
+    __slots__ = ("columns",)
+
+    def __init__(self, columns: dict[str, npt.NDArray[Any]]) -> None:
+        self.columns = columns
+
+    def __len__(self) -> int:
+        return int(self.columns["start"].shape[0])
+
+    def __getitem__(self, name: str) -> npt.NDArray[Any]:
+        return self.columns[name]
+
+    def take(self, rows: npt.NDArray[np.intp] | slice) -> _Rows:
+        return _Rows({k: v[rows] for k, v in self.columns.items()})
+
+    @staticmethod
+    def join(parts: Sequence[_Rows]) -> _Rows:
+        if len(parts) == 1:
+            return parts[0]
+        return _Rows({k: np.concatenate([p.columns[k] for p in parts]) for k in parts[0].columns})
+
+    @staticmethod
+    def empty(names: Sequence[str]) -> _Rows:
+        return _Rows({k: np.zeros(0, dtype=_TYPES[k]) for k in names})
 
 
 @dataclass
@@ -95,17 +123,36 @@ class CallBatch:
 
 @dataclass
 class _Run:
-    rows: npt.NDArray[np.void] | None = None  # in memory
-    path: Path | None = None  # or on disk
+    rows: _Rows | None = None  # in memory
+    path: Path | None = None  # or on disk: a file per column, PATH.<column>
+    names: tuple[str, ...] = ()
     length: int = 0
     bounds: I64 = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     """Row ranges by thread: thread t is rows [bounds[t], bounds[t + 1])."""
 
-    def read(self, first: int, count: int) -> npt.NDArray[np.void]:
+    def read(self, first: int, count: int) -> _Rows:
         if self.rows is not None:
-            return self.rows[first : first + count]
+            return self.rows.take(slice(first, first + count))
         assert self.path is not None
-        return np.fromfile(self.path, dtype=ROW, count=count, offset=first * ROW.itemsize)
+        count = max(0, min(count, self.length - first))
+        return _Rows(
+            {
+                k: np.fromfile(
+                    self.path.with_suffix(f".{k}"),
+                    dtype=_TYPES[k],
+                    count=count,
+                    offset=first * np.dtype(_TYPES[k]).itemsize,
+                )
+                for k in self.names
+            }
+        )
+
+    def write(self, path: Path) -> None:
+        assert self.rows is not None
+        for k in self.names:
+            self.rows[k].tofile(path.with_suffix(f".{k}"))
+        self.path = path
+        self.rows = None
 
 
 class CallStream:
@@ -161,43 +208,41 @@ class CallStream:
 
     def _read(self, *, strict: bool = False) -> None:
         reader = ChunkReader(self.paths, with_args=self.with_args, strict=strict)
-        pending: list[npt.NDArray[np.void]] = []
+        names = ("thread", "text", "start", "end", *(_ARGS if self.with_args else ()))
+        pending: list[_Rows] = []
         count = 0
         for chunk in reader.chunks():
-            rows = _as_rows(chunk)
+            rows = _as_rows(chunk, names)
             while len(rows):
                 room = self.run_rows - count
-                pending.append(rows[:room])
+                pending.append(rows.take(slice(0, room)))
                 count += len(pending[-1])
-                rows = rows[room:]
+                rows = rows.take(slice(room, None))
                 if count >= self.run_rows:
-                    self._cut(pending, on_disk=True)
+                    self._cut(pending, names, on_disk=True)
                     pending, count = [], 0
         if pending or not self.runs:
-            self._cut(pending, on_disk=bool(self.runs))
+            self._cut(pending, names, on_disk=bool(self.runs))
         self.meta = reader.meta
         n_threads = len(self.meta.thread_keys)
         for run in self.runs:
             run.bounds = _bounds(run, n_threads)
 
-    def _cut(self, pending: list[npt.NDArray[np.void]], *, on_disk: bool) -> None:
-        rows = np.concatenate(pending) if pending else np.zeros(0, dtype=ROW)
+    def _cut(self, pending: list[_Rows], names: tuple[str, ...], *, on_disk: bool) -> None:
+        rows = _Rows.join(pending) if pending else _Rows.empty(names)
         pending.clear()
-        rows = rows[_run_order(rows)]
+        order = _run_order(rows["start"], rows["thread"])
+        rows = rows.take(order)
+        del order
+        run = _Run(rows=rows, names=names, length=len(rows))
+        self.runs.append(run)
         if not on_disk:
-            self.runs.append(_Run(rows=rows, length=len(rows)))
             return
         if self._tmp is None:
             self._tmp = Path(tempfile.mkdtemp(prefix="ptscope-analyze-"))
-        path = self._tmp / f"run-{len(self.runs):05d}.bin"
-        rows.tofile(path)
-        self.runs.append(_Run(path=path, length=len(rows)))
-        if len(self.runs) == 2 and self.runs[0].rows is not None:  # the first went to memory
-            first = self.runs[0]
-            assert first.rows is not None
-            first.path = self._tmp / "run-first.bin"
-            first.rows.tofile(first.path)
-            first.rows = None
+        for k, old in enumerate(self.runs):  # (the first went to memory)
+            if old.rows is not None:
+                old.write(self._tmp / f"run-{k:05d}")
 
     # -- what pass 1 learnt ----------------------------------------------------------
 
@@ -247,9 +292,9 @@ class CallStream:
         chosen = self.threads() if threads is None else list(threads)
         origin = self.origin
         for position, thread in enumerate(chosen):
-            carry = np.zeros(0, dtype=ROW)
+            carry: _Rows | None = None
             for rows in self._merged(thread.index):
-                rows = np.concatenate((carry, rows)) if len(carry) else rows
+                rows = _Rows.join((carry, rows)) if carry is not None and len(carry) else rows
                 start = rows["start"]
                 end = rows["end"]
                 try:
@@ -262,11 +307,12 @@ class CallStream:
                         f"{int(start[0]) - origin})"
                     ) from None
                 chain = _chain(parent)
-                batch = _batch(position, rows, len(carry), depth, parent, chain, origin, window)
-                carry = rows[chain]
+                carried = 0 if carry is None else len(carry)
+                batch = _batch(position, rows, carried, depth, parent, chain, origin, window)
+                carry = rows.take(chain)
                 yield batch  # (even with no new call: the carried calls changed)
 
-    def _merged(self, thread: int) -> Iterator[npt.NDArray[np.void]]:
+    def _merged(self, thread: int) -> Iterator[_Rows]:
         """Thread ``thread``'s rows of every run, in (start, run, row) order, in pieces."""
         ranges = [
             (run, int(run.bounds[thread]), int(run.bounds[thread + 1]))
@@ -301,51 +347,46 @@ class CallStream:
                 w = window[k]
                 n = len(w) if horizon is None else int(np.searchsorted(w["start"], horizon))
                 if n:
-                    taken.append(w[:n])
-                    window[k] = w[n:]
+                    taken.append(w.take(slice(0, n)))
+                    window[k] = w.take(slice(n, None))
                     cursor[k] += n
             if not taken:
                 k = min(limits)[1]  # one time fills a whole window: read more of it
                 size[k] *= 2
-            rows = np.concatenate(taken) if len(taken) > 1 else (taken[0] if taken else None)
-            if rows is not None:
-                yield rows[np.argsort(rows["start"], kind="stable")]
+            else:
+                rows = _Rows.join(taken)
+                if len(taken) > 1:
+                    rows = rows.take(np.argsort(rows["start"], kind="stable"))
+                yield rows
             for k in live:
                 run, _, hi = ranges[k]
                 have = len(window[k])
                 if have < size[k] and cursor[k] + have < hi:
                     more = run.read(cursor[k] + have, min(size[k] - have, hi - cursor[k] - have))
-                    window[k] = np.concatenate((window[k], more))
+                    window[k] = _Rows.join((window[k], more))
 
 
-def _run_order(rows: npt.NDArray[np.void]) -> npt.NDArray[np.intp]:
-    """The order of ``rows`` by (thread, start), file order in ties: one stable sort of
-    one key where it fits in 63 bits (timsort: fast on the nearly sorted starts of calls
+def _run_order(start: I64, thread: npt.NDArray[np.int32]) -> npt.NDArray[np.intp]:
+    """The order of rows by (thread, start), file order in ties: one stable sort of one
+    key where it fits in 63 bits (timsort: fast on the nearly sorted starts of calls
     written as they return)."""
-    if not len(rows):
+    if not len(start):
         return np.zeros(0, dtype=np.intp)
-    start = rows["start"]
-    thread = rows["thread"].astype(np.int64)
     low = int(start.min())
     width = int(start.max()) - low + 1
     threads = int(thread.max()) + 1
+    if threads == 1:
+        order: npt.NDArray[np.intp] = np.argsort(start, kind="stable")
+        return order
     if width < (1 << 62) // threads:
-        key = thread * width + (start - low)
-        order: npt.NDArray[np.intp] = np.argsort(key, kind="stable")
+        key = thread.astype(np.int64) * width + (start - low)
+        order = np.argsort(key, kind="stable")
         return order
     return np.lexsort((start, thread))
 
 
-def _as_rows(chunk: SliceChunk) -> npt.NDArray[np.void]:
-    rows = np.empty(len(chunk), dtype=ROW)
-    rows["thread"] = chunk.thread
-    rows["text"] = chunk.text
-    rows["start"] = chunk.start
-    rows["end"] = chunk.end
-    rows["instructions"] = chunk.instructions
-    rows["cycles"] = chunk.cycles
-    rows["flags"] = chunk.flags
-    return rows
+def _as_rows(chunk: SliceChunk, names: tuple[str, ...]) -> _Rows:
+    return _Rows({k: np.asarray(getattr(chunk, k), dtype=_TYPES[k]) for k in names})
 
 
 def _bounds(run: _Run, n_threads: int) -> I64:
@@ -370,7 +411,7 @@ def _chain(parent: I64) -> I64:
 
 def _batch(
     position: int,
-    rows: npt.NDArray[np.void],
+    rows: _Rows,
     carried: int,
     depth: I32,
     parent: I64,
@@ -380,17 +421,14 @@ def _batch(
 ) -> CallBatch:
     start = rows["start"] - origin
     end = rows["end"] - origin
-    if window is None:
-        keep = None
-    else:
+    keep = None
+    if window is not None:
         most = int(np.iinfo(np.int64).max)
         lo = min(window[0], most)
         hi = most if window[1] is None else min(window[1], most)
         inside = (end > lo) & (start < hi)
         inside |= (start == end) & (start >= lo) & (start < hi)
-        if inside.all():
-            keep = None
-        else:
+        if not inside.all():
             keep = np.flatnonzero(inside)
         np.maximum(start, lo, out=start)
         np.minimum(end, hi, out=end)
@@ -402,7 +440,9 @@ def _batch(
         carried = int(np.searchsorted(keep, carried))
         chain = renumber[chain]
         chain = chain[chain >= 0]
-        rows, start, end, depth = rows[keep], start[keep], end[keep], depth[keep]
+        rows, start, end, depth = rows.take(keep), start[keep], end[keep], depth[keep]
+    n = len(rows)
+    args = "flags" in rows.columns
     return CallBatch(
         position,
         carried,
@@ -410,9 +450,9 @@ def _batch(
         end,
         depth,
         parent,
-        rows["text"].astype(np.int32),
-        rows["instructions"],
-        rows["cycles"],
-        rows["flags"],
+        rows["text"],
+        rows["instructions"] if args else np.full(n, -1, dtype=np.int64),
+        rows["cycles"] if args else np.full(n, -1, dtype=np.int64),
+        rows["flags"] if args else np.zeros(n, dtype=np.uint8),
         chain,
     )
