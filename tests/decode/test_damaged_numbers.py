@@ -3,14 +3,19 @@ damaged data: a counted ``[decode error]``, never an exception here or in the en
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from ptscope.decode import record_format as rf
+from ptscope.decode.dlfilter_stream import RecordStreamParser, StreamStats
 from ptscope.decode.perf_text import PerfTextParser
 from ptscope.model import (
     COUNT_BUDGET,
     TIME_LIMIT,
+    BranchBatch,
     BranchEvent,
     CommEvent,
     DecodeError,
@@ -18,9 +23,11 @@ from ptscope.model import (
     PowerEvent,
     StackSample,
 )
+from ptscope.model import BranchFlags as F
 from ptscope.reconstruct.engine import TraceSegmentEngine
 from ptscope.reconstruct.fast_engine import make_engine
 from support.cli import ptscope
+from support.dlfilter_harness import FakePerf, Sym, build_dlfilter, split_stream
 
 HEAD = "  1234/1234  12345.678901234:          1  branches:uH:"
 CALL = "  call  401136 main+0x26 (/tmp/a.out) =>  401106 f+0x0 (/tmp/a.out)"
@@ -126,3 +133,103 @@ def test_decode_of_perf_text_with_a_time_past_2_63_reports_a_decode_error(tmp_pa
     assert "1 decode error" in result.stdout
     dumped = ptscope("dump", "--instants", str(out)).stdout
     assert "instant [decode error: time out of range in perf's text]" in dumped
+
+
+# ----------------------------------------------------------------- dlfilter stream
+
+MAIN = Sym("main", "/usr/bin/prog", 0x1000, 0x1100)
+FOO = Sym("foo", "/usr/bin/prog", 0x1100, 0x1200)
+
+
+@pytest.fixture(scope="module")
+def stream(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    """A stream from the real filter: a power event, then five calls and returns."""
+    out = tmp_path_factory.mktemp("stream") / "s.bin"
+    perf = FakePerf(build_dlfilter(), [str(out)])
+    assert perf.start() == 0
+    perf.sample(ip=0x1030, event="cbr", raw=struct.pack("<III", 20, 2_000_000, 0), time=10)
+    for i in range(5):
+        t = 100 + 10 * i
+        call = int(F.BRANCH | F.CALL)
+        perf.sample(ip=0x1030, addr=0x1100, flags=call, ip_sym=MAIN, addr_sym=FOO, time=t,
+                    insn_cnt=3, cyc_cnt=4)  # fmt: skip
+        perf.sample(ip=0x1140, addr=0x1035, flags=int(F.BRANCH | F.RETURN), ip_sym=FOO,
+                    addr_sym=MAIN, time=t + 4, insn_cnt=5)  # fmt: skip
+    assert perf.stop() == 0
+    return out.read_bytes()
+
+
+def _with(stream: bytes, record: str, index: int, **fields: int) -> bytes:
+    """``stream`` with fields of its ``index``-th ``record`` (branch, power) changed."""
+    out = split_stream(stream)
+    at = [o for o, kind in zip(out.offsets, out.order, strict=True) if kind == record][index]
+    dtype = rf.BRANCH_DTYPE if record == "branch" else rf.POWER_DTYPE
+    data = bytearray(stream)
+    for name, value in fields.items():
+        field_type, offset = dtype.fields[name][:2]
+        data[at + offset : at + offset + field_type.itemsize] = np.array(
+            value, dtype=field_type
+        ).tobytes()
+    return bytes(data)
+
+
+def _parse_both_ways(data: bytes) -> tuple[list[Event], list[Event | BranchBatch], StreamStats]:
+    parser = RecordStreamParser("test stream")
+    events = parser.feed(data)
+    parser.close()
+    columnar = RecordStreamParser("test stream")
+    items = columnar.feed_columnar(data)
+    columnar.close()
+    assert columnar.stats.damaged == parser.stats.damaged
+    for engine in (make_engine(), TraceSegmentEngine()):
+        engine.feed_all(items)
+        engine.finish()
+    _feed_engines(events)
+    return events, items, parser.stats
+
+
+DAMAGED_RECORDS = {
+    "time 2**64-1": ("branch", 3, {"time": (1 << 64) - 1}),
+    "time 2**63": ("branch", 3, {"time": 1 << 63}),
+    "time at the engine's limit": ("branch", 3, {"time": TIME_LIMIT}),
+    "cycles 2**64-1": ("branch", 3, {"cyc_cnt": (1 << 64) - 1}),
+    "instructions 2**63": ("branch", 3, {"insn_cnt": 1 << 63}),
+    "gap before time 0": ("branch", 3, {"gap_delta": (1 << 32) - 1}),
+    "power time 2**64-1": ("power", 0, {"time": (1 << 64) - 1}),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGED_RECORDS.values(), ids=DAMAGED_RECORDS.keys())
+def test_a_dlfilter_record_with_a_number_out_of_range_is_a_decode_error(
+    stream: bytes, damage: tuple[str, int, dict[str, int]]
+) -> None:
+    record, index, fields = damage
+    plain, _, _ = _parse_both_ways(stream)
+    events, items, stats = _parse_both_ways(_with(stream, record, index, **fields))
+    assert stats.damaged == stats.decode_errors == 1
+    errors = [i for i, e in enumerate(events) if isinstance(e, DecodeError)]
+    assert len(errors) == 1
+    error = events[errors[0]]
+    assert isinstance(error, DecodeError)
+    assert "damaged dlfilter record" in error.message
+    assert (error.pid, error.tid) == (100, 100)
+    # The damaged record is replaced, in place; everything else is as it was.
+    i = errors[0]
+    assert events[:i] + events[i + 1 :] == [e for j, e in enumerate(plain) if j != i]
+    assert [type(e) for e in items if not isinstance(e, BranchBatch)].count(DecodeError) == 1
+
+
+def test_dlfilter_counts_past_the_decodes_budget_are_decode_errors(stream: bytes) -> None:
+    """Each count may be in range while their sum is not: the thread totals (int64 in the
+    C engine) must not overflow, so counts past the decode's budget are damage too."""
+    # The stream's counts add up to 60, 7 of them in the third branch: make it fill the
+    # budget exactly.
+    data = _with(stream, "branch", 2, insn_cnt=COUNT_BUDGET - 60 + 3)
+    events, _, stats = _parse_both_ways(data)
+    assert stats.damaged == 0
+    # One cycle more, earlier: the last branch (a return with 5 instructions) overruns.
+    data = _with(data, "branch", 4, cyc_cnt=5)
+    events, _, stats = _parse_both_ways(data)
+    assert stats.damaged == 1
+    last = events[-1]
+    assert isinstance(last, DecodeError) and "counts 5/0" in last.message
