@@ -35,7 +35,7 @@ import io
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Final
+from typing import Any, BinaryIO, Final, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -59,10 +59,17 @@ from ptscope.timeline import (
 
 __all__ = ["ThreadRows", "TraceColumns", "read_columns", "read_timeline", "timeline_from_trace"]
 
+_DECOMPRESS_ERRORS: tuple[type[Exception], ...] = (OSError, EOFError, zlib.error)
+"""What a damaged gzip stream raises (zlib's, and ISA-L's own error below)."""
+
 try:  # ISA-L inflates about three times faster than zlib
     from isal import igzip_threaded as _igzip_threaded
+    from isal.isal_zlib import error as _isal_error
 except ImportError:  # pragma: no cover (a platform without isal wheels)
     _igzip_threaded = None  # type: ignore[assignment]
+else:
+    # (isal's stubs declare this class as an instance of Exception.)
+    _DECOMPRESS_ERRORS += (cast("type[Exception]", _isal_error),)
 
 _GZIP_MAGIC: Final = b"\x1f\x8b"
 _MAGIC_BYTES: Final = rec.magic_record()
@@ -85,34 +92,46 @@ class _NotOurSubset(Exception):
 # -- input ----------------------------------------------------------------------------
 
 
-def _open(source: str | Path | bytes) -> BinaryIO:
+_DEFLATE_RATIO: Final = 1032
+"""The most bytes deflate can inflate one compressed byte into."""
+
+
+def _open(source: str | Path | bytes) -> tuple[BinaryIO, int]:
+    """The trace's (decompressed) stream, and the most bytes it can hold."""
     if isinstance(source, bytes):
         raw: BinaryIO = io.BytesIO(source)
         head = source[:2]
+        size = len(source)
     else:
         raw = open(source, "rb")  # noqa: SIM115 (returned; the caller closes it)
         head = raw.read(2)
+        size = raw.seek(0, io.SEEK_END)
         raw.seek(0)
     if head != _GZIP_MAGIC:
-        return raw
+        return raw, size
     if _igzip_threaded is not None:
         # Inflates in a thread of its own (ISA-L releases the GIL), overlapping the
         # framing and decoding of the previous block.
+        block = min(1 << 22, max(1 << 16, size * _DEFLATE_RATIO))
         opened: BinaryIO = _igzip_threaded.open(  # type: ignore[no-untyped-call]
-            raw, "rb", threads=1, block_size=1 << 22
+            raw, "rb", threads=1, block_size=block
         )
-        return opened
-    return gzip.GzipFile(fileobj=raw, mode="rb")
+        return opened, size * _DEFLATE_RATIO
+    return gzip.GzipFile(fileobj=raw, mode="rb"), size * _DEFLATE_RATIO
 
 
 class _Blocks:
     """The decompressed stream, a block at a time, in one reused buffer: the bytes of
     a record cut by the end of a block are moved to the front before the next read
-    (fresh 64 MB objects per block would cost a page fault per 4 KB)."""
+    (fresh 64 MB objects per block would cost a page fault per 4 KB). The buffer is
+    never larger than the stream can be (``capacity``); it grows only when one record
+    fills it, so whatever a damaged record announces, it holds only bytes that are
+    there."""
 
-    def __init__(self, stream: BinaryIO) -> None:
+    def __init__(self, stream: BinaryIO, capacity: int = _BLOCK_BYTES) -> None:
         self.stream = stream
-        self.buffer = np.empty(_BLOCK_BYTES, dtype=np.uint8)
+        size = min(_BLOCK_BYTES, max(4096, capacity + 7) & ~7)
+        self.buffer = np.empty(size, dtype=np.uint8)
         self.held = 0  # bytes at the front of the buffer not yet consumed
         self.eof = False
 
@@ -124,7 +143,7 @@ class _Blocks:
             self.buffer = np.concatenate((self.buffer, np.empty_like(self.buffer)))
         try:
             got = self.stream.readinto(self.buffer.data[self.held :])  # type: ignore[attr-defined]
-        except (OSError, EOFError, zlib.error) as e:
+        except _DECOMPRESS_ERRORS as e:
             raise FxtFormatError(f"cannot decompress: {e}") from e
         if not got:
             self.eof = True
@@ -802,8 +821,9 @@ def read_columns(source: str | Path | bytes, *, with_args: bool = True) -> Trace
     reader = _ColumnReader(with_args=with_args)
     base = 0
     try:
-        with _open(source) as stream:
-            blocks = _Blocks(stream)
+        stream, capacity = _open(source)
+        with stream:
+            blocks = _Blocks(stream, capacity)
             while (block := blocks.next()) is not None:
                 if base == 0 and len(block) >= 8 and block[:8].tobytes() != _MAGIC_BYTES:
                     raise FxtFormatError("not a Fuchsia trace (no FXT magic record at the start)")

@@ -44,6 +44,8 @@ ReadArg = int | float | str | bool | None
 """An argument value as read (integers of every width, pointers and koids are ``int``)."""
 
 _GZIP_MAGIC: Final = b"\x1f\x8b"
+_DECOMPRESS_ERRORS: Final = (OSError, EOFError, zlib.error)
+"""What gzip (zlib underneath) raises on a damaged stream."""
 _BLOCK: Final = 1 << 20
 _U64 = struct.Struct("<Q")
 _I64 = struct.Struct("<q")
@@ -155,7 +157,11 @@ class _Framer:
 
     def _fill(self, need: int) -> None:
         """Make at least ``need`` bytes available after the next record's start (unless
-        the stream ends first)."""
+        the stream ends first).
+
+        Read a block at a time, however many bytes a record announces (up to 32 GiB for a
+        large record): what is held is never more than what the stream really has.
+        """
         if self._eof or len(self._buf) - self._at >= need:
             return
         chunks = [self._buf[self._at :]]
@@ -164,8 +170,8 @@ class _Framer:
         self._at = 0
         while have < need:
             try:
-                more = self._stream.read(max(_BLOCK, need - have))
-            except (OSError, EOFError, zlib.error) as e:
+                more = self._stream.read(_BLOCK)
+            except _DECOMPRESS_ERRORS as e:
                 raise FxtFormatError(f"cannot decompress: {e}", self._origin + have) from e
             if not more:
                 self._eof = True
@@ -610,7 +616,7 @@ def read_trace(source: str | Path | bytes) -> FxtTrace:
         if source[:2] == _GZIP_MAGIC:
             try:
                 source = gzip.decompress(source)
-            except (OSError, EOFError, zlib.error) as e:
+            except _DECOMPRESS_ERRORS as e:
                 raise FxtFormatError(f"cannot decompress: {e}") from e
         stream: BinaryIO = io.BytesIO(source)
     else:
@@ -630,7 +636,7 @@ def check_trace_start(path: str | Path) -> None:
     with _open_stream(Path(path)) as stream:
         try:
             head = stream.read(8)
-        except (OSError, EOFError, zlib.error) as e:
+        except _DECOMPRESS_ERRORS as e:
             raise FxtFormatError(f"cannot decompress: {e}") from e
     if not head:
         raise FxtFormatError("empty file: not a Fuchsia trace")
