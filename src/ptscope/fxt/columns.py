@@ -42,6 +42,7 @@ import numpy.typing as npt
 
 from ptscope.fxt import records as rec
 from ptscope.fxt.reader import (
+    TIME_END,
     FxtFormatError,
     FxtTrace,
     TraceSlice,
@@ -454,6 +455,14 @@ class _ColumnReader:
 
     def finish(self) -> TraceColumns:
         trace = self.meta.finish()  # instants, counters, names, the time base
+        base = trace.time_base
+        if not -TIME_END <= base < TIME_END:
+            raise _NotOurSubset("a time base out of range")
+        if self.chunks:
+            first = min(int(chunk.start.min()) for chunk in self.chunks if len(chunk.start))
+            last = max(int(chunk.end.max()) for chunk in self.chunks if len(chunk.end))
+            if first + base < 0 or last + base >= TIME_END:
+                raise _NotOurSubset("times out of range")  # the strict reader says which
         strings = self.strings.resolver()
         thread_table = self.threads.resolver()
         columns: dict[str, list[npt.NDArray[np.generic]]] = {
@@ -508,7 +517,17 @@ class _ColumnReader:
                 text_id = self._ids.get(text)
                 if text_id is not None:
                     hit = (arg_text == text_id) & np.isin(args.arg_type, _INT_TYPES)
-                    column[args.slice_index[hit]] = args.value[hit].view(column.dtype)
+                    values = args.value[hit]
+                    # As the strict reader (TraceSlice.to_slice): a count past 63 bits, or
+                    # an address that an I64 argument makes negative, is unknown.
+                    if column.dtype == np.int64:
+                        values = np.where(values >> np.uint64(63) != 0, -1, values.view(np.int64))
+                    else:
+                        negative = (args.arg_type[hit] == rec.ArgType.I64) & (
+                            values >> np.uint64(63) != 0
+                        )
+                        values = np.where(negative, np.uint64(0), values)
+                    column[args.slice_index[hit]] = values
             flags_id = self._ids.get(rec.ARG_FLAGS)
             if flags_id is not None:
                 hit = (arg_text == flags_id) & (args.arg_type == rec.ArgType.STRING)

@@ -44,6 +44,10 @@ ReadArg = int | float | str | bool | None
 """An argument value as read (integers of every width, pointers and koids are ``int``)."""
 
 _GZIP_MAGIC: Final = b"\x1f\x8b"
+TIME_END: Final = 1 << 63
+"""Times (ns, the time base added) are below this and not negative: what an int64 column
+of a Timeline holds. A trace with a time outside is damaged."""
+_U64_MAX: Final = (1 << 64) - 1
 _DECOMPRESS_ERRORS: Final = (OSError, EOFError, zlib.error)
 """What gzip (zlib underneath) raises on a damaged stream."""
 _BLOCK: Final = 1 << 20
@@ -74,25 +78,27 @@ class TraceSlice:
 
     def to_slice(self) -> Slice:
         """As a :class:`ptscope.timeline.Slice` (ptscope's own args become fields, and a
-        shortened name is whole again)."""
+        shortened name is whole again). An address past 64 bits or a count that is
+        negative or past 63 bits (damage: they do not fit the columns) is unknown."""
         address = self.args.get(rec.ARG_ADDRESS, 0)
-        instructions = self.args.get(rec.ARG_INSTRUCTIONS, -1)
-        cycles = self.args.get(rec.ARG_CYCLES, -1)
-        icache = self.args.get(rec.ARG_ICACHE_LINES, -1)
         flags = self.args.get(rec.ARG_FLAGS, "")
         return Slice(
             self.start,
             self.end,
             self.depth,
             rec.full_name(self.name, self.args),
-            address if isinstance(address, int) else 0,
-            instructions if isinstance(instructions, int) else -1,
-            cycles if isinstance(cycles, int) else -1,
+            address if type(address) is int and 0 <= address <= _U64_MAX else 0,
+            self._count(rec.ARG_INSTRUCTIONS),
+            self._count(rec.ARG_CYCLES),
             SliceFlags(rec.parse_flags_text(flags))
             if isinstance(flags, str) and flags
             else SliceFlags.NONE,
-            icache if isinstance(icache, int) else -1,
+            self._count(rec.ARG_ICACHE_LINES),
         )
+
+    def _count(self, name: str) -> int:
+        value = self.args.get(name, -1)
+        return value if type(value) is int and 0 <= value < TIME_END else -1
 
 
 @dataclass(slots=True)
@@ -528,7 +534,10 @@ class _Reader:
         base = trace.time_base
 
         def ns(time: int) -> int:
-            return time + base
+            time += base
+            if not 0 <= time < TIME_END:
+                raise FxtFormatError(f"a time of {time} ns is out of range (0 to 2^63)")
+            return time
 
         for key, events in self.begin_end.items():
             intervals = self.intervals.setdefault(key, [])
