@@ -86,6 +86,8 @@ def damaged_bytes(
             break
         n = len(data)
         at = draw(st.integers(0, n - 1))
+        if draw(st.booleans()):
+            at = n - 1 - at  # hypothesis favours small numbers: as often near the end
         edit = draw(
             st.sampled_from(["flip", "byte", "word", "word", "delete", "repeat", "copy", "cut"])
         )

@@ -1,7 +1,8 @@
 """Fuzzing the trace readers: real traces written by ``FxtWriter`` (from a real decode of
-perf text, with names long enough to be cut, table entries reused, instants and
-counters), damaged in their records or their gzip stream, read by the strict reader, the
-columnar reader, and ``ptscope dump``, ``stats`` and ``flame`` (graph and chart) in-process.
+perf text, with names long enough to be cut, table entries reused, instants and counters;
+and one outside the columnar reader's subset), damaged in their records or their gzip
+stream, read by the strict reader, the columnar reader, and ``ptscope dump``, ``stats``
+and ``flame`` (graph and chart) in-process.
 
 A reader may refuse a trace (:class:`FxtFormatError`); a command may refuse it in one line
 (exit 1 or 3). Anything else (another exception, an internal error, a traceback, more than
@@ -20,60 +21,22 @@ from pathlib import Path
 from hypothesis import strategies as st
 
 from fuzz.mutations import damaged_bytes, edge_numbers
+from fuzz.seed_inputs import branch_trace_lines
 from fuzz.target import FuzzTarget, quick
 from ptscope.cli import main
 from ptscope.decode.perf_text import PerfTextParser
 from ptscope.fxt import FxtFormatError, FxtWriter, read_trace
 from ptscope.fxt import records as rec
 from ptscope.fxt.columns import read_columns
+from ptscope.fxt.writer import ArgValue, Koid, Pointer, UInt64
 from ptscope.reconstruct.fast_engine import FastEngine
 from ptscope.timeline import Timeline
 from support.cli import one_line_error, ptscope
-from support.perf_text_format import Loc, branch_line, cbr_line, error_line
-
-CALL, RETURN, JUMP = 1 | 2, 1 | 4, 1
-EXE = "/usr/bin/prog"
-LONG = "std::" + "very_long_template_argument_" * 60 + "::run()"
-FUNCTIONS = {
-    name: Loc(0x401000 + 0x100 * i, name, 0, EXE)
-    for i, name in enumerate(["main", "parse", "walk", "emit", LONG])
-}
-
-
-def _at(name: str, offset: int) -> Loc:
-    loc = FUNCTIONS[name]
-    return Loc(loc.ip + offset, name, offset, EXE)
-
-
-def _perf_lines() -> list[str]:
-    """A decode's worth of perf text: two threads calling down four levels (recursion, a
-    name of 1,600 characters), a frequency change and a decode error."""
-    lines = []
-    time = 5_000_000_000
-    for tid in (100, 101):
-        lines.append(cbr_line(100, tid, time, 20, 2000, _at("main", 1)))
-        for rep in range(6):
-            for caller, callee in (("main", "parse"), ("parse", "walk"), ("walk", "walk")):
-                time += 7
-                lines.append(branch_line(100, tid, time, CALL, _at(caller, 9), _at(callee, 0)))
-            time += 3
-            lines.append(branch_line(100, tid, time, CALL, _at("walk", 20), _at(LONG, 0)))
-            time += 11
-            lines.append(branch_line(100, tid, time, RETURN, _at(LONG, 30), _at("walk", 25)))
-            for callee, caller in (("walk", "walk"), ("walk", "parse"), ("parse", "main")):
-                time += 5
-                lines.append(branch_line(100, tid, time, RETURN, _at(callee, 40), _at(caller, 14)))
-            if rep == 3:
-                lines.append(error_line(code=6, message="Trace doesn't match", time_ns=time,
-                                        pid=100, tid=tid, ip=0x401010))  # fmt: skip
-        time += 2
-        lines.append(branch_line(100, tid, time, JUMP, _at("main", 50), _at("emit", 0)))
-    return lines
 
 
 def _timeline() -> Timeline:
     parser = PerfTextParser()
-    events = parser.feed(_perf_lines()) + parser.finish()
+    events = parser.feed(branch_trace_lines(ipc=True)) + parser.finish()
     engine = FastEngine()
     engine.feed_all(events)
     timeline = engine.finish()
@@ -100,7 +63,37 @@ def seeds() -> tuple[list[bytes], list[bytes]]:
     writer.close()
     plain.append(out.getvalue())
     packed.append(gzip.compress(out.getvalue(), 1, mtime=0))
+    plain.append(_foreign_trace())
     return plain, packed
+
+
+def _foreign_trace() -> bytes:
+    """A trace outside the subset the columnar reader decodes itself (begin/end pairs, a
+    tick rate other than 1 GHz, arguments of every type): read by the strict reader."""
+    out = io.BytesIO()
+    writer = FxtWriter(out, time_base=1_000_000)
+    writer.process(7, "other", {rec.ARG_TIME_BASE: 1_000_000})
+    writer.thread_name(7, 8, "worker")
+    args: dict[str, ArgValue] = {
+        rec.ARG_ADDRESS: Pointer(0x401000),
+        rec.ARG_INSTRUCTIONS: UInt64(120),
+        rec.ARG_CYCLES: 300,
+        rec.ARG_FLAGS: "inferred",
+        "ratio": 0.25,
+        "koid": Koid(7),
+        "text": "note",
+    }
+    for i in range(4):
+        writer.begin(7, 8, 1_000_100 + 100 * i, "outer", args)
+        writer.complete(7, 8, 1_000_110 + 100 * i, 1_000_150 + 100 * i, "inner", args)
+        writer.instant(7, 8, 1_000_120 + 100 * i, "[decode error: overflow packet]", args)
+        writer.counter(7, 8, 1_000_130 + 100 * i, "CPU frequency (MHz)", {"value": 2000 + i})
+        writer.end(7, 8, 1_000_190 + 100 * i, "outer")
+    writer.close()
+    data = out.getvalue()
+    at, words = _records(data)[3]  # after the magic, the provider and its tick rate
+    cut = at + 8 * words
+    return data[:cut] + rec.initialization_record(500_000_000) + data[cut:]
 
 
 RECORD_HEADERS = [
@@ -135,7 +128,19 @@ def _records(data: bytes) -> list[tuple[int, int]]:
 def _record_edit(draw: st.DrawFn, data: bytearray) -> None:
     """One record's header replaced (by one of :data:`RECORD_HEADERS`, or with its size
     field set to an edge value), or one of its words (times, args, ids) set to one."""
-    records = _records(bytes(data))
+    records = _records(bytes(data))[1:]  # the magic record: byte edits find it often enough
+    processes = [r for r in records if data[r[0]] & 0xF == rec.RecordType.KERNEL_OBJECT]
+    if processes and not draw(st.integers(0, 4)):
+        # A process record's last word: its time base (added to every time).
+        at, words = draw(st.sampled_from(processes))
+        at += 8 * (words - 1)
+        data[at : at + 8] = draw(edge_numbers()).to_bytes(8, "little")
+        return
+    # Half the time one of the rare records (strings, threads, processes with their time
+    # base, metadata): an edit anywhere would seldom find them among the slices.
+    rare = [(at, words) for at, words in records if data[at] & 0xF != rec.RecordType.EVENT]
+    if rare and draw(st.booleans()):
+        records = rare
     if not records:
         return
     at, words = draw(st.sampled_from(records))
@@ -158,12 +163,12 @@ def damaged_traces(draw: st.DrawFn) -> bytes:
     """A real trace with records damaged (numbers at and past their limits, sizes that
     lie), then bytes damaged, compressed or not; or its gzip stream damaged."""
     plain, packed = seeds()
-    if draw(st.integers(0, 3)):
+    if draw(st.integers(0, 5)):
         data = bytearray(draw(st.sampled_from(plain)))
         for _ in range(draw(st.integers(1, 3))):
             draw(_record_edit(data))
         damaged = bytes(data)
-        if draw(st.booleans()):
+        if not draw(st.integers(0, 2)):
             damaged = draw(damaged_bytes([damaged], word_values=RECORD_HEADERS, max_edits=2))
         return gzip.compress(damaged, 1) if draw(st.booleans()) else damaged
     return draw(damaged_bytes(packed))
