@@ -119,7 +119,7 @@ def test_perf_text_other_lines_with_numbers_out_of_range() -> None:
     events += parser.finish()
     first = events[0]
     assert isinstance(first, DecodeError)
-    assert (first.pid, first.tid, first.time, first.ip, first.code) == (None, None, None, None, 6)
+    assert (first.pid, first.tid, first.time, first.ip, first.code) == (None, 5, None, None, 6)
     assert not any(isinstance(e, CommEvent | StackSample | PowerEvent) for e in events)
     assert parser.stats.decode_errors == 3
     _feed_engines(events)

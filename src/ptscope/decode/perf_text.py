@@ -521,10 +521,9 @@ def parse_error_line(line: str) -> DecodeError | None:
     message = line[colon + 1 :]
     if message[:1].isspace():
         message = message[1:]
-    known = 0 <= pid <= _I32_MAX and 0 <= tid <= _I32_MAX
     return DecodeError(
-        pid=pid if known else None,
-        tid=tid if known else None,
+        pid=pid if 0 <= pid <= _I32_MAX else None,
+        tid=tid if 0 <= tid <= _I32_MAX else None,
         time=time if 0 < time < TIME_LIMIT else None,
         ip=ip if 0 < ip <= _U64 else None,
         message=message.rstrip(),
