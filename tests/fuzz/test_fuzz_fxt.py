@@ -139,7 +139,8 @@ def _record_edit(draw: st.DrawFn, data: bytearray) -> None:
     # Half the time one of the rare records (strings, threads, processes with their time
     # base, metadata): an edit anywhere would seldom find them among the slices.
     rare = [(at, words) for at, words in records if data[at] & 0xF != rec.RecordType.EVENT]
-    if rare and draw(st.booleans()):
+    use_rare = draw(st.booleans())
+    if rare and use_rare:
         records = rare
     if not records:
         return
