@@ -18,7 +18,7 @@ BENCH_APT_PACKAGES := valgrind
 BENCH_APT_COMMANDS := valgrind
 PYTEST_ARGS ?=
 
-.PHONY: help deps system-deps test-system-deps bench-system-deps venv demo test lint format unit bench fuzz clean
+.PHONY: help deps system-deps test-system-deps bench-system-deps venv demo test lint format unit bench fuzz fuzz-parsers clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -76,6 +76,9 @@ test: deps test-system-deps lint ## lint + the whole test suite
 N ?= 500
 fuzz: deps ## generated programs vs every oracle: make fuzz N=500 (prints K/N identical)
 	$(BIN)/python tests/fidelity/fuzz.py -n $(N)
+
+fuzz-parsers: deps ## every parser on N damaged inputs: make fuzz-parsers N=100000 (exit 1 on a bug)
+	$(BIN)/python tests/fuzz/campaign.py -n $(if $(filter command line environment,$(origin N)),$(N),100000)
 
 bench: deps bench-system-deps ## run the benchmarks in bench/
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

@@ -21,10 +21,12 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
+    "COUNT_BUDGET",
     "IN_TX_FLAG",
     "NOWHERE",
     "SYNTHETIC_SYSCALL",
     "SYNTHETIC_UNTRACED",
+    "TIME_LIMIT",
     "UNKNOWN_SYMBOL",
     "BranchBatch",
     "BranchEvent",
@@ -49,6 +51,17 @@ SYNTHETIC_UNTRACED: Final = "[untraced]"
 """Name of the frame that stands for a gap in the trace (``tr end`` ... ``tr strt``)."""
 SYNTHETIC_SYSCALL: Final = "[syscall]"
 """Name of the frame that stands for a system call under user-only tracing."""
+
+TIME_LIMIT: Final = 1 << 61
+"""Perf times (ns) are below this: 73 years after the clock started. The C engine keeps a
+time and two flag bits in one int64, so a decoder reads a later time as damaged data (a
+decode error), never as an event."""
+COUNT_BUDGET: Final = 1 << 52
+"""The most instructions plus cycles one decode (one ``perf script`` run) may report in
+all, about 17 days of one core at 3 GHz, more than perf decodes in weeks. A thread's
+totals are int64 in the C engine (and times, below :data:`TIME_LIMIT`, on the
+instructions axis): within this budget they stay in range even summed over hundreds of
+parallel windows. A decoder reads counts past it as damaged data (a decode error)."""
 
 
 class BranchFlags(IntFlag):

@@ -109,6 +109,10 @@ class DecodeSummary:
     threads: int = 0
     slices: int = 0
     events: int = 0
+    branches: int = 0
+    """Branch events the engine took (not counting decode errors and the like)."""
+    samples: int = 0
+    """Stack samples (sampling recordings)."""
     decode_errors: int = 0
     unexpected: int = 0
     unknown_lines: int = 0
@@ -243,10 +247,12 @@ def _decode_recording(
                     engine, recording, options, summary, choice.name, tracker, after
                 ),
             )
+            _check_decoded(summary, str(recording.directory), options)
             summary.seconds = time.perf_counter() - started
             return summary
         timeline = _branch_timeline(recording, options, summary, choice.name, progress)
     _finish(timeline, recording, options, summary)
+    _check_decoded(summary, str(recording.directory), options)
     summary.seconds = time.perf_counter() - started
     return summary
 
@@ -283,6 +289,7 @@ def decode_perf_script_text(
         summary.missing_fields = stats[-1].shape.other_missing(stats[-1])
     if not _streams(options):
         _finish(timeline, recording, options, summary)
+    _check_decoded(summary, "standard input" if str(source) == "-" else str(source), options)
     summary.seconds = time.perf_counter() - started
     return summary
 
@@ -514,6 +521,7 @@ def _sampled_timeline(
                 if isinstance(event, StackSample):
                     builder.feed(event)
                     summary.events += 1
+                    summary.samples += 1
                 elif isinstance(event, CommEvent):
                     comms[(event.pid, event.tid)] = event.comm
     timeline = builder.finish()
@@ -540,6 +548,36 @@ def _finish(
     summary.top_functions = top_functions(timeline)
     summary.write = write_timeline(
         timeline, summary.output, time_axis=options.time_axis, drill=options.drill
+    )
+
+
+def _check_decoded(summary: DecodeSummary, source: str, options: DecodeOptions) -> None:
+    """Say so when a decode gave no call: damaged or zeroed trace data decodes to nothing
+    without perf failing.
+
+    Nothing at all decoded (no branch, no sample; perhaps decode errors) is an error: the
+    empty trace is removed. Branches or samples that made no call (a ``--filter`` that
+    never matched, say) are a warning: the trace is kept.
+    """
+    if summary.slices:
+        return
+    if summary.branches or summary.samples:
+        if summary.branches:
+            found = f"{summary.branches:,} branch{'es' * (summary.branches != 1)}"
+        else:
+            found = f"{summary.samples:,} stack sample{'s' * (summary.samples != 1)}"
+        region = f" (nothing inside --filter {','.join(options.region)})" if options.region else ""
+        log.warning("warning: %s from %s decoded to no call: the trace is empty%s",
+                    found, source, region)  # fmt: skip
+        return
+    for path in {summary.output, *(part.path for part in summary.parts)}:
+        path.unlink(missing_ok=True)
+    errors = summary.decode_errors
+    only = f" (only {errors:,} decode error{'s' * (errors != 1)})" if errors else ""
+    selected = " of the selected processes or threads" if options.pids or options.tids else ""
+    raise BadInputError(
+        f"nothing could be decoded from {source}: no branch or sample{selected} in it{only}",
+        hint="its trace data may be empty or damaged (all zero bytes?); no trace was written",
     )
 
 
@@ -732,6 +770,7 @@ def _top_from_totals(
 
 def _take_engine_stats(summary: DecodeSummary, stats: EngineStats) -> None:
     summary.events += stats.events
+    summary.branches += stats.branches
     summary.decode_errors += stats.decode_errors
     summary.unexpected += stats.unexpected
 

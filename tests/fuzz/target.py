@@ -14,12 +14,19 @@ limit on every input). Inputs that reproduce a crash found by a campaign are kep
 
 from __future__ import annotations
 
+import ast
+import hashlib
+import pickle
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis.strategies import SearchStrategy
+
+CORPUS = Path(__file__).resolve().parent / "corpus"
+"""``corpus/<target>/``: the inputs that made a campaign find a bug, one per file."""
 
 
 @dataclass(frozen=True)
@@ -39,7 +46,8 @@ QUICK_EXAMPLES = 300
 
 
 def quick(target: FuzzTarget, examples: int = QUICK_EXAMPLES) -> Callable[[], None]:
-    """A pytest test function that runs ``target`` on ``examples`` generated inputs."""
+    """A pytest test function that runs ``target`` on its corpus (the inputs campaigns
+    found bugs with), then on ``examples`` generated inputs."""
 
     @settings(
         max_examples=examples,
@@ -51,4 +59,36 @@ def quick(target: FuzzTarget, examples: int = QUICK_EXAMPLES) -> Callable[[], No
     def run(value: Any) -> None:
         target.check(value)
 
+    for value in reversed(load_corpus(target.name)):  # @example: the last one runs first
+        run = example(value)(run)
     return run
+
+
+def save_to_corpus(target: str, value: Any, kind: str) -> Path:
+    """Keep ``value`` (an input that found a bug: ``kind`` ``crash`` or ``hang``) under
+    ``corpus/<target>/``, as a Python literal when it is one (readable, diffable), else
+    pickled. The name is the content's hash: the same input is kept once."""
+    try:
+        text = repr(value)
+        literal = ast.literal_eval(text) == value
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        text, literal = "", False
+    data = text.encode() if literal else pickle.dumps(value)
+    suffix = "txt" if literal else "pickle"
+    folder = CORPUS / target
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{kind}-{hashlib.sha256(data).hexdigest()[:16]}.{suffix}"
+    path.write_bytes(data)
+    return path
+
+
+def load_corpus(target: str) -> list[Any]:
+    """The inputs kept under ``corpus/<target>/``, in name order."""
+    folder = CORPUS / target
+    values: list[Any] = []
+    for path in sorted(folder.glob("*")) if folder.is_dir() else ():
+        if path.suffix == ".txt":
+            values.append(ast.literal_eval(path.read_text()))
+        elif path.suffix == ".pickle":
+            values.append(pickle.loads(path.read_bytes()))  # our own files (save_to_corpus)
+    return values

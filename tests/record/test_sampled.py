@@ -139,6 +139,15 @@ def test_addresses_are_function_entries() -> None:
     assert [int(a) for a in thread.address] == [FUNCS["main"], FUNCS["work"]]
 
 
+def test_an_offset_past_the_address_wraps_as_the_engines_wrap_it() -> None:
+    """perf prints garbage offsets (map-relative, cut to 32 bits) for addresses past a
+    symbol's end: the entry address computed from one can be below 0. It is kept as the
+    engines keep it, two's complement in 64 bits, not refused by numpy."""
+    frame = Location(0x1000, "main", 0xFFFF_F000, "prog")
+    timeline = timeline_from_samples([StackSample(1, 1, 5, (frame,))])
+    assert [int(a) for a in timeline.threads[0].address] == [(0x1000 - 0xFFFF_F000) % (1 << 64)]
+
+
 stacks = st.lists(st.sampled_from(sorted(FUNCS)), min_size=0, max_size=6)
 
 

@@ -103,6 +103,11 @@ def parse_time_window(text: str) -> TimeWindow:
     return TimeWindow(start, end)
 
 
+_SUM_LIMIT: Final = 1 << 62
+"""Threads times span, in ns, must stay below this (146 years) for the analyses' sums
+to fit in 64 bits with room to spare."""
+
+
 def _time_range(trace: TraceColumns) -> tuple[int, int]:
     """(first, last) time of anything in the trace: slices, instants, counters."""
     times = [i.time for t in trace.threads for i in t.instants]
@@ -129,6 +134,14 @@ def load_calls(
     threads = [t for t in trace.threads if len(t)]
     if not threads:
         raise BadInputError(f"{path} holds no calls (no slices in the trace)")
+    if (last - first) * len(threads) >= _SUM_LIMIT:
+        # Calls with one stack never overlap on a thread, so every sum the analyses make
+        # (a flame box, a function's total) is below threads x span: it fits an int64.
+        raise BadInputError(
+            f"{path} spans {last - first:,} ns on {len(threads):,} "
+            f"thread{'s' * (len(threads) != 1)}: more time than the statistics can add up "
+            "(a damaged trace?)"
+        )
     # In place: the reader's columns are ours, and fresh 100 MB arrays cost page faults.
     trace.start -= first
     trace.end -= first

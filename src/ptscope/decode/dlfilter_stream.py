@@ -13,6 +13,13 @@ Python builds events from what it has read). The *columnar* variants
 run of branch records as one :class:`~ptscope.model.BranchBatch` (columns over a shared
 :class:`~ptscope.model.LocationTable`, no object per event) between the other events, in
 stream order: what the C engine consumes.
+
+Numbers are range-checked as records are read: a branch or power record whose time is at
+or past :data:`~ptscope.model.TIME_LIMIT`, whose ``gap_delta`` reaches back before time 0,
+or whose counts overrun the decode's :data:`~ptscope.model.COUNT_BUDGET` is damaged data,
+and becomes a :class:`~ptscope.model.DecodeError` in its place (``StreamStats.damaged``),
+never an event. What breaks the stream's structure (an unknown tag, ids out of sequence, a
+truncated record) is a :class:`~ptscope.errors.BadInputError`.
 """
 
 from __future__ import annotations
@@ -39,7 +46,9 @@ from ptscope.decode.perf_script import perf_failure
 from ptscope.decode.perf_text import PerfTextParser, TextStats, make_location
 from ptscope.errors import BadInputError, ToolMissingError
 from ptscope.model import (
+    COUNT_BUDGET,
     NOWHERE,
+    TIME_LIMIT,
     BranchBatch,
     BranchEvent,
     BranchFlags,
@@ -77,6 +86,9 @@ _LOOKAHEAD: Final = 16384  # branch records checked per vectorised run search
 _TAGS: Final = frozenset(range(0xF8, 0x100))
 _MAX_LINES: Final = 1 << 24  # code lines of one run of records: 1 GiB of code at most
 _IN_TX: Final = int(BranchFlags.IN_TX)
+_SMALL_COUNT: Final = 1 << 40
+"""Counts below this add up without wrapping around in a run of records (at most
+:data:`_LOOKAHEAD`, each with two counts)."""
 
 
 # --------------------------------------------------------------------- locations
@@ -95,6 +107,9 @@ class StreamStats:
     branches: int = 0
     power: int = 0
     decode_errors: int = 0
+    """Decode errors given out: perf's error lines, and the damaged records."""
+    damaged: int = 0
+    """Records with a number out of range (each became a decode error)."""
     outside_window: int = 0
     """Events dropped because their time is outside the parser's ``time_window``."""
     locations: int = 0
@@ -141,6 +156,17 @@ class _Rows(NamedTuple):
             return None
         return tuple(self.lines[self.line_offsets[i] : self.line_offsets[i + 1]].tolist())
 
+    def part(self, first: int, stop: int) -> _Rows:
+        """Rows ``first`` to ``stop`` (excluded), their lines with them."""
+        if self.line_offsets is None or self.lines is None:
+            return _Rows(self.recs[first:stop], None, None)
+        lo, hi = int(self.line_offsets[first]), int(self.line_offsets[stop])
+        return _Rows(
+            self.recs[first:stop],
+            self.line_offsets[first : stop + 1] - lo,
+            self.lines[lo:hi],
+        )
+
 
 class RecordStreamParser:
     """Incremental parser of one dlfilter record stream: bytes in, events out.
@@ -186,6 +212,8 @@ class RecordStreamParser:
         self._branch_size = rf.BRANCH.size
         self._run_has_lines = False  # the current run of rows holds lines records
         self._table_id_array = np.zeros(0, dtype=np.int32)
+        # Instructions plus cycles the records may still carry (model.COUNT_BUDGET).
+        self._count_budget = COUNT_BUDGET
 
     # ---------------------------------------------------------------- public
 
@@ -349,7 +377,9 @@ class RecordStreamParser:
                 return 0
             _, pid, tid, _cpu, time, cbr, freq = rf.POWER.unpack_from(buf, pos)
             self.stats.power += 1
-            if self._outside(time):
+            if time >= TIME_LIMIT:
+                events.append(self._damage(pid, tid, None, f"power record's time {time}"))
+            elif self._outside(time):
                 self.stats.outside_window += 1
             else:
                 events.append(PowerEvent(pid, tid, time, cbr, freq))
@@ -428,9 +458,13 @@ class RecordStreamParser:
         return self._loc_array
 
     def _branches(self, buf: bytes, pos: int, n: int, events: list[Event]) -> None:
-        rows = self._branch_records(buf, pos, n)
-        if rows is None:
-            return
+        for rows in self._branch_records(buf, pos, n):
+            if isinstance(rows, DecodeError):
+                events.append(rows)
+            else:
+                self._branch_events(rows, events)
+
+    def _branch_events(self, rows: _Rows, events: list[Event]) -> None:
         recs = rows.recs
         locs = self._location_array()
         flags = recs["flags"]
@@ -467,9 +501,13 @@ class RecordStreamParser:
         )
 
     def _branch_batch(self, buf: bytes, pos: int, n: int, items: list[Any]) -> None:
-        rows = self._branch_records(buf, pos, n)
-        if rows is None:
-            return
+        for rows in self._branch_records(buf, pos, n):
+            if isinstance(rows, DecodeError):
+                items.append(rows)
+            else:
+                self._batch(rows, items)
+
+    def _batch(self, rows: _Rows, items: list[Any]) -> None:
         recs = rows.recs
         if len(self._table_id_array) != len(self._table_ids):
             self._table_id_array = np.array(self._table_ids, dtype=np.int32)
@@ -495,9 +533,10 @@ class RecordStreamParser:
             )
         )
 
-    def _branch_records(self, buf: bytes, pos: int, n: int) -> _Rows | None:
+    def _branch_records(self, buf: bytes, pos: int, n: int) -> list[_Rows | DecodeError]:
         """The branch records of the ``n`` rows at ``pos`` (branch and lines records) with
-        their lines, checked, without those outside the window."""
+        their lines, checked, without those outside the window: runs of good records, and
+        a decode error in place of each damaged one."""
         if self._ended:
             self._fail("holds records after its trailer", pos)
         recs = np.frombuffer(buf, dtype=self._branch_dtype, count=n, offset=pos)
@@ -506,6 +545,95 @@ class RecordStreamParser:
             recs, offsets, lines = self._lines(buf, pos, recs)
             n = len(recs)
         self.stats.branches += n
+        ip_loc = recs["ip_loc"]
+        addr_loc = recs["addr_loc"]
+        nloc = len(self._locations)
+        if int(ip_loc.max()) >= nloc or int(addr_loc.max()) >= nloc:
+            self._fail("is corrupted (a branch names an unknown location)", pos)
+        if int(ip_loc.min()) == 0 or int(addr_loc.min()) == 0:
+            self._fail("is corrupted (a branch names location 0)", pos)
+        rows = _Rows(recs, offsets, lines)
+        damaged = self._damaged_rows(recs)
+        if not damaged:
+            window = self._window(rows)
+            return [] if window is None else [window]
+        out: list[_Rows | DecodeError] = []
+        first = 0
+        for index, error in damaged:
+            if index > first:
+                window = self._window(rows.part(first, index))
+                if window is not None:
+                    out.append(window)
+            if error.time is not None and self._outside(error.time):
+                self.stats.outside_window += 1
+            else:
+                out.append(error)
+            first = index + 1
+        if first < n:
+            window = self._window(rows.part(first, n))
+            if window is not None:
+                out.append(window)
+        return out
+
+    def _damaged_rows(
+        self, recs: np.ndarray[Any, np.dtype[np.void]]
+    ) -> list[tuple[int, DecodeError]]:
+        """The records whose numbers are out of range, each with the decode error that
+        stands for it; spends the count budget on the others."""
+        time = recs["time"]
+        insn = recs["insn_cnt"]
+        cycles = recs["cyc_cnt"]
+        bad = (time >= TIME_LIMIT) | (recs["gap_delta"] > time)
+        if not bad.any() and max(int(insn.max()), int(cycles.max())) < _SMALL_COUNT:
+            # The usual case: sums of counts this small cannot wrap around.
+            spent = int(insn.sum()) + int(cycles.sum())
+            if spent <= self._count_budget:
+                self._count_budget -= spent
+                return []
+        bad |= (insn > COUNT_BUDGET) | (cycles > COUNT_BUDGET)
+        good = ~bad
+        # Every count left is at most 2**52: a float sum (rounding is far below the
+        # margin) tells whether the run fits the budget, and then the integer sums
+        # cannot wrap around.
+        approx = float(insn.sum(where=good, dtype=np.float64))
+        approx += float(cycles.sum(where=good, dtype=np.float64))
+        over_budget: set[int] = set()
+        if approx * 1.000001 < self._count_budget:
+            self._count_budget -= int(insn.sum(where=good)) + int(cycles.sum(where=good))
+        else:
+            for i in np.flatnonzero(good).tolist():
+                spent = int(insn[i]) + int(cycles[i])
+                if spent > self._count_budget:
+                    over_budget.add(i)
+                else:
+                    self._count_budget -= spent
+        if not bad.any() and not over_budget:
+            return []
+        damaged = []
+        for i in sorted({*np.flatnonzero(bad).tolist(), *over_budget}):
+            rec = recs[i]
+            t, d = int(rec["time"]), int(rec["gap_delta"])
+            if t >= TIME_LIMIT:
+                what = f"branch record's time {t}"
+            elif d > t:
+                what = f"branch record's gap_delta {d} (before time 0)"
+            else:
+                what = f"branch record's counts {int(rec['insn_cnt'])}/{int(rec['cyc_cnt'])}"
+            error = self._damage(int(rec["pid"]), int(rec["tid"]), t if t < TIME_LIMIT else None,
+                                 what)  # fmt: skip
+            damaged.append((i, error))
+        return damaged
+
+    def _damage(self, pid: int, tid: int, time: int | None, what: str) -> DecodeError:
+        """The decode error that stands for a damaged record (``what`` is out of range)."""
+        self.stats.damaged += 1
+        self.stats.decode_errors += 1
+        return DecodeError(pid, tid, time or None, None, f"damaged dlfilter record: {what}")
+
+    def _window(self, rows: _Rows) -> _Rows | None:
+        """``rows`` without those outside the time window (None: no row is left)."""
+        recs, offsets, lines = rows
+        n = len(recs)
         if self._lo is not None or self._hi is not None:
             times = recs["time"]
             keep = np.ones(n, dtype=bool)
@@ -524,13 +652,6 @@ class RecordStreamParser:
                 recs, offsets, lines = _select(_Rows(recs, offsets, lines), keep)
                 if not len(recs):
                     return None
-        ip_loc = recs["ip_loc"]
-        addr_loc = recs["addr_loc"]
-        nloc = len(self._locations)
-        if int(ip_loc.max()) >= nloc or int(addr_loc.max()) >= nloc:
-            self._fail("is corrupted (a branch names an unknown location)", pos)
-        if int(ip_loc.min()) == 0 or int(addr_loc.min()) == 0:
-            self._fail("is corrupted (a branch names location 0)", pos)
         return _Rows(recs, offsets, lines)
 
     def _lines(self, buf: bytes, pos: int, rows: np.ndarray[Any, np.dtype[np.void]]) -> _Rows:

@@ -29,7 +29,12 @@ the time; :class:`TextShape` records which fields the text showed, so that the c
 say what it lacks (``perf_script.decode_text_file``).
 
 Nothing here raises on bad input: a line that is not understood is counted in
-:class:`TextStats` (with the first few kept as examples) and the decode goes on.
+:class:`TextStats` (with the first few kept as examples) and the decode goes on. Numbers
+are range-checked where they are read: a line whose time is at or past
+:data:`~ptscope.model.TIME_LIMIT`, whose address does not fit in 64 bits, whose pid or tid
+does not fit in 32, or whose counts overrun :data:`~ptscope.model.COUNT_BUDGET` is damaged
+data, and becomes a :class:`~ptscope.model.DecodeError` (counted in
+``TextStats.decode_errors``, a ``[decode error]`` marker in the trace), never an event.
 """
 
 from __future__ import annotations
@@ -47,7 +52,9 @@ from ptscope.decode.ocaml_names import is_ocaml_label, ocaml_function_name
 from ptscope.decode.plt_names import plt_stub
 from ptscope.demangle import readable_symbol
 from ptscope.model import (
+    COUNT_BUDGET,
     NOWHERE,
+    TIME_LIMIT,
     UNKNOWN_SYMBOL,
     BranchEvent,
     BranchFlags,
@@ -112,7 +119,13 @@ _JUMP_FLAGS: Final = (int(_F.BRANCH), int(_F.BRANCH | _F.CONDITIONAL))
 _IN_TX: Final = int(_F.IN_TX)
 _ASYNC: Final = int(_F.ASYNC)
 _U32: Final = (1 << 32) - 1
+_U64: Final = (1 << 64) - 1
+_I32_MIN: Final = -(1 << 31)
+_I32_MAX: Final = (1 << 31) - 1
 _NS: Final = 1_000_000_000
+_TOO_BIG: Final = 1 << 64
+"""What a decimal number with more digits than any range we accept stands for (see
+:func:`_decimal`): out of every range, without reading thousands of digits."""
 
 _IGNORED_EVENTS: Final = frozenset(
     {"instructions", "pwre", "pwrx", "exstop", "mwait", "ptwrite", "evt", "iflag", "psb"}
@@ -299,9 +312,11 @@ def parse_flags(text: str) -> tuple[int, bool]:
     phrase = " ".join(words)
     if phrase.startswith("raw flags:"):
         try:
-            return flags | int(phrase[10:].strip(), 16), ok
+            raw = int(phrase[10:].strip(), 16)
         except ValueError:
             return flags, False
+        # perf's flags are 32 bits: more is damage, whose known bits are kept.
+        return flags | (raw & _U32), ok and raw == raw & _U32
     prefixed = False
     again = True
     while again:
@@ -364,6 +379,8 @@ def _split_location(text: str) -> tuple[int, str | None, int, str | None] | None
     if not _is_hex(ip_text):
         return None
     ip = int(ip_text, 16)
+    if ip > _U64:
+        return None  # no address: the caller tells damage from garbage (_has_big_hex)
     rest = rest.strip()
     dso: str | None = None
     if rest.endswith(")"):
@@ -385,6 +402,32 @@ def _split_location(text: str) -> tuple[int, str | None, int, str | None] | None
 def _is_hex(text: str) -> bool:
     """Whether ``text`` is a non-empty lowercase hex number as perf prints addresses."""
     return bool(text) and not text.strip("0123456789abcdef")
+
+
+def _has_big_hex(text: str) -> bool:
+    """Whether ``text`` holds a word that reads as an address too large for 64 bits: what
+    makes a location that is not understood damaged rather than foreign."""
+    return any(len(word.lstrip("0")) > 16 and _is_hex(word) for word in text.split())
+
+
+def _decimal(text: str) -> int | None:
+    """``text`` as a decimal integer (ASCII digits after an optional ``-``), else None.
+
+    ``str.isdigit`` alone would let through digits ``int`` refuses (``²``), and ``int``
+    refuses more than 4,300 digits: a number longer than any range we accept is
+    :data:`_TOO_BIG` (negated for ``-``) instead.
+    """
+    negative = text[:1] == "-"
+    digits = text[1:] if negative else text
+    if not (digits.isascii() and digits.isdigit()):
+        return None
+    significant = digits.lstrip("0")
+    value = int(significant or "0") if len(significant) <= 20 else _TOO_BIG
+    return -value if negative else value
+
+
+def _fits_i32(value: int) -> bool:
+    return _I32_MIN <= value <= _I32_MAX
 
 
 def function_of(text: str) -> str | None:
@@ -432,17 +475,20 @@ def make_location(ip: int, symbol: str | None, offset: int, dso: str | None) -> 
 
 
 def _parse_time(text: str) -> int | None:
+    """``SEC[.FRAC]`` in ns (possibly at or past :data:`TIME_LIMIT`: the caller checks)."""
     sec, dot, frac = text.partition(".")
-    if not sec.isdigit() or (dot and not frac.isdigit()):
+    seconds = _decimal(sec)
+    if seconds is None or seconds < 0 or (dot and not (frac.isascii() and frac.isdigit())):
         return None
-    return int(sec) * _NS + int((frac + "000000000")[:9])
+    return seconds * _NS + int((frac + "000000000")[:9])
 
 
 def parse_error_line(line: str) -> DecodeError | None:
     """A decode error line (`` instruction trace error type 1 time 1.2 cpu 0 pid 5 tid 5
     ip 0x4011f6 code 6: Trace doesn't match instruction``) as an event, else ``None``.
 
-    Time, ip and pid/tid may be missing, ``0`` or ``-1`` (unknown): they become ``None``.
+    Time, ip and pid/tid may be missing, ``0`` or ``-1`` (unknown): they become ``None``,
+    and so do values out of range (damage: the line is a decode error anyway).
     """
     at = line.find("error type ")
     if at < 0:
@@ -453,35 +499,35 @@ def parse_error_line(line: str) -> DecodeError | None:
     colon = line.find(":", code_at)
     if colon < 0:
         return None
-    code_text = line[code_at + 6 : colon].strip()
-    if not code_text.isdigit():
+    code = _decimal(line[code_at + 6 : colon].strip())
+    if code is None or code < 0:
         return None
     tokens = line[at + 11 : code_at].split()
-    if not tokens or not tokens[0].isdigit():
+    if not tokens or _decimal(tokens[0]) is None:
         return None
     values: dict[str, str] = {}
     # tokens[0] is the error type; the rest are "name value" pairs.
     for i in range(1, len(tokens) - 1, 2):
         values[tokens[i]] = tokens[i + 1]
+    time = _parse_time(values.get("time", "0"))
+    pid = _decimal(values.get("pid", "-1"))
+    tid = _decimal(values.get("tid", "-1"))
     try:
-        time = _parse_time(values.get("time", "0"))
         ip = int(values.get("ip", "0"), 16)
-        pid = int(values.get("pid", "-1"))
-        tid = int(values.get("tid", "-1"))
     except ValueError:
         return None
-    if time is None:
+    if time is None or pid is None or tid is None:
         return None
     message = line[colon + 1 :]
     if message[:1].isspace():
         message = message[1:]
     return DecodeError(
-        pid=pid if pid >= 0 else None,
-        tid=tid if tid >= 0 else None,
-        time=time or None,
-        ip=ip or None,
+        pid=pid if 0 <= pid <= _I32_MAX else None,
+        tid=tid if 0 <= tid <= _I32_MAX else None,
+        time=time if 0 < time < TIME_LIMIT else None,
+        ip=ip if 0 < ip <= _U64 else None,
         message=message.rstrip(),
-        code=int(code_text),
+        code=code if code <= _I32_MAX else 0,
     )
 
 
@@ -538,11 +584,13 @@ def _parse_header(line: str) -> _Header | None:
     if at_time > 0:
         ids = tokens[at_time - 1][0]
         p, slash, t = ids.partition("/")
-        if slash and _is_int(p) and _is_int(t):
-            pid, tid = int(p), int(t)
+        pid_value, tid_value = _decimal(p), _decimal(t)
+        one = _decimal(ids)
+        if slash and pid_value is not None and tid_value is not None:
+            pid, tid = pid_value, tid_value
             given = 2
-        elif ids.isdigit():
-            pid = tid = int(ids)
+        elif one is not None and one >= 0:
+            pid = tid = one
             given = 1
     time_text = tokens[at_time][0][:-1]
     time = _parse_time(time_text)
@@ -551,8 +599,9 @@ def _parse_header(line: str) -> _Header | None:
     event = ""
     # PERIOD EVENT: or EVENT: may follow; anything else is the body.
     rest = line[body_start:].split(None, 2)
-    if len(rest) >= 2 and rest[0].isdigit() and _is_event(rest[1]):
-        period = int(rest[0])
+    count = _decimal(rest[0]) if rest else None
+    if len(rest) >= 2 and count is not None and count >= 0 and _is_event(rest[1]):
+        period = count
         event = rest[1][:-1]
         body_start = line.index(rest[1], line.index(rest[0], body_start) + len(rest[0]))
         body_start += len(rest[1])
@@ -565,6 +614,17 @@ def _parse_header(line: str) -> _Header | None:
     return _Header(pid, tid, time, period, event, line[body_start:], given, fine)
 
 
+def _header_damage(header: _Header) -> str | None:
+    """Which number of a header is out of range (damaged data), if one is."""
+    if header.time is not None and header.time >= TIME_LIMIT:
+        return "time"
+    if not (_fits_i32(header.pid) and _fits_i32(header.tid)):
+        return "pid/tid"
+    if header.period > _U64:
+        return "period"
+    return None
+
+
 def _is_event(token: str) -> bool:
     """perf's ``EVENT:`` (``branches:uH:``, ``cycles:``), not a time or an address."""
     return len(token) > 1 and token.endswith(":") and not _is_time(token[:-1])
@@ -573,10 +633,10 @@ def _is_event(token: str) -> bool:
 def _parse_ipc(text: str) -> tuple[int, int] | None:
     """``1.23 (INSN/CYC) `` (what follows ``IPC:``) as (instructions, cycles)."""
     _, _, counts = text.partition("(")
-    insn, slash, rest = counts.partition("/")
-    cycles = rest.partition(")")[0]
-    if slash and insn.isdigit() and cycles.isdigit():
-        return int(insn), int(cycles)
+    insn_text, slash, rest = counts.partition("/")
+    insn, cycles = _decimal(insn_text), _decimal(rest.partition(")")[0])
+    if slash and insn is not None and cycles is not None and insn >= 0 and cycles >= 0:
+        return insn, cycles
     return None
 
 
@@ -586,13 +646,9 @@ def _looks_like_target(text: str) -> bool:
     return _is_hex(address) and text[16:17] in ("", " ")
 
 
-def _is_int(text: str) -> bool:
-    return text.isdigit() or (text[:1] == "-" and text[1:].isdigit())
-
-
 def _is_time(text: str) -> bool:
     sec, dot, frac = text.partition(".")
-    return sec.isdigit() and bool(dot) and frac.isdigit()
+    return sec.isascii() and sec.isdigit() and bool(dot) and frac.isascii() and frac.isdigit()
 
 
 # ------------------------------------------------------------------------ parser
@@ -643,6 +699,10 @@ class PerfTextParser:
         self._strings: dict[str, str] = {}
         self._pending: StackSample | None = None
         self._frames: list[Location] = []
+        # What makes the pending sample damaged data (a frame's address out of range).
+        self._pending_damage: str | None = None
+        # Instructions plus cycles this parser may still hand out (model.COUNT_BUDGET).
+        self._count_budget = COUNT_BUDGET
         # Instructions / cycles of dropped jumps, carried to the thread's next kept branch
         # (only known with ``-F +ipc``).
         self._pending_counts: dict[tuple[int, int], tuple[int, int]] = {}
@@ -773,6 +833,8 @@ class PerfTextParser:
                         slash = ipc.index("/", open_at)
                         insn = int(ipc[open_at + 1 : slash])
                         cycles = int(ipc[slash + 1 : ipc.index(")", slash)])
+                        if (insn | cycles) < 0 or insn + cycles > self._count_budget:
+                            raise ValueError  # damaged: the slow path says so
                     except ValueError:
                         pending = other(line, out)
                         continue
@@ -795,6 +857,8 @@ class PerfTextParser:
                     if time_text[-11] != "." or time_text[-1] != ":":
                         raise ValueError
                     time = int(time_text[:-1].replace(".", "", 1))
+                    if not 0 <= time < TIME_LIMIT:
+                        raise ValueError  # damaged: the slow path says so
                 except (ValueError, IndexError):
                     last_time_text = ""
                     pending = other(line, out)
@@ -808,6 +872,8 @@ class PerfTextParser:
                 thread = found
                 pid, tid = thread
                 last_thread_text = thread_text
+            if insn or cycles:
+                self._count_budget -= insn + cycles
             if detail is not None:
                 block = blocks_get(body, missing)
                 if block is missing:
@@ -877,9 +943,12 @@ class PerfTextParser:
 
     def _thread(self, text: str) -> tuple[int, int] | None:
         p, slash, t = text.partition("/")
-        if not (slash and _is_int(p) and _is_int(t)):
+        pid, tid = _decimal(p), _decimal(t)
+        if not (slash and pid is not None and tid is not None):
             return None
-        value = self._threads[text] = (int(p), int(t))
+        if not (_fits_i32(pid) and _fits_i32(tid)):
+            return None  # damaged: the slow path says so
+        value = self._threads[text] = (pid, tid)
         return value
 
     def _body(self, body: str) -> Any:
@@ -1067,7 +1136,10 @@ class PerfTextParser:
         if line.startswith("\t") and self._pending is not None:
             loc = self._location_text(line)
             if loc is None:
-                self._unknown(line)
+                if _has_big_hex(line):
+                    self._pending_damage = "a frame's address"
+                else:
+                    self._unknown(line)
             elif loc is not NOWHERE:
                 # perf ends frame-pointer chains with address 0: never a real frame.
                 self._frames.append(loc)
@@ -1091,6 +1163,10 @@ class PerfTextParser:
                 self.stats.shape.untimed_branches += 1
             self._unknown(line)
             return
+        damage = _header_damage(header)
+        if damage is not None:
+            self._damaged(damage, header, out)
+            return
         shape = self.stats.shape
         if header.ids == 2:
             shape.id_pairs += 1
@@ -1106,7 +1182,7 @@ class PerfTextParser:
             # with "=>"; the others are psb and cbr lines, told apart by their payload.
             if " => " in body:
                 if not self._branch_line(header, body, out):
-                    self._unknown(line)
+                    self._not_understood(line, header, out)
             elif body.lstrip().startswith("psb offs:"):
                 self.stats.psb += 1
             else:
@@ -1124,7 +1200,7 @@ class PerfTextParser:
             return
         if " => " in body:
             if not self._branch_line(header, body, out):
-                self._unknown(line)
+                self._not_understood(line, header, out)
             return
         text = body.strip()
         self._pending = StackSample(
@@ -1141,7 +1217,7 @@ class PerfTextParser:
             loc = self._location_text(text)
             if loc is None:
                 self._pending = None
-                self._unknown(line)
+                self._not_understood(line, header, out)
             elif loc is not NOWHERE:
                 self._frames.append(loc)
 
@@ -1150,6 +1226,13 @@ class PerfTextParser:
         if sample is None:
             return
         self._pending = None
+        damage = self._pending_damage
+        if damage is not None:
+            # A sample with a damaged frame: its stack cannot be trusted.
+            self._pending_damage = None
+            self._frames = []
+            out.append(self._damage_event(damage, sample.pid, sample.tid, sample.time))
+            return
         self._frames.reverse()  # perf prints the leaf first
         sample.frames = tuple(self._frames)
         self._frames = []
@@ -1167,6 +1250,11 @@ class PerfTextParser:
             if counts is None:
                 return False
             insn, cycles = counts
+            if insn + cycles > self._count_budget:
+                out.append(self._damage_event("instructions or cycles", header.pid,
+                                              header.tid, header.time))  # fmt: skip
+                return True
+            self._count_budget -= insn + cycles
             body = body[:at]
         body = body.strip()
         info = self._bodies.get(body, _MISSING)
@@ -1199,10 +1287,16 @@ class PerfTextParser:
             return
         try:
             at = words.index("freq:")
-            cbr = int(words[at - 1])
-            freq = int(words[at + 1])
+            cbr = _decimal(words[at - 1])
+            freq = _decimal(words[at + 1])
         except (ValueError, IndexError):
             self._unknown(line)
+            return
+        if cbr is None or freq is None:
+            self._unknown(line)
+            return
+        if not (0 <= cbr <= _U32 and 0 <= freq <= _U32):
+            self._damaged("cbr or frequency", header, out)
             return
         time = header.time if header.time is not None else 0
         out.append(PowerEvent(header.pid, header.tid, time, cbr, freq))
@@ -1219,17 +1313,45 @@ class PerfTextParser:
         head, _, rest = line[at:].partition(": ")
         name, colon, ids = rest.rstrip().rpartition(":")
         pid_text, slash, tid_text = ids.partition("/")
-        if not (colon and slash and _is_int(pid_text) and _is_int(tid_text)):
+        pid, tid = _decimal(pid_text), _decimal(tid_text)
+        if not (colon and slash and pid is not None and tid is not None):
             self._unknown(line)
             return
         time = None
         words = line[:at].split()
         if words and words[-1].endswith(":") and _is_time(words[-1][:-1]):
             time = _parse_time(words[-1][:-1]) or None
-        out.append(
-            CommEvent(int(pid_text), int(tid_text), time, self._intern(name), "exec" in head)
-        )
+        if not (_fits_i32(pid) and _fits_i32(tid)) or (time is not None and time >= TIME_LIMIT):
+            out.append(self._damage_event("pid/tid or time", None, None, None))
+            return
+        out.append(CommEvent(pid, tid, time, self._intern(name), "exec" in head))
         self.stats.comms += 1
+
+    def _not_understood(self, line: str, header: _Header, out: list[Event]) -> None:
+        """A line with a header whose body was not understood: damaged data when it holds
+        an address too large for 64 bits, else a line we do not know."""
+        if _has_big_hex(header.body):
+            self._damaged("an address", header, out)
+        else:
+            self._unknown(line)
+
+    def _damaged(self, what: str, header: _Header, out: list[Event]) -> None:
+        out.append(self._damage_event(what, header.pid, header.tid, header.time))
+
+    def _damage_event(
+        self, what: str, pid: int | None, tid: int | None, time: int | None
+    ) -> DecodeError:
+        """A decode error for a line with a number out of range (``what``), dated and
+        placed on its thread as far as those numbers are in range."""
+        self.stats.decode_errors += 1
+        known = pid is not None and tid is not None and _fits_i32(pid) and _fits_i32(tid)
+        return DecodeError(
+            pid if known else None,
+            tid if known else None,
+            time if time is not None and 0 < time < TIME_LIMIT else None,
+            None,
+            f"{what} out of range in perf's text",
+        )
 
     def _unknown(self, line: str) -> None:
         st = self.stats

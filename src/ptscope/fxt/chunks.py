@@ -43,7 +43,7 @@ from ptscope.fxt.columns import (
     _size_of,
     _SliceChunk,
 )
-from ptscope.fxt.reader import FxtFormatError, read_trace
+from ptscope.fxt.reader import TIME_END, FxtFormatError, read_trace
 from ptscope.timeline import CounterSample, Instant
 
 __all__ = ["ChunkReader", "NotStreamable", "SliceChunk", "TraceMeta"]
@@ -248,8 +248,9 @@ class ChunkReader:
         used_base = 0
         try:
             base = 0
-            with _open(source) as stream:
-                blocks = _Blocks(stream, BLOCK_BYTES)
+            stream, capacity = _open(source)
+            with stream:
+                blocks = _Blocks(stream, capacity, BLOCK_BYTES)
                 while (block := blocks.next()) is not None:
                     if base == 0 and len(block) >= 8 and block[:8].tobytes() != _MAGIC_BYTES:
                         raise FxtFormatError(
@@ -339,6 +340,10 @@ class ChunkReader:
     def _handed_over(
         self, chunk: SliceChunk, continued: I64, time_base: int
     ) -> Iterator[SliceChunk]:
+        if len(chunk) and (
+            int(chunk.start.min()) + time_base < 0 or int(chunk.end.max()) + time_base >= TIME_END
+        ):
+            raise _NotOurSubset("times out of range")  # the strict reader says which
         if time_base:
             chunk.start = chunk.start + time_base
             chunk.end = chunk.end + time_base

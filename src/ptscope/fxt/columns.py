@@ -35,13 +35,14 @@ import io
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Final
+from typing import Any, BinaryIO, Final, cast
 
 import numpy as np
 import numpy.typing as npt
 
 from ptscope.fxt import records as rec
 from ptscope.fxt.reader import (
+    TIME_END,
     FxtFormatError,
     FxtTrace,
     TraceSlice,
@@ -59,10 +60,17 @@ from ptscope.timeline import (
 
 __all__ = ["ThreadRows", "TraceColumns", "read_columns", "read_timeline", "timeline_from_trace"]
 
+_DECOMPRESS_ERRORS: tuple[type[Exception], ...] = (OSError, EOFError, zlib.error)
+"""What a damaged gzip stream raises (zlib's, and ISA-L's own error below)."""
+
 try:  # ISA-L inflates about three times faster than zlib
     from isal import igzip_threaded as _igzip_threaded
+    from isal.isal_zlib import error as _isal_error
 except ImportError:  # pragma: no cover (a platform without isal wheels)
     _igzip_threaded = None  # type: ignore[assignment]
+else:
+    # (isal's stubs declare this class as an instance of Exception.)
+    _DECOMPRESS_ERRORS += (cast("type[Exception]", _isal_error),)
 
 _GZIP_MAGIC: Final = b"\x1f\x8b"
 _MAGIC_BYTES: Final = rec.magic_record()
@@ -85,33 +93,47 @@ class _NotOurSubset(Exception):
 # -- input ----------------------------------------------------------------------------
 
 
-def _open(source: str | Path | bytes) -> BinaryIO:
+_DEFLATE_RATIO: Final = 1032
+"""The most bytes deflate can inflate one compressed byte into."""
+
+
+def _open(source: str | Path | bytes) -> tuple[BinaryIO, int]:
+    """The trace's (decompressed) stream, and the most bytes it can hold."""
     if isinstance(source, bytes):
         raw: BinaryIO = io.BytesIO(source)
         head = source[:2]
+        size = len(source)
     else:
         raw = open(source, "rb")  # noqa: SIM115 (returned; the caller closes it)
         head = raw.read(2)
+        size = raw.seek(0, io.SEEK_END)
         raw.seek(0)
     if head != _GZIP_MAGIC:
-        return raw
+        return raw, size
     if _igzip_threaded is not None:
         # Inflates in a thread of its own (ISA-L releases the GIL), overlapping the
         # framing and decoding of the previous block.
+        block = min(1 << 22, max(1 << 16, size * _DEFLATE_RATIO))
         opened: BinaryIO = _igzip_threaded.open(  # type: ignore[no-untyped-call]
-            raw, "rb", threads=1, block_size=1 << 22
+            raw, "rb", threads=1, block_size=block
         )
-        return opened
-    return gzip.GzipFile(fileobj=raw, mode="rb")
+        return opened, size * _DEFLATE_RATIO
+    return gzip.GzipFile(fileobj=raw, mode="rb"), size * _DEFLATE_RATIO
 
 
 class _Blocks:
     """The decompressed stream, a block at a time, in one reused buffer: the bytes of
     a record cut by the end of a block are moved to the front before the next read
-    (fresh 64 MB objects per block would cost a page fault per 4 KB)."""
+    (fresh 64 MB objects per block would cost a page fault per 4 KB). The buffer is
+    never larger than the stream can be (``capacity``); it grows only when one record
+    fills it, so whatever a damaged record announces, it holds only bytes that are
+    there."""
 
-    def __init__(self, stream: BinaryIO, size: int = _BLOCK_BYTES) -> None:
+    def __init__(
+        self, stream: BinaryIO, capacity: int = _BLOCK_BYTES, size: int = _BLOCK_BYTES
+    ) -> None:
         self.stream = stream
+        size = min(size, max(4096, capacity + 7) & ~7)
         self.buffer = np.empty(size, dtype=np.uint8)
         self.held = 0  # bytes at the front of the buffer not yet consumed
         self.eof = False
@@ -124,7 +146,7 @@ class _Blocks:
             self.buffer = np.concatenate((self.buffer, np.empty_like(self.buffer)))
         try:
             got = self.stream.readinto(self.buffer.data[self.held :])  # type: ignore[attr-defined]
-        except (OSError, EOFError, zlib.error) as e:
+        except _DECOMPRESS_ERRORS as e:
             raise FxtFormatError(f"cannot decompress: {e}") from e
         if not got:
             self.eof = True
@@ -435,6 +457,14 @@ class _ColumnReader:
 
     def finish(self) -> TraceColumns:
         trace = self.meta.finish()  # instants, counters, names, the time base
+        base = trace.time_base
+        if not -TIME_END <= base < TIME_END:
+            raise _NotOurSubset("a time base out of range")
+        if self.chunks:
+            first = min(int(chunk.start.min()) for chunk in self.chunks if len(chunk.start))
+            last = max(int(chunk.end.max()) for chunk in self.chunks if len(chunk.end))
+            if first + base < 0 or last + base >= TIME_END:
+                raise _NotOurSubset("times out of range")  # the strict reader says which
         strings = self.strings.resolver()
         thread_table = self.threads.resolver()
         columns: dict[str, list[npt.NDArray[np.generic]]] = {
@@ -489,7 +519,17 @@ class _ColumnReader:
                 text_id = self._ids.get(text)
                 if text_id is not None:
                     hit = (arg_text == text_id) & np.isin(args.arg_type, _INT_TYPES)
-                    column[args.slice_index[hit]] = args.value[hit].view(column.dtype)
+                    values = args.value[hit]
+                    # As the strict reader (TraceSlice.to_slice): a count past 63 bits, or
+                    # an address that an I64 argument makes negative, is unknown.
+                    if column.dtype == np.int64:
+                        values = np.where(values >> np.uint64(63) != 0, -1, values.view(np.int64))
+                    else:
+                        negative = (args.arg_type[hit] == rec.ArgType.I64) & (
+                            values >> np.uint64(63) != 0
+                        )
+                        values = np.where(negative, np.uint64(0), values)
+                    column[args.slice_index[hit]] = values
             flags_id = self._ids.get(rec.ARG_FLAGS)
             if flags_id is not None:
                 hit = (arg_text == flags_id) & (args.arg_type == rec.ArgType.STRING)
@@ -802,8 +842,9 @@ def read_columns(source: str | Path | bytes, *, with_args: bool = True) -> Trace
     reader = _ColumnReader(with_args=with_args)
     base = 0
     try:
-        with _open(source) as stream:
-            blocks = _Blocks(stream)
+        stream, capacity = _open(source)
+        with stream:
+            blocks = _Blocks(stream, capacity)
             while (block := blocks.next()) is not None:
                 if base == 0 and len(block) >= 8 and block[:8].tobytes() != _MAGIC_BYTES:
                     raise FxtFormatError("not a Fuchsia trace (no FXT magic record at the start)")

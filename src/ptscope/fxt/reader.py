@@ -44,6 +44,12 @@ ReadArg = int | float | str | bool | None
 """An argument value as read (integers of every width, pointers and koids are ``int``)."""
 
 _GZIP_MAGIC: Final = b"\x1f\x8b"
+TIME_END: Final = 1 << 63
+"""Times (ns, the time base added) are below this and not negative: what an int64 column
+of a Timeline holds. A trace with a time outside is damaged."""
+_U64_MAX: Final = (1 << 64) - 1
+_DECOMPRESS_ERRORS: Final = (OSError, EOFError, zlib.error)
+"""What gzip (zlib underneath) raises on a damaged stream."""
 _BLOCK: Final = 1 << 20
 _U64 = struct.Struct("<Q")
 _I64 = struct.Struct("<q")
@@ -72,25 +78,27 @@ class TraceSlice:
 
     def to_slice(self) -> Slice:
         """As a :class:`ptscope.timeline.Slice` (ptscope's own args become fields, and a
-        shortened name is whole again)."""
+        shortened name is whole again). An address past 64 bits or a count that is
+        negative or past 63 bits (damage: they do not fit the columns) is unknown."""
         address = self.args.get(rec.ARG_ADDRESS, 0)
-        instructions = self.args.get(rec.ARG_INSTRUCTIONS, -1)
-        cycles = self.args.get(rec.ARG_CYCLES, -1)
-        icache = self.args.get(rec.ARG_ICACHE_LINES, -1)
         flags = self.args.get(rec.ARG_FLAGS, "")
         return Slice(
             self.start,
             self.end,
             self.depth,
             rec.full_name(self.name, self.args),
-            address if isinstance(address, int) else 0,
-            instructions if isinstance(instructions, int) else -1,
-            cycles if isinstance(cycles, int) else -1,
+            address if type(address) is int and 0 <= address <= _U64_MAX else 0,
+            self._count(rec.ARG_INSTRUCTIONS),
+            self._count(rec.ARG_CYCLES),
             SliceFlags(rec.parse_flags_text(flags))
             if isinstance(flags, str) and flags
             else SliceFlags.NONE,
-            icache if isinstance(icache, int) else -1,
+            self._count(rec.ARG_ICACHE_LINES),
         )
+
+    def _count(self, name: str) -> int:
+        value = self.args.get(name, -1)
+        return value if type(value) is int and 0 <= value < TIME_END else -1
 
 
 @dataclass(slots=True)
@@ -155,7 +163,11 @@ class _Framer:
 
     def _fill(self, need: int) -> None:
         """Make at least ``need`` bytes available after the next record's start (unless
-        the stream ends first)."""
+        the stream ends first).
+
+        Read a block at a time, however many bytes a record announces (up to 32 GiB for a
+        large record): what is held is never more than what the stream really has.
+        """
         if self._eof or len(self._buf) - self._at >= need:
             return
         chunks = [self._buf[self._at :]]
@@ -164,8 +176,8 @@ class _Framer:
         self._at = 0
         while have < need:
             try:
-                more = self._stream.read(max(_BLOCK, need - have))
-            except (OSError, EOFError, zlib.error) as e:
+                more = self._stream.read(_BLOCK)
+            except _DECOMPRESS_ERRORS as e:
                 raise FxtFormatError(f"cannot decompress: {e}", self._origin + have) from e
             if not more:
                 self._eof = True
@@ -522,7 +534,10 @@ class _Reader:
         base = trace.time_base
 
         def ns(time: int) -> int:
-            return time + base
+            time += base
+            if not 0 <= time < TIME_END:
+                raise FxtFormatError(f"a time of {time} ns is out of range (0 to 2^63)")
+            return time
 
         for key, events in self.begin_end.items():
             intervals = self.intervals.setdefault(key, [])
@@ -610,7 +625,7 @@ def read_trace(source: str | Path | bytes) -> FxtTrace:
         if source[:2] == _GZIP_MAGIC:
             try:
                 source = gzip.decompress(source)
-            except (OSError, EOFError, zlib.error) as e:
+            except _DECOMPRESS_ERRORS as e:
                 raise FxtFormatError(f"cannot decompress: {e}") from e
         stream: BinaryIO = io.BytesIO(source)
     else:
@@ -630,7 +645,7 @@ def check_trace_start(path: str | Path) -> None:
     with _open_stream(Path(path)) as stream:
         try:
             head = stream.read(8)
-        except (OSError, EOFError, zlib.error) as e:
+        except _DECOMPRESS_ERRORS as e:
             raise FxtFormatError(f"cannot decompress: {e}") from e
     if not head:
         raise FxtFormatError("empty file: not a Fuchsia trace")

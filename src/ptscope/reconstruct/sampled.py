@@ -24,6 +24,8 @@ from ptscope.timeline import SliceFlags, ThreadTimeline, Timeline
 
 __all__ = ["SampledStackBuilder", "timeline_from_samples"]
 
+_U64 = (1 << 64) - 1
+
 
 @dataclass(slots=True)
 class _Open:
@@ -93,7 +95,9 @@ class SampledStackBuilder:
         initial = time == state.first_time
         for loc in frames[common:]:
             flags = SliceFlags.INFERRED_START if initial else SliceFlags.NONE
-            address = loc.entry if loc.offset >= 0 else 0
+            # An entry below 0 (perf's garbage offsets past a symbol's end) is kept as
+            # the engines keep it: two's complement in 64 bits.
+            address = loc.entry & _U64 if loc.offset >= 0 else 0
             stack.append(_Open(loc.function, time, address, int(flags)))
 
     def feed_all(self, samples: Iterable[StackSample]) -> None:

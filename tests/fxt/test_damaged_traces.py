@@ -1,0 +1,166 @@
+"""Damaged traces: both readers refuse them with an FxtFormatError (which the commands
+turn into one line), whatever the damage, and never hold more than the file could."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import tracemalloc
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ptscope.cli import main
+from ptscope.fxt import FxtFormatError, FxtWriter, read_trace, write_timeline
+from ptscope.fxt import records as rec
+from ptscope.fxt.columns import read_columns, timeline_from_trace
+from ptscope.fxt.writer import ArgValue, UInt64
+from ptscope.timeline import ThreadTimeline, Timeline
+
+READERS: list[Callable[[Path], Any]] = [read_trace, read_columns]
+COMMANDS = [["dump"], ["stats"], ["flame"], ["flame", "--chart"]]
+
+
+def _trace(path: Path) -> Path:
+    n = 200
+    start = np.arange(n, dtype=np.int64) * 10 + 1_000_000
+    thread = ThreadTimeline(
+        pid=1, tid=1, start=start, end=start + 5, depth=np.zeros(n, dtype=np.int32),
+        name_id=(np.arange(n) % 7).astype(np.int32), address=np.zeros(n, dtype=np.uint64),
+        instructions=np.full(n, -1), cycles=np.full(n, -1), flags=np.zeros(n, dtype=np.uint8),
+    )  # fmt: skip
+    write_timeline(Timeline(names=[f"f{i}" for i in range(7)], threads=[thread]), path)
+    return path
+
+
+def _run(*argv: str) -> tuple[int, str]:
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        code = main(list(argv))
+    return code, err.getvalue()
+
+
+def _refused_by_every_command(path: Path, tmp_path: Path, message: str) -> None:
+    for command in COMMANDS:
+        out = ["-o", str(tmp_path / "f.svg")] if command[0] == "flame" else []
+        code, err = _run(*command, str(path), *out)
+        assert code == 3, err
+        [line] = [ln for ln in err.splitlines() if ln.startswith("ptscope:")]
+        assert line.startswith(f"ptscope: error: cannot read {path}: {message}"), err
+
+
+def test_a_damaged_gzip_stream_is_one_line_for_every_command(tmp_path: Path) -> None:
+    """ISA-L (the columnar reader's inflater) raises its own error, not zlib's."""
+    data = bytearray(_trace(tmp_path / "t.fxt.gz").read_bytes())
+    for i in range(40, 60):
+        data[i] ^= 0x55
+    path = tmp_path / "damaged.fxt.gz"
+    path.write_bytes(data)
+    for reader in READERS:
+        with pytest.raises(FxtFormatError, match="cannot decompress"):
+            reader(path)
+    _refused_by_every_command(path, tmp_path, "cannot decompress")
+
+
+@pytest.mark.parametrize("reader", READERS, ids=["strict", "columnar"])
+@pytest.mark.parametrize("words", [0xFFFFFFFF, 1 << 28])
+def test_a_record_announcing_gigabytes_holds_no_more_than_the_file(
+    tmp_path: Path, reader: Callable[[Path], Any], words: int
+) -> None:
+    data = bytearray(_trace(tmp_path / "t.fxt").read_bytes())
+    data[64:72] = (rec.RecordType.LARGE | (words << 4)).to_bytes(8, "little")
+    path = tmp_path / "huge.fxt"
+    path.write_bytes(data)
+    tracemalloc.start()
+    try:
+        with pytest.raises(FxtFormatError, match=f"truncated record: {words} words announced"):
+            reader(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 << 20, f"{peak:,} bytes held to read a file of {len(data):,}"
+
+
+def test_a_record_announcing_gigabytes_is_one_line_for_every_command(tmp_path: Path) -> None:
+    data = bytearray(_trace(tmp_path / "t.fxt").read_bytes())
+    data[64:72] = (rec.RecordType.LARGE | (0xFFFFFFFF << 4)).to_bytes(8, "little")
+    path = tmp_path / "huge.fxt"
+    path.write_bytes(data)
+    _refused_by_every_command(path, tmp_path, "truncated record")
+
+
+def _written(path: Path, draw: Callable[[FxtWriter], None], time_base: int = 0) -> Path:
+    with FxtWriter.open(path, time_base=time_base) as writer:
+        draw(writer)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("time_base", "start", "end"),
+    [
+        (UInt64((1 << 64) - 1), 0, 10),  # a time base past 63 bits
+        (0, (1 << 63) + 5, (1 << 64) - 1),  # times past 63 bits
+        ((1 << 62), (1 << 62), (1 << 62) + 10),  # fine apart, not added up
+    ],
+)
+def test_times_out_of_range_are_a_damaged_trace(
+    tmp_path: Path, time_base: int, start: int, end: int
+) -> None:
+    def draw(writer: FxtWriter) -> None:
+        writer.process(1, "p", {rec.ARG_TIME_BASE: time_base})
+        writer.complete(1, 1, start, end, "f")
+
+    path = _written(tmp_path / "t.fxt", draw)
+    for reader in READERS:
+        with pytest.raises(FxtFormatError, match="is out of range"):
+            reader(path)
+    _refused_by_every_command(path, tmp_path, "a time of")
+
+
+def test_counts_and_addresses_out_of_range_read_as_unknown_by_both_readers(
+    tmp_path: Path,
+) -> None:
+    """Arguments that do not fit the columns: an instruction count past 63 bits, a
+    negative address. On our own complete events and on begin/end pairs (which the
+    columnar reader hands to the strict one)."""
+    args: dict[str, ArgValue] = {
+        rec.ARG_INSTRUCTIONS: UInt64((1 << 64) - 1),
+        rec.ARG_CYCLES: -7,
+        rec.ARG_ADDRESS: -5,
+    }
+
+    def draw(writer: FxtWriter) -> None:
+        writer.complete(1, 1, 0, 10, "f", args)
+        writer.begin(1, 2, 0, "g", args)
+        writer.end(1, 2, 10, "g")
+
+    path = _written(tmp_path / "t.fxt", draw)
+    strict = timeline_from_trace(read_trace(path))
+    for timeline in (strict, read_columns(path).to_timeline()):
+        for thread in timeline.threads:
+            assert thread.instructions.tolist() == [-1]
+            assert thread.cycles.tolist() == [-1]
+            assert thread.address.tolist() == [0]
+
+
+def test_a_trace_whose_sums_would_not_fit_64_bits_is_one_line_for_stats_and_flame(
+    tmp_path: Path,
+) -> None:
+    """Calls as long as 2^61 ns on four threads: the statistics would add up past 2^63 (and
+    numpy would warn about casts, or wrap around)."""
+
+    def draw(writer: FxtWriter) -> None:
+        for tid in range(4):
+            writer.complete(1, tid, 0, 1 << 61, "main")
+            writer.complete(1, tid, 5, 10, "leaf")
+
+    path = _written(tmp_path / "t.fxt", draw)
+    for command in COMMANDS[1:]:
+        out = ["-o", str(tmp_path / "f.svg")] if command[0] == "flame" else []
+        code, err = _run(*command, str(path), *out)
+        assert code == 3, err
+        [line] = err.splitlines()
+        assert "more time than the statistics can add up" in line
