@@ -46,15 +46,27 @@ class Hang(BaseException):
     in the code under test takes it for an error of its own."""
 
 
+@dataclass
+class _Alarm:
+    fired: bool = False
+
+
 @contextmanager
-def time_limit(seconds: float) -> Iterator[None]:
+def time_limit(seconds: float) -> Iterator[_Alarm]:
+    """Raise :class:`Hang` in the code under test once ``seconds`` have passed, and again
+    every second after (a Hang raised where Python ignores exceptions, in a garbage
+    collector callback say, is lost). ``fired`` says whether the time ran out, whatever
+    became of the exception."""
+    alarm = _Alarm()
+
     def expired(signum: int, frame: FrameType | None) -> None:
+        alarm.fired = True
         raise Hang
 
     previous = signal.signal(signal.SIGALRM, expired)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    signal.setitimer(signal.ITIMER_REAL, seconds, 1.0)
     try:
-        yield
+        yield alarm
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
@@ -119,15 +131,19 @@ def run_target(target: FuzzTarget, examples: int, timeout: float, seed_value: in
     @given(target.inputs)
     def run(value: Any) -> None:
         outcome.tried += 1
+        alarm = _Alarm()
+        error: BaseException | None = None
         try:
-            with time_limit(timeout):
+            with time_limit(timeout) as alarm:
                 target.check(value)
-        except Hang as e:
+        except (Hang, Exception) as e:  # a bug (or the check's AssertionError): counted
+            error = e
+        if alarm.fired:  # whatever became of the time limit's exception
             outcome.hangs += 1
-            record("hang", value, e)
-        except Exception as e:  # a bug (or the check's AssertionError): counted, not raised
+            record("hang", value, error or Hang())
+        elif error is not None:
             outcome.errors += 1
-            record("crash", value, e)
+            record("crash", value, error)
 
     started = time.monotonic()
     run()
