@@ -23,6 +23,7 @@ SEEDS = {
     60: "C++ exceptions caught inside recursion",
     6: "signal handler re-entered by its own signal",
     9: "plain, 34 functions",
+    294: "longjmp to the oldest guard, again while the landing is held, over a window break",
 }
 
 

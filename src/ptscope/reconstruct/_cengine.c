@@ -46,6 +46,7 @@
 #define FL_SYNTHETIC 4
 #define FL_AFTER_CALL (1 << 8)
 #define FL_KERNEL_ENTRY (1 << 9) /* engine.py: _KERNEL_ENTRY */
+#define FL_ARMED (1 << 10)	 /* engine.py: _Thread.armed (its setjmp just returned) */
 /* A frame's name id lives above its flags. */
 #define NAME_SHIFT 16
 
@@ -231,6 +232,8 @@ typedef struct {
 /* engine.py: _Lookahead. A landing in one of several activations armed at the same resume
  * point, and the thread's events held until they tell which one it was. */
 #define LOOKAHEAD_EVENTS 65536
+#define K_HELD_COUNTER (-1) /* a held counter sample: name in insns, value in cycles */
+#define K_HELD_BREAK (-2)   /* a held segment break */
 #define MAX_HYPOTHESES 256
 typedef struct {
 	bool on;
@@ -290,7 +293,8 @@ typedef struct {
 	int64_t first_line_slot;   /* -1: no code lines yet */
 	TxEvent *txq;
 	size_t ntx, captx;
-	Vec resume; /* (frame index, generation, address) triples: setjmp resume points */
+	Vec resume; /* (frame index, generation, address, guard) quadruples: setjmp resume
+		     * points, and the call site of the first call after each (0: none yet) */
 	Lookahead look;
 	/* The branch being applied (its source address, perf time and occurrence there), and
 	 * whether the next slot taken is the one it starts a callee at (see "Anchors"). */
@@ -792,6 +796,8 @@ static void resolve(Engine *e, Thread *th, int64_t span)
 		flush_groups(e, th, false);
 }
 
+static int64_t *resume_entry(Thread *th, int64_t ix);
+
 /* engine.py: _slot (a frame boundary at time t). The window holds one run of equal
  * timestamps: a slot with another timestamp ends the run, which can then be spread. */
 static int64_t take_slot(Engine *e, Thread *th, int64_t t, int flags)
@@ -868,6 +874,13 @@ static inline int64_t new_frame(Engine *e, Thread *th, Ctx *c, int64_t parent, i
 	ls_clear(&f->lines);
 	f->live = true;
 	f->spine = start == c->start_slot;
+	if (callsite && parent >= 0 && (th->fr[parent].flags & FL_ARMED)) {
+		/* the first call after a setjmp returned: the call it protects */
+		th->fr[parent].flags &= ~(int64_t)FL_ARMED;
+		int64_t *r = resume_entry(th, parent);
+		if (r)
+			r[3] = callsite;
+	}
 	if (f->spine)
 		vec_push(e, &c->spine, ix);
 	if (++e->live_frames > e->peak_frames)
@@ -1273,14 +1286,14 @@ static void landing_ranges(Engine *e, int32_t loc, const int64_t **ranges, size_
 static void set_resume_point(Engine *e, Thread *th, int64_t ix, uint64_t ip)
 {
 	Vec *r = &th->resume;
-	if (r->n >= 3 * 64 && r->n == r->cap) {
+	if (r->n >= 4 * 64 && r->n == r->cap) {
 		/* forget the points of frames that are gone */
 		size_t kept = 0;
-		for (size_t k = 0; k < r->n; k += 3) {
+		for (size_t k = 0; k < r->n; k += 4) {
 			Frame *f = frame(th, r->v[k]);
 			if (f->live && f->gen == (uint32_t)r->v[k + 1]) {
-				memmove(&r->v[kept], &r->v[k], 3 * sizeof(int64_t));
-				kept += 3;
+				memmove(&r->v[kept], &r->v[k], 4 * sizeof(int64_t));
+				kept += 4;
 			}
 		}
 		r->n = kept;
@@ -1288,17 +1301,35 @@ static void set_resume_point(Engine *e, Thread *th, int64_t ix, uint64_t ip)
 	vec_push(e, r, ix);
 	vec_push(e, r, frame(th, ix)->gen);
 	vec_push(e, r, (int64_t)ip);
+	vec_push(e, r, 0);
+	frame(th, ix)->flags |= FL_ARMED;
+}
+
+/* The newest resume entry of frame ix (its last four values), or NULL. */
+static int64_t *resume_entry(Thread *th, int64_t ix)
+{
+	uint32_t gen = frame(th, ix)->gen;
+	for (size_t k = th->resume.n; k >= 4; k -= 4) {
+		if (th->resume.v[k - 4] == ix && (uint32_t)th->resume.v[k - 3] == gen)
+			return &th->resume.v[k - 4];
+	}
+	return NULL;
 }
 
 static bool resumes_at(Thread *th, int64_t ix, uint64_t ip)
 {
-	/* The newest entry of a frame is its resume point. */
-	uint32_t gen = frame(th, ix)->gen;
-	for (size_t k = th->resume.n; k >= 3; k -= 3) {
-		if (th->resume.v[k - 3] == ix && (uint32_t)th->resume.v[k - 2] == gen)
-			return (uint64_t)th->resume.v[k - 1] == ip;
-	}
-	return false;
+	const int64_t *r = resume_entry(th, ix);
+	return r && (uint64_t)r[2] == ip;
+}
+
+/* engine.py: _inside_guard (frame j of c is inside the first call it made after its setjmp
+ * returned) */
+static bool inside_guard(Thread *th, Ctx *c, size_t j)
+{
+	if (j + 1 >= c->nframes)
+		return false;
+	const int64_t *r = resume_entry(th, c->frames[j].ix);
+	return r && r[3] && r[3] == frame(th, c->frames[j + 1].ix)->callsite;
 }
 
 /* engine.py: _resumed_frame (top may be -1) */
@@ -1365,6 +1396,15 @@ static bool look_ahead(Engine *e, Thread *th, size_t ci, size_t fi, int32_t dst,
 	}
 	if (l->ncand < 2)
 		return false;
+	/* Those still inside the call their setjmp protects first (a stable partition). */
+	size_t inside = 0;
+	for (size_t k = 0; k < l->ncand; k++) {
+		if (inside_guard(th, c, (size_t)l->cand[k])) {
+			ptrdiff_t j = l->cand[k];
+			memmove(&l->cand[inside + 1], &l->cand[inside], (k - inside) * sizeof(ptrdiff_t));
+			l->cand[inside++] = j;
+		}
+	}
 	l->hyp = grow(e, l->hyp, &l->caphyp, l->ncand, sizeof(Hypothesis));
 	for (size_t k = 0; k < l->ncand; k++)
 		l->hyp[k] = (Hypothesis){k, l->cand[k], NULL, 0, 0};
@@ -2120,8 +2160,12 @@ static bool follow_on(Engine *e, Thread *th, Lookahead *l, Hypothesis *h, const 
 
 static bool same_stack(const Hypothesis *a, const Hypothesis *b)
 {
-	return a->top == b->top && a->nabove == b->nabove &&
-	       (!a->nabove || !memcmp(a->above, b->above, a->nabove * sizeof(Pushed)));
+	if (a->top != b->top || a->nabove != b->nabove)
+		return false;
+	for (size_t k = 0; k < a->nabove; k++) /* (not memcmp: Pushed has padding) */
+		if (a->above[k].fn != b->above[k].fn || a->above[k].resume != b->above[k].resume)
+			return false;
+	return true;
 }
 
 /* engine.py: _follow (false: an event the stacks cannot follow; the landing is then settled on
@@ -2129,6 +2173,8 @@ static bool same_stack(const Hypothesis *a, const Hypothesis *b)
 static bool follow(Engine *e, Thread *th, const HeldEvent *ev)
 {
 	Lookahead *l = &th->look;
+	if (ev->kind == K_HELD_COUNTER || ev->kind == K_HELD_BREAK)
+		return true; /* no branch: every stack as it was */
 	if (ev->in_tx || (ev->state != S_NONE && ev->state != S_START && ev->state != S_END))
 		return false;
 	bool ok = true;
@@ -2194,6 +2240,28 @@ static void hold(Engine *e, Thread *th, int kind, int state, bool in_tx, int32_t
 		 int32_t dst, int64_t time, uint64_t insns, uint64_t cycles, int64_t gap_time,
 		 uint64_t gap_insns, const uint64_t *lines, size_t nlines);
 
+static void break_segment(Engine *e, Thread *th, int64_t slot);
+
+/* engine.py: TraceSegmentEngine._break_body (a segment break on one thread) */
+static void break_body(Engine *e, Thread *th)
+{
+	Ctx *c = cur(th);
+	if (!c->nframes && c->detached)
+		return; /* no open frame: nothing to stitch to */
+	int64_t slot = take_slot(e, th, th->last_time, 0);
+	break_segment(e, th, slot);
+	cur(th)->after_break = true;
+}
+
+/* engine.py: TraceSegmentEngine._power_body (a counter sample, its name and value) */
+static void counter_body(Engine *e, Thread *th, int64_t time, int64_t name, int64_t value)
+{
+	int64_t t = time > th->last_time ? time : th->last_time;
+	th->last_time = t;
+	int64_t slot = take_slot(e, th, t, 0);
+	wait_for(e, th, slot, W_COUNTER, name, value, 0);
+}
+
 /* engine.py: _settle */
 static void settle(Engine *e, Thread *th)
 {
@@ -2219,6 +2287,14 @@ static void settle(Engine *e, Thread *th)
 	l->nev = l->capev = l->nlines = l->caplines = 0;
 	for (size_t k = 0; k < nev; k++) {
 		const HeldEvent *h = &ev[k];
+		if (h->kind == K_HELD_COUNTER && !l->on) {
+			counter_body(e, th, h->time, (int64_t)h->insns, (int64_t)h->cycles);
+			continue;
+		}
+		if (h->kind == K_HELD_BREAK && !l->on) {
+			break_body(e, th);
+			continue;
+		}
 		if (l->on)
 			hold(e, th, h->kind, h->state, h->in_tx, h->src, h->dst, h->time, h->insns,
 			     h->cycles, h->gap_time, h->gap_insns, lines + h->line0, h->nlines);
@@ -2752,11 +2828,11 @@ static PyObject *engine_counter(Engine *e, PyObject *args)
 	}
 	e->events++;
 	Thread *th = thread_of(e, pid, tid, time);
-	settle_all(e, th);
-	int64_t t = time > th->last_time ? time : th->last_time;
-	th->last_time = t;
-	int64_t slot = take_slot(e, th, t, 0);
-	wait_for(e, th, slot, W_COUNTER, name, value, 0);
+	if (th->look.on) /* engine.py: held with the branches (it says nothing of the stack) */
+		hold(e, th, K_HELD_COUNTER, S_NONE, false, 0, 0, time, (uint64_t)name,
+		     (uint64_t)value, 0, 0, NULL, 0);
+	else
+		counter_body(e, th, time, (int64_t)name, value);
 	Py_RETURN_NONE;
 }
 
@@ -2770,13 +2846,11 @@ static PyObject *engine_end_segment(Engine *e, PyObject *Py_UNUSED(ignored))
 	}
 	for (size_t i = 0; i < e->nthreads; i++) {
 		Thread *th = e->threads[i];
-		settle_all(e, th);
-		Ctx *c = cur(th);
-		if (!c->nframes && c->detached)
-			continue; /* no open frame: nothing to stitch to */
-		int64_t slot = take_slot(e, th, th->last_time, 0);
-		break_segment(e, th, slot);
-		cur(th)->after_break = true;
+		if (th->look.on) /* engine.py: held with the branches (the break takes no time) */
+			hold(e, th, K_HELD_BREAK, S_NONE, false, 0, 0, th->last_time, 0, 0, 0, 0,
+			     NULL, 0);
+		else
+			break_body(e, th);
 	}
 	Py_RETURN_NONE;
 }

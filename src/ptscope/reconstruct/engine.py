@@ -186,12 +186,14 @@ class _Thread:
     """Everything the engine keeps about one thread."""
 
     __slots__ = (
+        "armed",
         "counters",
         "ctxs",
         "cum_cycles",
         "cum_insns",
         "cycle_counts",
         "fd",
+        "guard",
         "held",
         "insn_counts",
         "instants",
@@ -234,6 +236,12 @@ class _Thread:
         # Frame index -> where a setjmp-family call last returned into it: a longjmp to that
         # address resumes that frame, whichever activations of its function lie above.
         self.resume: dict[int, int] = {}
+        # The frames whose setjmp just returned (`armed`), and the call site of the first
+        # call each made after it (`guard`: the call setjmp protects, in the common
+        # `if (!setjmp(buf)) guarded();`): a frame still inside it is the likelier target
+        # of a longjmp to that resume point (see _look_ahead).
+        self.armed: set[int] = set()
+        self.guard: dict[int, int] = {}
         # A landing waiting for the events that tell where it goes (see _Lookahead).
         self.held: _Lookahead | None = None
 
@@ -247,6 +255,13 @@ _GAP: Final = ("", 0)
 
 MAX_HYPOTHESES: Final = 256
 """At most this many stacks are followed at once; more, and the landing is settled."""
+
+
+class _SegmentBreak:
+    """A segment break held with a lookahead's events (see end_segment)."""
+
+
+SEGMENT_BREAK: Final = _SegmentBreak()
 
 
 class _Hypothesis:
@@ -285,7 +300,7 @@ class _Lookahead:
         self.candidates = candidates  # frame indices in that context, nearest first
         self.hypotheses = [_Hypothesis(k, fi, []) for k, fi in enumerate(candidates)]
         self.time = time
-        self.events: list[BranchEvent] = []
+        self.events: list[BranchEvent | PowerEvent | _SegmentBreak] = []
 
     def nearest(self) -> int:
         """The frame to land on: the nearest candidate the events still fit (the nearest
@@ -554,7 +569,11 @@ class TraceSegmentEngine:
                 if entry >= _SIGN or site >= _SIGN:  # kernel addresses
                     entry = entry - _WRAP if entry >= _SIGN else entry
                     site = site - _WRAP if site >= _SIGN else site
-                th.fd.extend((frames[-1][_IX], len(log), -1, entry, 0, site))
+                caller = frames[-1][_IX]
+                th.fd.extend((caller, len(log), -1, entry, 0, site))
+                if th.armed and caller in th.armed:  # (see _Thread.guard)
+                    th.armed.discard(caller)
+                    th.guard[caller] = src.ip
                 frames.append([fn, len(names)])
                 names.append(fn)
                 log.append(t * 4 + _CALL_SLOT)
@@ -599,14 +618,24 @@ class TraceSegmentEngine:
         frames it finds later were running since its segment started, break or not.
         """
         for th in self._threads.values():
-            self._settle_all(th)
-            cur = th.ctxs[-1]
-            if not cur.frames and cur.detached:
-                continue
-            slot = len(th.log)
-            th.log.append(th.last_time * 4)
-            self._break(th, slot)
-            th.ctxs[-1].after_break = True
+            if th.held is not None:
+                # Held with the branches, in order: the break takes no time, and what
+                # follows it goes on on the same stacks (a decode in windows must settle
+                # a landing as an unbroken one does).
+                th.held.events.append(SEGMENT_BREAK)
+                if len(th.held.events) >= LOOKAHEAD_EVENTS:
+                    self._settle(th)
+            else:
+                self._break_body(th)
+
+    def _break_body(self, th: _Thread) -> None:
+        cur = th.ctxs[-1]
+        if not cur.frames and cur.detached:
+            return
+        slot = len(th.log)
+        th.log.append(th.last_time * 4)
+        self._break(th, slot)
+        th.ctxs[-1].after_break = True
 
     def decode_error(self, err: DecodeError) -> None:
         """A decode error: an instant marker, and the thread's segment ends here."""
@@ -658,7 +687,16 @@ class TraceSegmentEngine:
     def _power(self, ev: PowerEvent) -> None:
         self.stats.events += 1
         th = self._thread(ev.pid, ev.tid, ev.time)
-        self._settle_all(th)
+        if th.held is not None:
+            # A counter sample says nothing of the stack: held with the branches, in
+            # order (a decoder that shows more of them must not settle a landing sooner).
+            th.held.events.append(ev)
+            if len(th.held.events) >= LOOKAHEAD_EVENTS:
+                self._settle(th)
+            return
+        self._power_body(th, ev)
+
+    def _power_body(self, th: _Thread, ev: PowerEvent) -> None:
         t = ev.time if ev.time > th.last_time else th.last_time
         th.last_time = t
         th.counters.append((len(th.log), "CPU frequency (MHz)", ev.freq_mhz))
@@ -727,6 +765,9 @@ class TraceSegmentEngine:
                 th.log.append(t * 4 + _CALL_SLOT)
                 parent = frames[-1][_IX]
                 frames.append(_new_frame(th, dst.function, parent, slot, dst.entry, 0, src.ip))
+                if th.armed and parent in th.armed:
+                    th.armed.discard(parent)
+                    th.guard[parent] = src.ip
             elif kind == _RETURN:
                 frames = th.ctxs[-1].frames
                 if (
@@ -806,7 +847,10 @@ class TraceSegmentEngine:
         frames = ctx.frames
         if ev.src.function in SETJMPS and len(frames) >= 2 and frames[-2][_FN] == ev.dst.function:
             self._close(th, frames.pop(), self._slot(th, t))
-            th.resume[frames[-1][_IX]] = ev.dst.ip
+            armed = frames[-1][_IX]
+            th.resume[armed] = ev.dst.ip
+            th.armed.add(armed)
+            th.guard.pop(armed, None)
             return
         frames = ctx.frames
         dst = ev.dst
@@ -1282,8 +1326,21 @@ class TraceSegmentEngine:
         ]
         if len(candidates) < 2:
             return False
+        # Those still inside the call their setjmp protects come first (the nearest of
+        # them is the landing when what follows cannot tell); a frame that has moved on to
+        # other calls has most likely left the protected code.
+        candidates.sort(key=lambda j: not self._inside_guard(th, frames, j))
         th.held = _Lookahead(ci, candidates, t)
         return True
+
+    @staticmethod
+    def _inside_guard(th: _Thread, frames: list[Handle], j: int) -> bool:
+        """Is frame ``j`` inside the first call it made after its setjmp returned?"""
+        guard = th.guard.get(frames[j][_IX])
+        if guard is None or j + 1 >= len(frames):
+            return False
+        site: int = th.fd[frames[j + 1][_IX] * _FIELDS + _CALLSITE] & _MASK64
+        return site == guard & _MASK64
 
     def _hold(self, th: _Thread, ev: BranchEvent) -> None:
         held = th.held
@@ -1313,7 +1370,14 @@ class TraceSegmentEngine:
         else:
             self._land_on(th, held.ctx_index, fi, held.time)
         for ev in held.events:
-            if th.held is not None:
+            if not isinstance(ev, BranchEvent):  # a counter sample or a segment break
+                if th.held is not None:
+                    th.held.events.append(ev)
+                elif isinstance(ev, PowerEvent):
+                    self._power_body(th, ev)
+                else:
+                    self._break_body(th)
+            elif th.held is not None:
                 self._hold(th, ev)  # the events landed again ambiguously
             else:
                 self._branch_body(th, ev)
