@@ -30,7 +30,7 @@ class ArchiveCommand:
         )
 
     def run(self, args: argparse.Namespace) -> int:
-        from ptscope.cli.run import check_output
+        from ptscope.cli.base import check_output
         from ptscope.perftool import find_perf
         from ptscope.record.archive import create_archive
         from ptscope.recording import Recording

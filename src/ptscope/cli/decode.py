@@ -43,10 +43,10 @@ class DecodeCommand:
     def run(self, args: argparse.Namespace) -> int:
         from ptscope.cli.output import print_summary
         from ptscope.cli.progress import decode_progress
-        from ptscope.cli.run import check_trace_suffix
+        from ptscope.cli.run import check_trace_output
         from ptscope.pipeline import decode_perf_script_text
 
-        check_trace_suffix(args.output)
+        check_trace_output(args.output)
         options = decode_options(args)
         if args.perf_script is not None:
             if args.recording is not None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from ptscope.cli.base import add_decoder_arguments
+from ptscope.cli.base import MAX_INT64, add_decoder_arguments, check_output, int_between
 from ptscope.cli.serve import add_serve_option, serve_in_perfetto
 from ptscope.errors import PtscopeError, RecordingError, UsageError
 from ptscope.recording import Recording
@@ -116,14 +116,16 @@ def add_record_arguments(parser: argparse.ArgumentParser, *, run: bool) -> None:
         choices=("auto", "fp", "dwarf", "lbr"),
         help="how perf unwinds stacks (auto, the default: lbr if the CPU has it, else dwarf)",
     )
-    samp.add_argument("--frequency", type=int, metavar="HZ", help="samples per second")
+    samp.add_argument(
+        "--frequency", type=int_between(1, 10**9), metavar="HZ", help="samples per second"
+    )
     parser.add_argument(
         "--print-perf-commands", action="store_true", help="print the perf command lines"
     )
     if run:
         parser.add_argument(
             "--max-instructions",
-            type=int,
+            type=int_between(1, MAX_INT64),
             metavar="N",
             help="emulated backend: stop after N instructions",
         )
@@ -446,17 +448,6 @@ def require_perf(caps: Capabilities) -> PerfTool:
     if caps.perf is None:  # the backends' prepare() refuses first; this is for the types
         raise RecordingError(caps.perf_problem or "perf not found")
     return caps.perf
-
-
-def check_output(output: Path) -> Path:
-    parent = output.parent if str(output.parent) else Path(".")
-    if not parent.is_dir():
-        raise UsageError(f"-o {output}: directory {parent} does not exist")
-    if output.exists() and output.is_dir():
-        raise UsageError(f"-o {output} is a directory")
-    if not os.access(parent, os.W_OK):
-        raise UsageError(f"-o {output}: cannot write in {parent}")
-    return output
 
 
 TRACE_SUFFIXES: Final = (".fxt.gz", ".fxt")
