@@ -91,6 +91,14 @@ def plain_name(text: str) -> str:
     return text
 
 
+def _id_key(text: str) -> int:
+    """A schema check: a JSON object key that is a process or thread ID, written as
+    ``json.dumps`` writes an int key (``"1"``, never ``"01"``, ``"+1"`` or ``"1.0"``)."""
+    if not (text.isascii() and text.isdigit() and str(int(text)) == text) or int(text) > MAX_ID:
+        raise ValueError(f"must be a process or thread ID (a decimal number, 0 to {MAX_ID})")
+    return int(text)
+
+
 def schema_error(path: Path | str, error: Any) -> BadInputError:
     """One line for a pydantic ``ValidationError``: the first field that is wrong and
     what is wrong with it (every problem with ``-v``)."""
@@ -104,6 +112,8 @@ def schema_error(path: Path | str, error: Any) -> BadInputError:
 
 def _problem(error: Any) -> str:
     loc = list(error["loc"])
+    if not loc:  # the document as a whole (JSON that pydantic's parser refuses)
+        return str(error["msg"])
     key = loc[-1] == "[key]"
     if key:  # a JSON object's key: the location ends with the key itself, then "[key]"
         loc = loc[:-2]
@@ -133,6 +143,7 @@ def _metadata_schema() -> Callable[[bytes], Any]:
     from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
     Id = Annotated[int, Field(ge=0, le=MAX_ID)]
+    IdKey = Annotated[str, AfterValidator(_id_key)]  # a JSON key: the ID in decimal
     Name = Annotated[str, AfterValidator(plain_name)]
 
     class Model(BaseModel):
@@ -156,8 +167,8 @@ def _metadata_schema() -> Callable[[bytes], Any]:
         backend: Literal["", "intel-pt", "emulated", "sampling"] = ""
         perf_data: list[Name] = Field(default_factory=lambda: ["perf.data"], min_length=1)
         command: list[str] = Field(default_factory=list)
-        processes: dict[Id, str] = Field(default_factory=dict)
-        threads: dict[Id, str] = Field(default_factory=dict)
+        processes: dict[IdKey, str] = Field(default_factory=dict)
+        threads: dict[IdKey, str] = Field(default_factory=dict)
         hits: list[Hit] = Field(default_factory=list)
         perf_version: str = ""
         scope: Literal["user", "kernel", "user+kernel"] = "user"
@@ -183,7 +194,9 @@ def check_metadata(text: bytes, path: Path | str) -> dict[str, Any]:
         model = _metadata_schema()(text)
     except ValidationError as e:
         raise schema_error(path, e) from None
-    fields: dict[str, Any] = model.model_dump()
+    # Field by field (not model_dump): the ID keys were read from strings into ints.
+    fields: dict[str, Any] = {name: getattr(model, name) for name in type(model).model_fields}
+    fields["hits"] = [hit.model_dump() for hit in model.hits]
     fields["notes"] = model.notes.model_dump(exclude_unset=True)
     return fields
 
