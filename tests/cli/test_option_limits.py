@@ -169,6 +169,16 @@ def test_outputs_that_are_not_regular_files_are_one_line(
         ["flame", str(trace), "-o", str(tmp_path)],
     ):
         refused(*args, code=2)
+    for name in ("", ".", "..", "/"):  # found by the cli fuzz target: -o '' was a ValueError
+        for args in (
+            ["decode", str(recording), "-o", name],
+            ["run", "-o", name, "--", "/bin/true"],
+            ["attach", "-o", name, "-p", "1"],
+            ["flame", str(trace), "-o", name],
+            ["archive", str(recording), "-o", name],
+            ["demo", "-o", name],
+        ):
+            assert "give a file name" in refused(*args, code=2), args
 
 
 def test_an_output_that_fails_while_written_is_one_line(recording: Path, tmp_path: Path) -> None:
@@ -180,6 +190,24 @@ def test_an_output_that_fails_while_written_is_one_line(recording: Path, tmp_pat
     assert line.endswith(f"cannot write {link}: Input/output error")
     line = refused("decode", str(recording), "-o", "/proc/version", code=2)
     assert "writes only Fuchsia traces" in line
+
+
+def test_inputs_that_are_not_regular_files_are_one_line(recording: Path, tmp_path: Path) -> None:
+    """A fifo would hold the command until something writes to it; a device never ends."""
+    fifo = tmp_path / "pipe.fxt"
+    os.mkfifo(fifo)
+    for source in (str(fifo), "/dev/zero"):
+        for args in (
+            ["dump", source],
+            ["stats", source],
+            ["flame", source, "-o", str(tmp_path / "f.svg")],
+            ["serve", source, "--no-browser", "--port", "0"],
+            ["decode", source, "-o", str(tmp_path / "t.fxt")],
+            ["archive", source, "-o", str(tmp_path / "a.tar.gz")],
+            ["insns", source, "--tid", "1", "--time", "1,2"],
+        ):
+            line = refused(*args, code=3)
+            assert line.endswith(f"{source} is not a regular file (a device, a pipe or a socket)")
 
 
 # -- every other number -------------------------------------------------------------------

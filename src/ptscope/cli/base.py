@@ -18,6 +18,7 @@ __all__ = [
     "add_decoder_arguments",
     "add_recording_argument",
     "byte_size",
+    "check_input",
     "check_output",
     "duration_ns",
     "int_at_least",
@@ -181,6 +182,8 @@ def check_output(output: Path, option: str = "-o") -> Path:
     directory missing or read-only, a directory, or something that is not a regular file
     (a device, a pipe: writing would block or go nowhere, and a finished archive replaces
     what is there)."""
+    if not output.name or output.name in (".", ".."):
+        raise UsageError(f"{option} {str(output)!r}: give a file name")
     parent = output.parent if str(output.parent) else Path(".")
     try:
         if not parent.is_dir():
@@ -222,11 +225,27 @@ def parse_id_list(text: str, what: str) -> tuple[int, ...]:
     return ids
 
 
+def check_input(path: Path) -> Path:
+    """Refuse, in one line, an input that is neither a regular file nor a directory: a
+    fifo would block the command until something writes to it, a device never ends.
+    (A missing one is left to the command, which says so in its own words.)"""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return path
+    except OSError as e:  # a name too long, a loop of links, no permission...
+        raise BadInputError(f"cannot read {path}: {e.strerror or e}") from e
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise BadInputError(f"{path} is not a regular file (a device, a pipe or a socket)")
+    return path
+
+
 @contextlib.contextmanager
 def reading_trace(path: Path) -> Iterator[None]:
     """Turn every way reading a trace can fail into one line (a BadInputError)."""
     from ptscope.fxt.reader import FxtFormatError
 
+    check_input(path)
     try:
         yield
     except FileNotFoundError as e:

@@ -7,7 +7,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ptscope.cli.base import add_decoder_arguments, add_recording_argument, parse_id_list
+from ptscope.cli.base import (
+    add_decoder_arguments,
+    add_recording_argument,
+    check_input,
+    parse_id_list,
+)
 from ptscope.cli.serve import add_serve_option, serve_in_perfetto
 from ptscope.errors import UsageError
 
@@ -80,6 +85,7 @@ def _decode_recording_or_archive(
     from ptscope.record.archive import is_archive, unpack_archive
     from ptscope.recording import Recording
 
+    check_input(path)
     if not is_archive(path):
         return decode_recording(Recording.find(path), output, options, progress=progress)
     if options.symfs is not None:

@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ptscope.cli.base import add_recording_argument
+from ptscope.cli.base import add_recording_argument, check_input
 from ptscope.errors import BadInputError, UsageError
 
 if TYPE_CHECKING:
@@ -117,7 +117,7 @@ class InsnsCommand:
             if args.count < 1:
                 raise UsageError(f"--count {args.count}: a call runs at least 1 instruction")
             call = (*parse_anchor(args.after), args.count)
-        path = Path(args.recording)
+        path = check_input(Path(args.recording))
         if not path.exists():
             raise BadInputError(f"{path}: no such file or directory")
         if not is_archive(path):

@@ -457,6 +457,8 @@ def check_trace_suffix(output: Path) -> Path:
     """Refuse a trace name whose suffix promises another format: ptscope writes only
     Fuchsia traces, so ``-o trace.pftrace`` (Perfetto's protobuf) or ``-o trace.json``
     would be an FXT file under a misleading name."""
+    if not output.name or output.name in (".", ".."):
+        raise UsageError(f"-o {str(output)!r}: give a file name (e.g. -o trace.fxt.gz)")
     if output.name.endswith(TRACE_SUFFIXES):
         return output
     better = output.with_name(output.name.partition(".")[0] + ".fxt.gz")
