@@ -89,7 +89,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit code."""
     commands = _commands()
     parser = _build_parser(commands)
-    verbose = sum(a in ("-v", "--verbose") or a.startswith("-vv") for a in argv or sys.argv[1:])
+    given = sys.argv[1:] if argv is None else argv
+    verbose = sum(a in ("-v", "--verbose") or a.startswith("-vv") for a in given)  # a guess
     try:
         # Inside the try: an option's parser that fails in an unforeseen way is a bug
         # reported in one line too (usage errors leave through SystemExit(2)).
