@@ -9,14 +9,21 @@ Layout of a recording directory::
     DIR/jitted-code.bin            emulated backend: the bytes of code no file holds (JIT)
 
 ``ptscope decode`` accepts the directory or a bare perf.data (then without metadata).
+
+The metadata is checked against a schema when it is read (:func:`check_metadata`, with
+pydantic): every value of the wrong type, out of range or missing is one line naming the
+field, and the perf.data files it names are plain names in the directory (no path
+outside it, no symbolic link that leads out).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import os
 import shutil
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -28,8 +35,12 @@ __all__ = [
     "RECORDING_FORMAT_VERSION",
     "Recording",
     "TriggerHit",
+    "check_metadata",
     "keep_perf_maps",
+    "plain_name",
     "require_format",
+    "schema_error",
+    "shown",
 ]
 
 log = logging.getLogger("ptscope")
@@ -37,19 +48,157 @@ log = logging.getLogger("ptscope")
 METADATA_NAME: Final = "ptscope-recording.json"
 RECORDING_FORMAT: Final = "ptscope-recording"
 RECORDING_FORMAT_VERSION: Final = 1
+BACKENDS: Final = ("", "intel-pt", "emulated", "sampling")
+"""``""``: a bare perf.data (an archive writes metadata for one)."""
+SCOPES: Final = ("user", "kernel", "user+kernel")
+MAX_ID: Final = (1 << 32) - 1
+"""Process and thread IDs: perf's are 32 bits."""
+MAX_TIME: Final = (1 << 63) - 1
+MAX_ADDRESS: Final = (1 << 64) - 1
 
 
-def require_format(
-    data: dict[str, Any], name: str, version: int, path: Path | str, what: str
-) -> None:
-    """Refuse, in one line, JSON whose ``format`` is not ``name`` or whose ``version`` is
-    newer than ``version`` (the versioned JSON files ptscope writes)."""
+def shown(value: object, limit: int = 40) -> str:
+    """A JSON value as the file spells it, cut to ``limit`` characters (for messages)."""
+    try:
+        text = json.dumps(value, ensure_ascii=True)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def require_format(data: object, name: str, version: int, path: Path | str, what: str) -> None:
+    """Refuse, in one line, JSON whose ``format`` is not ``name``, whose ``version`` is not
+    a whole number from 1, or is newer than ``version`` (the versioned JSON files ptscope
+    writes)."""
     if not isinstance(data, dict) or data.get("format") != name:
         raise BadInputError(f"{path} is not ptscope {what}")
-    if int(data.get("version", 0)) > version:
+    if "version" not in data:
+        raise BadInputError(f"{path}: field 'version' is missing")
+    found = data["version"]
+    if type(found) is not int or found < 1:
         raise BadInputError(
-            f"{path} was written by a newer ptscope ({what} version {data['version']})"
+            f"{path}: field 'version' must be a whole number from 1, not {shown(found)}"
         )
+    if found > version:
+        raise BadInputError(f"{path} was written by a newer ptscope ({what} version {found})")
+
+
+def plain_name(text: str) -> str:
+    """A schema check: ``text`` names an entry of the directory itself (no ``/``, not
+    ``.`` or ``..``), so that a file can never lead the reader outside it."""
+    if not text or text in (".", "..") or "/" in text or "\0" in text:
+        raise ValueError("must be a file name inside the recording directory")
+    return text
+
+
+def _id_key(text: str) -> int:
+    """A schema check: a JSON object key that is a process or thread ID, written as
+    ``json.dumps`` writes an int key (``"1"``, never ``"01"``, ``"+1"`` or ``"1.0"``)."""
+    if not (text.isascii() and text.isdigit() and str(int(text)) == text) or int(text) > MAX_ID:
+        raise ValueError(f"must be a process or thread ID (a decimal number, 0 to {MAX_ID})")
+    return int(text)
+
+
+def schema_error(path: Path | str, error: Any) -> BadInputError:
+    """One line for a pydantic ``ValidationError``: the first field that is wrong and
+    what is wrong with it (every problem with ``-v``)."""
+    problems = [_problem(e) for e in error.errors()]
+    more = f" (and {len(problems) - 1} more problem{'s' * (len(problems) > 2)})"
+    return BadInputError(
+        f"{path}: {problems[0]}{more if len(problems) > 1 else ''}",
+        details="\n".join(problems) if len(problems) > 1 else None,
+    )
+
+
+def _problem(error: Any) -> str:
+    loc = list(error["loc"])
+    if not loc:  # the document as a whole (JSON that pydantic's parser refuses)
+        return str(error["msg"])
+    key = loc[-1] == "[key]"
+    if key:  # a JSON object's key: the location ends with the key itself, then "[key]"
+        loc = loc[:-2]
+    where = ""
+    for part in loc:
+        if isinstance(part, int):
+            where += f"[{part}]"
+        else:
+            where += f".{part}" if where else str(part)
+    if error["type"] == "missing":
+        return f"field '{where}' is missing"
+    message = str(error["msg"]).removeprefix("Value error, ")
+    message = message[:1].lower() + message[1:]
+    if key:
+        return f"field '{where}' has the key {shown(error['input'])}: {message}"
+    return f"field '{where}': {message}, not {shown(error['input'])}"
+
+
+@functools.cache
+def _metadata_schema() -> Callable[[bytes], Any]:
+    """The validator of ``ptscope-recording.json`` (pydantic, strict: no number taken for a
+    string or the reverse; JSON object keys are the one place a number is read from a
+    string). Built on first use: importing pydantic and building the models costs a tenth
+    of a second, which ``ptscope run`` must not pay before the program starts."""
+    from typing import Annotated, Literal
+
+    from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+    Id = Annotated[int, Field(ge=0, le=MAX_ID)]
+    IdKey = Annotated[str, AfterValidator(_id_key)]  # a JSON key: the ID in decimal
+    Name = Annotated[str, AfterValidator(plain_name)]
+
+    class Model(BaseModel):
+        model_config = ConfigDict(strict=True, extra="ignore")
+
+    class Hit(Model):
+        time: Annotated[int, Field(ge=0, le=MAX_TIME)]
+        pid: Id
+        tid: Id
+        ip: Annotated[int, Field(ge=0, le=MAX_ADDRESS)]
+        symbol: str = ""
+
+    class Notes(Model):
+        model_config = ConfigDict(strict=True, extra="allow")
+        state: str = ""
+        recorder_pid: Id = 0
+
+    class Metadata(Model):
+        format: Literal["ptscope-recording"]
+        version: Annotated[int, Field(ge=1, le=RECORDING_FORMAT_VERSION)]
+        backend: Literal["", "intel-pt", "emulated", "sampling"] = ""
+        perf_data: list[Name] = Field(default_factory=lambda: ["perf.data"], min_length=1)
+        command: list[str] = Field(default_factory=list)
+        processes: dict[IdKey, str] = Field(default_factory=dict)
+        threads: dict[IdKey, str] = Field(default_factory=dict)
+        hits: list[Hit] = Field(default_factory=list)
+        perf_version: str = ""
+        scope: Literal["user", "kernel", "user+kernel"] = "user"
+        notes: Notes = Field(default_factory=Notes)
+
+    def check(text: bytes) -> Any:
+        return Metadata.model_validate_json(text)
+
+    return check
+
+
+def check_metadata(text: bytes, path: Path | str) -> dict[str, Any]:
+    """The fields of a ``ptscope-recording.json`` (its bytes), checked against the schema;
+    one :class:`BadInputError` line for the first field that is wrong."""
+    from pydantic import ValidationError
+
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        raise BadInputError(f"cannot read {path}: not JSON ({e})") from None
+    require_format(data, RECORDING_FORMAT, RECORDING_FORMAT_VERSION, path, "recording metadata")
+    try:
+        model = _metadata_schema()(text)
+    except ValidationError as e:
+        raise schema_error(path, e) from None
+    # Field by field (not model_dump): the ID keys were read from strings into ints.
+    fields: dict[str, Any] = {name: getattr(model, name) for name in type(model).model_fields}
+    fields["hits"] = [hit.model_dump() for hit in model.hits]
+    fields["notes"] = model.notes.model_dump(exclude_unset=True)
+    return fields
 
 
 @dataclass
@@ -97,27 +246,30 @@ class Recording:
 
     @classmethod
     def load(cls, directory: Path) -> Recording:
+        """The recording in ``directory``, its metadata checked (:func:`check_metadata`):
+        a bad value, or a perf.data that leads outside the directory, is one line."""
         path = directory / METADATA_NAME
         try:
-            data = json.loads(path.read_text())
+            text = path.read_bytes()
         except FileNotFoundError:
             raise BadInputError(
                 f"{directory} is not a ptscope recording (no {METADATA_NAME})"
             ) from None
-        except (OSError, ValueError) as e:
-            raise BadInputError(f"cannot read {path}: {e}") from e
-        require_format(data, RECORDING_FORMAT, RECORDING_FORMAT_VERSION, path, "recording metadata")
+        except OSError as e:
+            raise BadInputError(f"cannot read {path}: {e.strerror or e}") from e
+        data = check_metadata(text, path)
+        _inside(directory, data["perf_data"], path)
         return cls(
             directory=directory,
-            backend=str(data.get("backend", "")),
-            perf_data=list(data.get("perf_data", ["perf.data"])),
-            command=list(data.get("command", [])),
-            processes={int(k): str(v) for k, v in data.get("processes", {}).items()},
-            threads={int(k): str(v) for k, v in data.get("threads", {}).items()},
-            hits=[TriggerHit(**h) for h in data.get("hits", [])],
-            perf_version=str(data.get("perf_version", "")),
-            scope=str(data.get("scope", "user")),
-            notes=dict(data.get("notes", {})),
+            backend=data["backend"],
+            perf_data=data["perf_data"],
+            command=data["command"],
+            processes=data["processes"],
+            threads=data["threads"],
+            hits=[TriggerHit(**h) for h in data["hits"]],
+            perf_version=data["perf_version"],
+            scope=data["scope"],
+            notes=data["notes"],
         )
 
     @classmethod
@@ -139,6 +291,22 @@ class Recording:
             rec.perf_data = [path.name]
             return rec
         return cls(directory=path.parent, backend="", perf_data=[path.name])
+
+
+def _inside(directory: Path, names: Sequence[str], path: Path) -> None:
+    """Refuse a perf.data entry that is a symbolic link leading out of ``directory`` (the
+    schema already made each a plain name in it)."""
+    try:
+        root = directory.resolve()
+        for name in names:
+            entry = directory / name
+            if entry.is_symlink() and not entry.resolve().is_relative_to(root):
+                raise BadInputError(
+                    f"{path}: field 'perf_data': {name} is a link to "
+                    f"{os.readlink(entry)}, outside the recording directory"
+                )
+    except (OSError, RuntimeError) as e:  # a loop of links, an unreadable directory
+        raise BadInputError(f"cannot read {directory}: {e}") from e
 
 
 def keep_perf_maps(directory: Path, pids: Iterable[int]) -> list[str]:

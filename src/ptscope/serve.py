@@ -14,9 +14,16 @@ Facts this relies on (checked against Perfetto's own sources and docs):
   there just means "none", and the UI goes on to fetch the URL.
 
 Security: the socket is bound to 127.0.0.1 only; the one file is the only path served
-(everything else is 404), requests must name 127.0.0.1 or localhost as their Host (so a
-web page that rebinds its own DNS name to 127.0.0.1 gets nothing), and only
-``https://ui.perfetto.dev`` may read the response from a web page.
+(everything else is 404), requests must name 127.0.0.1 or localhost as their one Host
+header (so a web page that rebinds its own DNS name to 127.0.0.1 gets nothing; two Host
+headers are a 400), and only ``https://ui.perfetto.dev`` may read the response from a web
+page.
+
+When it ends: once the file has been sent in full, by GET, to a request from the Perfetto
+UI's origin (the ``Origin`` header a browser puts on the UI's cross-origin fetch), or on
+Ctrl-C. A HEAD, a plain ``curl`` or a page from another origin is answered and changes
+nothing. Connections are served each in its own thread with a short timeout, so an idle
+one (a browser opens spare connections ahead of time) holds up nothing.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ import webbrowser
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from ptscope.errors import BadInputError, PtscopeError
 
@@ -42,6 +49,10 @@ PERFETTO_ORIGIN: Final = "https://ui.perfetto.dev"
 PERFETTO_PORT: Final = 9001
 HOST: Final = "127.0.0.1"
 _UNSAFE: Final = re.compile(r"[^A-Za-z0-9._-]")
+CONNECTION_TIMEOUT: Final = 10.0
+"""Seconds a connection may stay silent (reading a request, or taking the file's bytes)."""
+MAX_CONNECTIONS: Final = 32
+"""Connections answered at once; more are closed as they come."""
 
 
 @dataclass
@@ -61,22 +72,58 @@ def perfetto_link(port: int, name: str) -> str:
     return f"{PERFETTO_ORIGIN}/#!/?url=http://{HOST}:{port}/{name}"
 
 
-class _Server(http.server.HTTPServer):
-    """One file, until it has been sent once in full."""
+class _Server(http.server.ThreadingHTTPServer):
+    """One file, until the Perfetto UI has fetched it once in full.
+
+    Each connection has its own thread (at most :data:`MAX_CONNECTIONS` at once) and a
+    short timeout, so a connection that says nothing (a browser's speculative preconnect)
+    neither holds up the UI's fetch nor the end of the server."""
+
+    daemon_threads = True  # an idle connection does not keep ptscope running at the end
+    block_on_close = False
 
     def __init__(self, port: int, path: Path, name: str) -> None:
         self.trace_path = path
         self.trace_name = name
-        self.fetched = False
+        self.done = threading.Event()
         self.requests = 0
+        self._count = threading.Lock()
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         super().__init__((HOST, port), _Handler)
+
+    @property
+    def fetched(self) -> bool:
+        return self.done.is_set()
+
+    def counted(self) -> None:
+        with self._count:
+            self.requests += 1
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        # Past MAX_CONNECTIONS at once the newest is closed at once: a flood of local
+        # connections cannot make a thread each.
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], OSError):
+            return  # a client that went away or timed out: nothing to tell the user
+        super().handle_error(request, client_address)
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     server: _Server
     server_version = "ptscope"
     protocol_version = "HTTP/1.1"
-    timeout = 60  # seconds a silent connection may hold the (one-at-a-time) server
+    timeout = CONNECTION_TIMEOUT  # seconds a connection may stay silent (each its own thread)
 
     def end_headers(self) -> None:
         # One request per connection: a browser's idle keep-alive connection must not
@@ -92,6 +139,18 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         host = (self.headers.get("Host") or "").rsplit(":", 1)[0].strip("[]")
         return host in (HOST, "localhost")
 
+    def _checked(self) -> bool:
+        """Count the request; answer 400 (more than one Host header: which one would
+        count?) or 403 (a Host that is not this machine's loopback name) and say False."""
+        self.server.counted()
+        if len(self.headers.get_all("Host") or []) > 1:
+            self._refuse(400)
+            return False
+        if not self._host_ok():
+            self._refuse(403)
+            return False
+        return True
+
     def _cors(self) -> None:
         self.send_header("Access-Control-Allow-Origin", PERFETTO_ORIGIN)
         self.send_header("Vary", "Origin")
@@ -105,9 +164,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def do_OPTIONS(self) -> None:
         # A CORS preflight (Chrome sends one with Access-Control-Request-Private-Network
         # when a public page fetches a loopback URL): allow GET, nothing else.
-        self.server.requests += 1
-        if not self._host_ok():
-            self._refuse(403)
+        if not self._checked():
             return
         self.send_response(204)
         self._cors()
@@ -126,9 +183,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._answer(body=True)
 
     def _answer(self, *, body: bool) -> None:
-        self.server.requests += 1
-        if not self._host_ok():
-            self._refuse(403)
+        if not self._checked():
             return
         wanted = urllib.parse.urlsplit(self.path).path
         if wanted != "/" + self.server.trace_name:
@@ -157,8 +212,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 self.wfile.flush()
             except OSError:
                 return  # the client went away: keep serving
-        if sent == size:
-            self.server.fetched = True
+        # Only the UI's own fetch ends the server: a browser sends the page's Origin with
+        # a cross-origin request, so a plain curl (or a HEAD) is served and changes nothing.
+        if sent == size and self.headers.get("Origin") == PERFETTO_ORIGIN:
+            self.server.done.set()
 
 
 def _can_open_browser() -> bool:
@@ -206,5 +263,5 @@ def serve_trace(
         if open_browser and _can_open_browser():
             threading.Thread(target=webbrowser.open_new_tab, args=(url,), daemon=True).start()
         while not server.fetched:
-            server.handle_request()
+            server.handle_request()  # accepts one connection, answered in its own thread
         return ServeResult(url, server.fetched, server.requests)

@@ -273,7 +273,10 @@ def test_decode_serve_uses_perfetto_port(trace: Path, tmp_path: Path) -> None:
         deadline = time.monotonic() + 10
         while True:
             try:
-                status, _, body = request("http://127.0.0.1:9001/again.fxt.gz")
+                status, _, body = request(
+                    "http://127.0.0.1:9001/again.fxt.gz",
+                    headers={"Origin": "https://ui.perfetto.dev"},
+                )
                 break
             except OSError:
                 if time.monotonic() > deadline:

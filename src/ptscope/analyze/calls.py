@@ -83,11 +83,16 @@ def format_ns(ns: float) -> str:
     return f"{ns:.0f} ns"
 
 
+_LATEST: Final = (1 << 63) - 1
+"""Times past this (292 years) are taken as this: past the end of any trace."""
+
+
 def _parse_time(text: str, what: str) -> int:
     m = _TIME_RE.match(text)
     if m is None:
         raise UsageError(f"--time: {what} {text!r} is not a time (e.g. 1.5ms, 200us, 2s)")
-    return round(float(m.group(1)) * _UNITS[m.group(2) or "ns"])
+    ns = float(m.group(1)) * _UNITS[m.group(2) or "ns"]  # digits only: never NaN
+    return round(ns) if ns < _LATEST else _LATEST
 
 
 def parse_time_window(text: str) -> TimeWindow:

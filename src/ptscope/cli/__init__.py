@@ -89,11 +89,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit code."""
     commands = _commands()
     parser = _build_parser(commands)
-    args = parser.parse_args(argv)
-    verbose: int = getattr(args, "verbose", 0) + getattr(args, "verbose_global", 0)
-    _setup_logging(verbose)
-    command: Command = args._command
+    given = sys.argv[1:] if argv is None else argv
+    verbose = sum(a in ("-v", "--verbose") or a.startswith("-vv") for a in given)  # a guess
     try:
+        # Inside the try: an option's parser that fails in an unforeseen way is a bug
+        # reported in one line too (usage errors leave through SystemExit(2)).
+        args = parser.parse_args(argv)
+        verbose = getattr(args, "verbose", 0) + getattr(args, "verbose_global", 0)
+        _setup_logging(verbose)
+        command: Command = args._command
         return command.run(args)
     except PtscopeError as e:
         print(f"ptscope: error: {e.message}", file=sys.stderr)

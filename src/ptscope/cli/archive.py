@@ -30,13 +30,13 @@ class ArchiveCommand:
         )
 
     def run(self, args: argparse.Namespace) -> int:
-        from ptscope.cli.run import check_output
+        from ptscope.cli.base import check_input, check_output
         from ptscope.perftool import find_perf
         from ptscope.record.archive import create_archive
         from ptscope.recording import Recording
 
         output = check_output(args.output)
-        recording = Recording.find(args.recording)
+        recording = Recording.find(check_input(args.recording))
         summary = create_archive(recording, output, perf=find_perf())
         for build_id, path, why in summary.missing:
             print(f"ptscope: warning: not archived: {path} ({build_id[:12]}…): {why}",

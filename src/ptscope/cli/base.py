@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
+import os
+import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Protocol
@@ -14,7 +17,12 @@ __all__ = [
     "Command",
     "add_decoder_arguments",
     "add_recording_argument",
+    "byte_size",
+    "check_input",
+    "check_output",
+    "duration_ns",
     "int_at_least",
+    "int_between",
     "non_negative_int",
     "parse_id_list",
     "positive_int",
@@ -37,23 +45,32 @@ class Command(Protocol):
     def run(self, args: argparse.Namespace) -> int: ...
 
 
-def int_at_least(minimum: int) -> Callable[[str], int]:
-    """argparse type: an integer >= ``minimum``."""
+def int_between(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
+    """argparse type: a whole number from ``minimum`` to ``maximum`` (no limit: None)."""
 
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
         if value < minimum:
             raise argparse.ArgumentTypeError(f"must be at least {minimum}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"must be at most {maximum:,}")
         return value
 
     return parse
 
 
+def int_at_least(minimum: int) -> Callable[[str], int]:
+    """argparse type: an integer >= ``minimum``."""
+    return int_between(minimum)
+
+
 positive_int = int_at_least(1)
 non_negative_int = int_at_least(0)
+MAX_JOBS = 256
+"""The most decode windows run at once (each a perf process)."""
 
 
 def add_recording_argument(parser: argparse.ArgumentParser, *, optional: bool = False) -> None:
@@ -80,10 +97,10 @@ def add_decoder_arguments(parser: argparse.ArgumentParser) -> argparse._Argument
     group.add_argument(
         "-j",
         "--jobs",
-        type=positive_int,
+        type=int_between(1, MAX_JOBS),
         default=None,
         metavar="N",
-        help="decode N time windows in parallel (default: number of cores)",
+        help=f"decode N time windows in parallel (default: number of cores; at most {MAX_JOBS})",
     )
     group.add_argument(
         "--time-axis",
@@ -117,6 +134,19 @@ def add_decoder_arguments(parser: argparse.ArgumentParser) -> argparse._Argument
 
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _TIME_UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
+MAX_INT64 = (1 << 63) - 1
+"""The largest size or duration an option takes (bytes or ns: 8 EiB, 292 years)."""
+
+
+def _bounded(text: str, value: float, what: str) -> int:
+    """``value`` as a whole number of bytes or ns, from 1 to :data:`MAX_INT64`."""
+    if math.isnan(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a {what}")
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a {what} must be positive")
+    if value > MAX_INT64:
+        raise argparse.ArgumentTypeError(f"{text!r}: too large a {what}")
+    return int(value)
 
 
 def byte_size(text: str) -> int:
@@ -128,9 +158,7 @@ def byte_size(text: str) -> int:
         value = float(number) * _SIZE_UNITS[unit]
     except (ValueError, KeyError):
         raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 500M, 2G)") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: a size must be positive")
-    return int(value)
+    return _bounded(text, value, "size")
 
 
 def duration_ns(text: str) -> int:
@@ -146,19 +174,70 @@ def duration_ns(text: str) -> int:
         value = float(number) * _TIME_UNITS[unit]
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a duration (e.g. 10ms, 2s)") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: a duration must be positive")
-    return int(value)
+    return _bounded(text, value, "duration")
+
+
+def check_output(output: Path, option: str = "-o") -> Path:
+    """Refuse, before any work, an output that cannot be written as a regular file: its
+    directory missing or read-only, a directory, or something that is not a regular file
+    (a device, a pipe: writing would block or go nowhere, and a finished archive replaces
+    what is there)."""
+    if not output.name or output.name in (".", ".."):
+        raise UsageError(f"{option} {str(output)!r}: give a file name")
+    parent = output.parent if str(output.parent) else Path(".")
+    try:
+        if not parent.is_dir():
+            raise UsageError(f"{option} {output}: directory {parent} does not exist")
+        try:
+            mode = os.stat(output).st_mode
+        except FileNotFoundError:
+            mode = None
+        if mode is not None and stat.S_ISDIR(mode):
+            raise UsageError(f"{option} {output} is a directory")
+        if mode is not None and not stat.S_ISREG(mode):
+            raise UsageError(
+                f"{option} {output} is not a regular file (a device, a pipe or a socket)"
+            )
+        if not os.access(parent, os.W_OK) or (mode is not None and not os.access(output, os.W_OK)):
+            raise UsageError(f"{option} {output}: cannot write in {parent}")
+    except OSError as e:  # a name too long, a loop of links...
+        raise UsageError(f"{option} {output}: {e.strerror or e}") from e
+    return output
+
+
+MAX_ID = (1 << 31) - 1
+"""The largest process or thread ID (Linux's pid_t; perf's filters take no more)."""
 
 
 def parse_id_list(text: str, what: str) -> tuple[int, ...]:
     """``1,2,3`` → (1, 2, 3), or a one-line usage error."""
     try:
-        return tuple(int(x) for x in text.split(",") if x.strip())
+        ids = tuple(int(x) for x in text.split(",") if x.strip())
     except ValueError:
         raise UsageError(
             f"{what} must be a comma-separated list of numbers, not {text!r}"
         ) from None
+    if not ids:
+        raise UsageError(f"{what} {text!r}: give at least one number")
+    for n in ids:
+        if not 0 <= n <= MAX_ID:
+            raise UsageError(f"{what}: {n} is not a process or thread ID (0 to {MAX_ID})")
+    return ids
+
+
+def check_input(path: Path) -> Path:
+    """Refuse, in one line, an input that is neither a regular file nor a directory: a
+    fifo would block the command until something writes to it, a device never ends.
+    (A missing one is left to the command, which says so in its own words.)"""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return path
+    except OSError as e:  # a name too long, a loop of links, no permission...
+        raise BadInputError(f"cannot read {path}: {e.strerror or e}") from e
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise BadInputError(f"{path} is not a regular file (a device, a pipe or a socket)")
+    return path
 
 
 @contextlib.contextmanager
@@ -166,6 +245,7 @@ def reading_trace(path: Path) -> Iterator[None]:
     """Turn every way reading a trace can fail into one line (a BadInputError)."""
     from ptscope.fxt.reader import FxtFormatError
 
+    check_input(path)
     try:
         yield
     except FileNotFoundError as e:

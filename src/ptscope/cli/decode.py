@@ -7,7 +7,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ptscope.cli.base import add_decoder_arguments, add_recording_argument, parse_id_list
+from ptscope.cli.base import (
+    add_decoder_arguments,
+    add_recording_argument,
+    check_input,
+    parse_id_list,
+)
 from ptscope.cli.serve import add_serve_option, serve_in_perfetto
 from ptscope.errors import UsageError
 
@@ -43,10 +48,10 @@ class DecodeCommand:
     def run(self, args: argparse.Namespace) -> int:
         from ptscope.cli.output import print_summary
         from ptscope.cli.progress import decode_progress
-        from ptscope.cli.run import check_trace_suffix
+        from ptscope.cli.run import check_trace_output
         from ptscope.pipeline import decode_perf_script_text
 
-        check_trace_suffix(args.output)
+        check_trace_output(args.output)
         options = decode_options(args)
         if args.perf_script is not None:
             if args.recording is not None:
@@ -80,6 +85,7 @@ def _decode_recording_or_archive(
     from ptscope.record.archive import is_archive, unpack_archive
     from ptscope.recording import Recording
 
+    check_input(path)
     if not is_archive(path):
         return decode_recording(Recording.find(path), output, options, progress=progress)
     if options.symfs is not None:

@@ -9,10 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ptscope.cli.base import int_between
 from ptscope.cli.output import PERFETTO_URL
 from ptscope.errors import RecordingError, ToolMissingError
 
 DEMO_FLAGS = ["-O1", "-g", "-fno-omit-frame-pointer"]
+MAX_ROUNDS = 1000
 
 
 def demo_source() -> Path:
@@ -67,7 +69,12 @@ class DemoCommand:
             default=Path("demo.fxt.gz"),
             help="trace to write (default demo.fxt.gz)",
         )
-        parser.add_argument("--rounds", type=int, default=3, help="loop iterations (default 3)")
+        parser.add_argument(
+            "--rounds",
+            type=int_between(1, MAX_ROUNDS),
+            default=3,
+            help=f"loop iterations (default 3, at most {MAX_ROUNDS})",
+        )
         parser.add_argument(
             "--backend",
             default="auto",
@@ -80,7 +87,9 @@ class DemoCommand:
 
     def run(self, args: argparse.Namespace) -> int:
         from ptscope.cli import main
+        from ptscope.cli.run import check_trace_output
 
+        check_trace_output(args.output)
         binary = build_demo(_default_cache())
         print(f"ptscope demo: built {binary.name} from the bundled demo.c", file=sys.stderr)
         argv = ["run", "--backend", args.backend, "-o", str(args.output)]

@@ -37,7 +37,7 @@ class FlameCommand:
         from ptscope.analyze.calls import format_ns
         from ptscope.analyze.flame import FlameChartAccumulator, FlameGraphAccumulator
         from ptscope.analyze.flame_svg import render_svg
-        from ptscope.cli.run import check_output
+        from ptscope.cli.base import check_output
         from ptscope.errors import PtscopeError
 
         output = check_output(args.output)

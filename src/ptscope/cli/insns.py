@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ptscope.cli.base import add_recording_argument
+from ptscope.cli.base import add_recording_argument, check_input
 from ptscope.errors import BadInputError, UsageError
 
 if TYPE_CHECKING:
@@ -25,8 +25,14 @@ if TYPE_CHECKING:
 
 __all__ = ["InsnsCommand", "parse_anchor", "parse_time_range"]
 
-_TIME_RE = re.compile(r"^\s*(\d+)(?:\.(\d{1,9}))?\s*$")
-_ANCHOR_RE = re.compile(r"^\s*(0[xX][0-9a-fA-F]+):(\d+)\s*$")
+_TIME_RE = re.compile(r"^\s*(\d{1,30})(?:\.(\d{1,9}))?\s*$")
+_ANCHOR_RE = re.compile(r"^\s*(0[xX][0-9a-fA-F]{1,30}):(\d{1,30})\s*$")
+
+MAX_PERF_TIME = 1 << 62
+"""The latest time ``--time`` takes, in ns (146 years of uptime): perf's own parser
+overflows near 2**63 ns and then never ends."""
+MAX_ANCHOR = (1 << 64) - 1
+"""The largest address, occurrence and count ``--after``/``--count`` take."""
 
 FIRST_MARK = "> "
 """Marks the first line of a call listed with ``--after`` (``<`` its last, ``<>`` both)."""
@@ -41,13 +47,19 @@ def _perf_time(text: str, whole: str) -> int:
             f"--time takes START,END in perf's seconds (e.g. 1.000050000,1.000060000), "
             f"not {whole!r}"
         )
-    return int(m.group(1)) * 1_000_000_000 + int((m.group(2) or "").ljust(9, "0"))
+    ns = int(m.group(1)) * 1_000_000_000 + int((m.group(2) or "").ljust(9, "0"))
+    if ns > MAX_PERF_TIME:
+        raise UsageError(
+            f"--time {whole}: {text.strip()} is past any perf time "
+            f"(at most {MAX_PERF_TIME // 10**9}.{MAX_PERF_TIME % 10**9:09d} s)"
+        )
+    return ns
 
 
 def parse_anchor(text: str) -> tuple[int, int]:
     """``0xADDRESS:K`` (K >= 1) -> (address, K)."""
     m = _ANCHOR_RE.match(text)
-    if m is None or int(m.group(2)) < 1:
+    if m is None or not 1 <= int(m.group(2)) <= MAX_ANCHOR or int(m.group(1), 16) > MAX_ANCHOR:
         raise UsageError(f"--after takes 0xADDRESS:K (K from 1; e.g. 0x401136:2), not {text!r}")
     return int(m.group(1), 16), int(m.group(2))
 
@@ -105,7 +117,7 @@ class InsnsCommand:
             if args.count < 1:
                 raise UsageError(f"--count {args.count}: a call runs at least 1 instruction")
             call = (*parse_anchor(args.after), args.count)
-        path = Path(args.recording)
+        path = check_input(Path(args.recording))
         if not path.exists():
             raise BadInputError(f"{path}: no such file or directory")
         if not is_archive(path):

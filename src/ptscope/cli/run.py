@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from ptscope.cli.base import add_decoder_arguments
+from ptscope.cli.base import MAX_INT64, add_decoder_arguments, check_output, int_between
 from ptscope.cli.serve import add_serve_option, serve_in_perfetto
 from ptscope.errors import PtscopeError, RecordingError, UsageError
 from ptscope.recording import Recording
@@ -116,14 +116,16 @@ def add_record_arguments(parser: argparse.ArgumentParser, *, run: bool) -> None:
         choices=("auto", "fp", "dwarf", "lbr"),
         help="how perf unwinds stacks (auto, the default: lbr if the CPU has it, else dwarf)",
     )
-    samp.add_argument("--frequency", type=int, metavar="HZ", help="samples per second")
+    samp.add_argument(
+        "--frequency", type=int_between(1, 10**9), metavar="HZ", help="samples per second"
+    )
     parser.add_argument(
         "--print-perf-commands", action="store_true", help="print the perf command lines"
     )
     if run:
         parser.add_argument(
             "--max-instructions",
-            type=int,
+            type=int_between(1, MAX_INT64),
             metavar="N",
             help="emulated backend: stop after N instructions",
         )
@@ -448,17 +450,6 @@ def require_perf(caps: Capabilities) -> PerfTool:
     return caps.perf
 
 
-def check_output(output: Path) -> Path:
-    parent = output.parent if str(output.parent) else Path(".")
-    if not parent.is_dir():
-        raise UsageError(f"-o {output}: directory {parent} does not exist")
-    if output.exists() and output.is_dir():
-        raise UsageError(f"-o {output} is a directory")
-    if not os.access(parent, os.W_OK):
-        raise UsageError(f"-o {output}: cannot write in {parent}")
-    return output
-
-
 TRACE_SUFFIXES: Final = (".fxt.gz", ".fxt")
 
 
@@ -466,6 +457,8 @@ def check_trace_suffix(output: Path) -> Path:
     """Refuse a trace name whose suffix promises another format: ptscope writes only
     Fuchsia traces, so ``-o trace.pftrace`` (Perfetto's protobuf) or ``-o trace.json``
     would be an FXT file under a misleading name."""
+    if not output.name or output.name in (".", ".."):
+        raise UsageError(f"-o {str(output)!r}: give a file name (e.g. -o trace.fxt.gz)")
     if output.name.endswith(TRACE_SUFFIXES):
         return output
     better = output.with_name(output.name.partition(".")[0] + ".fxt.gz")

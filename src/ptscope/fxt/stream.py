@@ -14,15 +14,21 @@ the boundaries are every DURATION from the trace's start; with ``--split-size`` 
 is placed where the newest part has grown past SIZE (at the end of the latest slice written
 so far). Every part stays open until the end, since a call written late (it returned late)
 still belongs to the parts it overlaps.
+
+A split makes at most :data:`MAX_PARTS` parts: one that would make more (``--split-time
+1ns`` on a trace of milliseconds, a size far below the trace's) is refused with one line
+as soon as the decode shows it, before the parts past the limit are opened, and the parts
+already written are removed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import shlex
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Final, cast
+from typing import BinaryIO, Final, NoReturn, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -32,10 +38,32 @@ from ptscope.fxt import records as rec
 from ptscope.fxt.writer import Drill, FxtWriter, WriteStats
 from ptscope.timeline import CounterSample, Instant, SliceBatch
 
-__all__ = ["PartInfo", "TraceStream", "part_path"]
+__all__ = ["MAX_PARTS", "PartInfo", "TooManyParts", "TraceStream", "part_path"]
 
 FROM_PREVIOUS: Final = 1
 IN_NEXT: Final = 2
+MAX_PARTS: Final = 1000
+"""The most parts a split trace has (each stays open until the end: one file each)."""
+
+
+class TooManyParts(PtscopeError):
+    """A split would make more than :data:`MAX_PARTS` parts."""
+
+    exit_code = 2
+
+
+def _ns(ns: int) -> str:
+    for unit, scale in (("s", 10**9), ("ms", 10**6), ("us", 10**3)):
+        if ns >= scale:
+            return f"{ns / scale:.3g} {unit}"
+    return f"{ns} ns"
+
+
+def _bytes(n: int) -> str:
+    for unit, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.3g}{unit}"
+    return f"{n} bytes"
 
 
 def part_path(output: Path, index: int) -> Path:
@@ -142,6 +170,13 @@ class TraceStream:
     def _part_of(self, time: int) -> int:
         """The part a point in time falls into, opening parts as time goes on (time split)."""
         if self._split_time is not None:
+            needed = (time - self.time_base) // self._split_time + 1
+            if needed > MAX_PARTS:
+                self._refuse(
+                    f"--split-time {_ns(self._split_time)} would cut this trace into more "
+                    f"than {MAX_PARTS:,} parts (it runs for {_ns(time - self.time_base)} at "
+                    "least): choose a longer DURATION"
+                )
             while time >= self.time_base + len(self._parts) * self._split_time:
                 self._bounds.append(self.time_base + len(self._parts) * self._split_time)
                 self._open_part()
@@ -157,18 +192,51 @@ class TraceStream:
         bound = self._latest_end
         if bound <= (self._bounds[-1] if self._bounds else self.time_base):
             return  # nothing finished since the last cut: wait
+        if len(self._parts) >= MAX_PARTS:
+            self._refuse(
+                f"--split-size {_bytes(self._split_size)} would cut this trace into more than "
+                f"{MAX_PARTS:,} parts: choose a bigger SIZE"
+            )
         self._bounds.append(bound)
         self._open_part()
 
+    def _refuse(self, message: str) -> NoReturn:
+        """Stop a split that makes too many parts: remove the parts written so far."""
+        self.discard()
+        raise TooManyParts(message)
+
+    def discard(self) -> None:
+        """Close and remove every file written (a decode that cannot finish)."""
+        for part in self._parts:
+            with contextlib.suppress(OSError):
+                part.writer.close()
+            part.info.path.unlink(missing_ok=True)
+
     # ---------------------------------------------------------------- writing
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """A failed write (a full disk, an output perf's /proc says is a file but that
+        takes no bytes) is one line."""
+        try:
+            yield
+        except OSError as e:
+            raise PtscopeError(
+                f"cannot write {self.output}: {e.strerror or e}",
+                hint="check the free space and the path",
+            ) from e
 
     def write(self, batch: SliceBatch) -> None:
         """Write a batch (any threads, any order)."""
+        with self._writing():
+            self._write(batch)
+
+    def _write(self, batch: SliceBatch) -> None:
         self._account(batch)
         if len(batch):
             self._write_slices(batch)
         for pid, tid, instant in batch.instants:
-            self.instant(pid, tid, instant)
+            self._instant(pid, tid, instant)
         for pid, tid, sample in batch.counters:
             self.counter(pid, tid, sample)
         self._maybe_cut()
@@ -293,6 +361,10 @@ class TraceStream:
             part.info.end = max(part.info.end, int(end[group].max()))
 
     def instant(self, pid: int, tid: int, instant: Instant) -> None:
+        with self._writing():
+            self._instant(pid, tid, instant)
+
+    def _instant(self, pid: int, tid: int, instant: Instant) -> None:
         part = self._parts[self._part_of(max(instant.time, self.time_base))]
         if pid not in part.processes:
             self._process(part, pid, self._names.get(pid, ""))

@@ -26,6 +26,7 @@ recorded, ``/proc/kallsyms``.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -35,12 +36,18 @@ import tarfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Final
+from typing import Any, Final
 
 from ptscope.errors import BadInputError, PtscopeError, ToolMissingError
 from ptscope.perftool import PerfTool, perf_env
 from ptscope.record.build_id import file_build_id, kernel_build_id
-from ptscope.recording import METADATA_NAME, Recording, require_format
+from ptscope.recording import (
+    METADATA_NAME,
+    Recording,
+    plain_name,
+    require_format,
+    schema_error,
+)
 
 __all__ = [
     "ARCHIVE_FORMAT",
@@ -394,6 +401,65 @@ def _check_member(member: tarfile.TarInfo) -> None:
         raise BadInputError(f"archive member {member.name!r} is not a file or directory")
 
 
+def _relative(text: str) -> str:
+    """A schema check: a member's path inside the archive (relative, no ``..``)."""
+    parts = PurePosixPath(text).parts
+    if not text or "\0" in text or text.startswith("/") or ".." in parts:
+        raise ValueError("must be a path inside the archive")
+    return text
+
+
+@functools.cache
+def _manifest_schema() -> Any:
+    """The validator of ``ptscope-archive.json`` (pydantic, strict), built on first use."""
+    from typing import Annotated
+
+    from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+    class Model(BaseModel):
+        model_config = ConfigDict(strict=True, extra="ignore")
+
+    class Object(Model):
+        build_id: str
+        path: str
+        files: list[Annotated[str, AfterValidator(_relative)]] = Field(default_factory=list)
+        source: str = ""
+
+    class Missing(Model):
+        build_id: str
+        path: str
+        why: str = ""
+
+    class Manifest(Model):
+        format: str
+        version: int
+        recording: Annotated[str, AfterValidator(plain_name)] = RECORDING_DIR
+        perf_version: str = ""
+        objects: list[Object] = Field(default_factory=list)
+        missing: list[Missing] = Field(default_factory=list)
+
+    return Manifest
+
+
+def _read_manifest(where: Path, archive: Path) -> dict[str, Any]:
+    """The archive's manifest, checked against its schema (one line for a bad value)."""
+    from pydantic import ValidationError
+
+    try:
+        text = where.read_bytes()
+        data = json.loads(text)
+    except FileNotFoundError:
+        raise BadInputError(f"{archive} is a tar file but not a ptscope archive") from None
+    except (OSError, ValueError, RecursionError) as e:
+        raise BadInputError(f"{archive}: unreadable manifest ({e})") from e
+    require_format(data, ARCHIVE_FORMAT, ARCHIVE_VERSION, archive, "archive")
+    try:
+        manifest: dict[str, Any] = _manifest_schema().model_validate_json(text).model_dump()
+    except ValidationError as e:
+        raise schema_error(f"{archive}: {MANIFEST}", e) from None
+    return manifest
+
+
 def unpack_archive(path: Path, into: Path) -> UnpackedArchive:
     """Unpack an archive made by :func:`create_archive` into the directory ``into``."""
     try:
@@ -411,20 +477,10 @@ def unpack_archive(path: Path, into: Path) -> UnpackedArchive:
                         tar.extract(member, into)
     except (tarfile.TarError, EOFError, OSError) as e:
         raise BadInputError(f"cannot unpack {path}: {e}") from e
-    try:
-        manifest = json.loads((into / MANIFEST).read_text())
-    except FileNotFoundError:
-        raise BadInputError(f"{path} is a tar file but not a ptscope archive") from None
-    except (OSError, ValueError) as e:
-        raise BadInputError(f"{path}: unreadable manifest ({e})") from e
-    require_format(manifest, ARCHIVE_FORMAT, ARCHIVE_VERSION, path, "archive")
-    recording = Recording.load(into / str(manifest.get("recording", RECORDING_DIR)))
+    manifest = _read_manifest(into / MANIFEST, path)
+    recording = Recording.load(into / manifest["recording"])
     kallsyms = next(
-        (
-            into / o["files"][0]
-            for o in manifest.get("objects", [])
-            if o.get("path") == KERNEL and o.get("files")
-        ),
+        (into / o["files"][0] for o in manifest["objects"] if o["path"] == KERNEL and o["files"]),
         None,
     )
     return UnpackedArchive(recording, into, manifest, kallsyms)

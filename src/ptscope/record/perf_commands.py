@@ -174,7 +174,10 @@ def parse_size(text: str) -> int:
     m = _SIZE_RE.match(text)
     if not m:
         raise UsageError(f"not a size: {text!r}", hint="write it like 4M, 256K or 1G")
-    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    size = float(m.group(1)) * _UNITS[m.group(2).lower()]
+    if not size < MAX_AUX_PAGES * PAGE_SIZE:
+        raise UsageError(f"too large a size: {text!r}", hint="write it like 4M, 256K or 1G")
+    return int(size)
 
 
 def format_size(size: int) -> str:
