@@ -164,6 +164,18 @@ class TraceStream:
 
     def write(self, batch: SliceBatch) -> None:
         """Write a batch (any threads, any order)."""
+        try:
+            self._write(batch)
+        except OSError as e:
+            raise self._cannot_write(e) from e
+
+    def _cannot_write(self, error: OSError) -> PtscopeError:
+        return PtscopeError(
+            f"cannot write {self.output}: {error.strerror or error}",
+            hint="check the free space and the path",
+        )
+
+    def _write(self, batch: SliceBatch) -> None:
         self._account(batch)
         if len(batch):
             self._write_slices(batch)
@@ -293,10 +305,14 @@ class TraceStream:
             part.info.end = max(part.info.end, int(end[group].max()))
 
     def instant(self, pid: int, tid: int, instant: Instant) -> None:
-        part = self._parts[self._part_of(max(instant.time, self.time_base))]
-        if pid not in part.processes:
-            self._process(part, pid, self._names.get(pid, ""))
-        part.writer.instant(pid, tid, max(instant.time, self.time_base), instant.name, instant.args)
+        try:
+            part = self._parts[self._part_of(max(instant.time, self.time_base))]
+            if pid not in part.processes:
+                self._process(part, pid, self._names.get(pid, ""))
+            time = max(instant.time, self.time_base)
+            part.writer.instant(pid, tid, time, instant.name, instant.args)
+        except OSError as e:
+            raise self._cannot_write(e) from e
 
     def counter(self, pid: int, tid: int, sample: CounterSample) -> None:
         part = self._parts[self._part_of(max(sample.time, self.time_base))]
@@ -310,7 +326,8 @@ class TraceStream:
     def close(
         self, processes: dict[int, str], threads: dict[tuple[int, int], str]
     ) -> tuple[list[PartInfo], WriteStats]:
-        """Name every process and thread in every part, close the files."""
+        """Name every process and thread in every part, close the files; then, only if
+        every part is complete, give them their names (none is left on a failure)."""
         stats = WriteStats()
         try:
             for index, part in enumerate(self._parts):
@@ -321,18 +338,26 @@ class TraceStream:
                 for (pid, tid), name in sorted(threads.items()):
                     if name:
                         part.writer.thread_name(pid, tid, name)
-                part.writer.close()
-                part.info.file_bytes = part.info.path.stat().st_size
+                part.writer.close(commit=False)
                 if index + 1 < len(self._parts):
                     part.info.end = self._bounds[index]
                 _add(stats, part.writer.stats)
+            for part in self._parts:
+                part.writer.commit()
+                part.info.file_bytes = part.info.path.stat().st_size
                 stats.file_bytes += part.info.file_bytes
         except OSError as e:
-            raise PtscopeError(
-                f"cannot write {self.output}: {e.strerror or e}",
-                hint="check the free space and the path",
-            ) from e
+            self.abort()
+            raise self._cannot_write(e) from e
+        except BaseException:
+            self.abort()
+            raise
         return [p.info for p in self._parts], stats
+
+    def abort(self) -> None:
+        """Stop writing: no part is left (what was written is removed)."""
+        for part in self._parts:
+            part.writer.discard()
 
     def _write_carried(self, index: int, part: _Part) -> None:
         """The held pieces of calls begun before this part, outermost first (begun
