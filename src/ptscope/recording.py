@@ -13,6 +13,7 @@ Layout of a recording directory::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import shutil
@@ -91,8 +92,13 @@ class Recording:
     def save(self) -> Path:
         path = self.directory / METADATA_NAME
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(self.metadata_json())
-        tmp.replace(path)
+        try:
+            tmp.write_text(self.metadata_json())
+            tmp.replace(path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                tmp.unlink()  # a full disk leaves no empty temporary file behind
+            raise
         return path
 
     @classmethod
