@@ -27,13 +27,14 @@ def _run_args(rec: Path, out: Path, *program: str) -> list[str]:
 
 
 def test_run_into_a_full_device(tmp_path: Path) -> None:
-    """The trace goes to a device that is always full (/dev/full, through a link): one
-    line, the recording kept and decodable."""
+    """The trace goes to a device that is always full (/dev/full, through a link), and
+    fails while slices are streamed into it (more than a batch of them): one line, the
+    recording kept and decodable."""
     needs_tools()
-    exe = programs.build("basics", static=True)
+    exe = programs.build("many_calls", static=True)
     rec, out = tmp_path / "rec", tmp_path / "t.fxt.gz"
     out.symlink_to("/dev/full")
-    done = run(_run_args(rec, out, str(exe), "3"), environment(tmp_path), tmp_path)
+    done = run(_run_args(rec, out, str(exe), "6000"), environment(tmp_path), tmp_path)
     line = one_line_error(done, 1)
     assert "cannot write" in line and "No space left on device" in line, line
     assert f"recording kept at {rec}" in done.stderr
