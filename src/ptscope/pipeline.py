@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Final, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -63,6 +63,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("ptscope")
+
+_T = TypeVar("_T")
 
 HITS_PID: Final = 0x7FFFFFF0
 """The pseudo process that carries trigger hits on their own track."""
@@ -509,26 +511,24 @@ def _feed_branches(
                 insns=options.insn_detail,
                 on_detail=details.append,
             )
-        failure: PtscopeError | None = None
+        stopped: list[PtscopeError] = []
         # Closed on every way out: its perf processes stop, its temporary files go.
         with _closing(stream), _closing(batches):
-            try:
-                if decoder == "dlfilter":
-                    for item in _mapped_stream(stream, maps, tracker):
-                        if isinstance(item, SegmentBreak):
-                            engine.end_segment()
-                        else:
-                            engine.feed_all(item)
-                        after()
-                else:
-                    for batch in _counted(_with_maps(batches, maps), tracker):
-                        engine.feed_all(batch)
-                        after()
-            except PtscopeError as e:
-                if not tracker.state.events:
-                    raise  # nothing was decoded: no trace, only the error
-                failure = e
-        if failure is not None:
+            if decoder == "dlfilter":
+                for item in _mapped_stream(_until_failure(stream, stopped), maps, tracker):
+                    if isinstance(item, SegmentBreak):
+                        engine.end_segment()
+                    else:
+                        engine.feed_all(item)
+                    after()
+            else:
+                for batch in _counted(_with_maps(_until_failure(batches, stopped), maps), tracker):
+                    engine.feed_all(batch)
+                    after()
+        if stopped:
+            failure = stopped[0]
+            if not tracker.state.events:
+                raise failure  # nothing was decoded: no trace, only the error
             # perf failed part way: what it decoded is kept, the trace marks where it
             # stopped, and the error is raised once the trace is written.
             log.info("decoding stopped: %s", failure.message)
@@ -598,6 +598,16 @@ def _finish(
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+def _until_failure(stream: Iterable[_T], failures: list[PtscopeError]) -> Iterator[_T]:
+    """``stream`` until the decoder fails (perf crashed, was stopped, wrote garbage): its
+    error goes into ``failures`` and the stream ends. Errors of whoever consumes the
+    stream (the engine, the trace's writer) are not the decoder's: they pass."""
+    try:
+        yield from stream
+    except PtscopeError as e:
+        failures.append(e)
 
 
 @contextlib.contextmanager
