@@ -16,6 +16,7 @@ time during which ptscope itself was stopped (Ctrl-Z).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -147,13 +148,15 @@ def _cache_put(path: str, args: tuple[str, ...], rc: int, stdout: str, stderr: s
     file = _cache_file(path, args)
     if file is None:
         return
+    tmp = file.with_suffix(f".{os.getpid()}.tmp")
     try:
         file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = file.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps({"rc": rc, "stdout": stdout, "stderr": stderr}))
         tmp.replace(file)
     except OSError:
-        pass  # a cache that cannot be written only costs time
+        # A cache that cannot be written only costs time; a half-written file goes.
+        with contextlib.suppress(OSError):
+            tmp.unlink()
 
 
 def perf_output(path: str, *args: str, timeout: float = 30) -> tuple[int, str, str]:

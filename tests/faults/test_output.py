@@ -175,3 +175,18 @@ def test_keep_recording_on_a_full_disk(small_disk: Path, tmp_path: Path) -> None
     assert f"cannot write the recording in {rec}" in line, line
     assert list(rec.iterdir()) == []
     assert leftovers(tmp_path, tmp_path) == []
+
+
+def test_a_cache_entry_that_cannot_be_written_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What perf says about itself is cached on disk; a failed write leaves no half file."""
+    from ptscope import perftool
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    perf = str(Path(os.__file__))  # any existing file stands for the binary here
+    entry = perftool._cache_file(perf, ("--version",))
+    assert entry is not None
+    (entry / "in-the-way").mkdir(parents=True)  # the entry's name is taken: replace fails
+    perftool._cache_put(perf, ("--version",), 0, "perf version 6.1", "")
+    assert sorted(p.name for p in entry.parent.iterdir()) == [entry.name]

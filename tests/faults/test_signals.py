@@ -117,7 +117,7 @@ def test_run_while_decoding(sig: signal.Signals, tmp_path: Path) -> None:
 
     def decoding() -> bool:
         windows = any(p.name.startswith("ptscope-decode-") for p in tmpdir.iterdir())
-        return windows and len(running.children("standin_perf")) >= 2
+        return windows and len(running.children("standin_perf.py script")) >= 2
 
     running.wait_for(decoding)
     running.signal(sig)
