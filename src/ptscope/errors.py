@@ -11,6 +11,7 @@ __all__ = [
     "BadInputError",
     "PtscopeError",
     "RecordingError",
+    "Terminated",
     "ToolMissingError",
     "UsageError",
 ]
@@ -63,3 +64,13 @@ class RecordingError(PtscopeError):
     """Recording failed (the program, perf or the emulator did not do what was asked)."""
 
     exit_code = 5
+
+
+class Terminated(BaseException):
+    """ptscope got ``SIGTERM`` or ``SIGHUP`` (the CLI raises it from the signal's handler):
+    like Ctrl-C's ``KeyboardInterrupt``, it unwinds everything, so that children are
+    stopped and temporary files removed on the way out, and the recording is kept."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum

@@ -3,13 +3,14 @@ timeline → trace file. The CLI calls this; the stages never call each other.""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Final, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -27,13 +28,14 @@ from ptscope.decode.parallel import (
 from ptscope.decode.perf_map import PerfMap, perf_map_path, resolve_location
 from ptscope.decode.perf_script import decode_perf_data_text, decode_text_file
 from ptscope.decode.perf_text import TextStats
-from ptscope.errors import BadInputError, UsageError
+from ptscope.errors import BadInputError, PtscopeError, UsageError
 from ptscope.fxt import WriteStats, write_timeline
 from ptscope.fxt.stream import PartInfo, TraceStream
 from ptscope.model import (
     BranchBatch,
     BranchEvent,
     CommEvent,
+    DecodeError,
     Event,
     Location,
     LocationTable,
@@ -54,12 +56,15 @@ __all__ = [
     "DecodeOptions",
     "DecodeSummary",
     "FunctionStat",
+    "IncompleteDecode",
     "decode_perf_script_text",
     "decode_recording",
     "timeline_from_events",
 ]
 
 log = logging.getLogger("ptscope")
+
+_T = TypeVar("_T")
 
 HITS_PID: Final = 0x7FFFFFF0
 """The pseudo process that carries trigger hits on their own track."""
@@ -127,6 +132,24 @@ class DecodeSummary:
     parts: list[PartInfo] = field(default_factory=list)
     """The files written (one unless the trace was split)."""
     seconds: float = 0.0
+    failure: PtscopeError | None = None
+    """perf failed (or was stopped) part way: the trace holds what was decoded before."""
+
+
+class IncompleteDecode(PtscopeError):
+    """perf failed or was stopped part way through the decode: the trace was written with
+    what was decoded before (``summary``; a ``[decode error]`` marks where it stops), and
+    this is perf's error, in one line that says so."""
+
+    def __init__(self, cause: PtscopeError, summary: DecodeSummary) -> None:
+        super().__init__(
+            f"{cause.message} (the trace holds what was decoded before)",
+            details=cause.details,
+            hint=cause.hint,
+            exit_code=cause.exit_code,
+        )
+        self.cause = cause
+        self.summary = summary
 
 
 @dataclass
@@ -249,11 +272,18 @@ def _decode_recording(
             )
             _check_decoded(summary, str(recording.directory), options)
             summary.seconds = time.perf_counter() - started
-            return summary
+            return _complete(summary)
         timeline = _branch_timeline(recording, options, summary, choice.name, progress)
     _finish(timeline, recording, options, summary)
     _check_decoded(summary, str(recording.directory), options)
     summary.seconds = time.perf_counter() - started
+    return _complete(summary)
+
+
+def _complete(summary: DecodeSummary) -> DecodeSummary:
+    """The summary of a decode, or :class:`IncompleteDecode` if perf stopped part way."""
+    if summary.failure is not None:
+        raise IncompleteDecode(summary.failure, summary)
     return summary
 
 
@@ -400,28 +430,33 @@ def _stream(
             sink.write(batch)
             tracker.slices(sink.slices)
 
-    feed(engine, drain)
-    drain(force=True)
-    final = engine.close()
-    if sink is None:
-        sink = open_sink()
-    sink.write(final)
-    for hit in recording.hits:
-        sink.instant(HITS_PID, HITS_PID, _hit_instant(hit))
-    names = engine.thread_names()
-    threads = {key: names.get(key) or recording.threads.get(key[1], "") for key in sink.threads}
-    processes = dict(recording.processes)
-    for pid, tid in sorted(threads):
-        if pid not in processes:
-            processes[pid] = threads.get((pid, pid)) or threads[(pid, tid)] or f"pid {pid}"
-    if recording.hits:
-        processes[HITS_PID] = "trigger hits"
-        threads[(HITS_PID, HITS_PID)] = "hits"
-    summary.parts, summary.write = sink.close(processes, threads)
-    _take_engine_stats(summary, engine.stats)
-    summary.threads = len(sink.threads)
-    summary.slices = sink.slices
-    summary.top_functions = _top_from_totals(sink.names, sink.calls, sink.total_ns)
+    try:
+        feed(engine, drain)
+        drain(force=True)
+        final = engine.close()
+        if sink is None:
+            sink = open_sink()
+        sink.write(final)
+        for hit in recording.hits:
+            sink.instant(HITS_PID, HITS_PID, _hit_instant(hit))
+        names = engine.thread_names()
+        threads = {key: names.get(key) or recording.threads.get(key[1], "") for key in sink.threads}
+        processes = dict(recording.processes)
+        for pid, tid in sorted(threads):
+            if pid not in processes:
+                processes[pid] = threads.get((pid, pid)) or threads[(pid, tid)] or f"pid {pid}"
+        if recording.hits:
+            processes[HITS_PID] = "trigger hits"
+            threads[(HITS_PID, HITS_PID)] = "hits"
+        summary.parts, summary.write = sink.close(processes, threads)
+        _take_engine_stats(summary, engine.stats)
+        summary.threads = len(sink.threads)
+        summary.slices = sink.slices
+        summary.top_functions = _top_from_totals(sink.names, sink.calls, sink.total_ns)
+    except BaseException:
+        if sink is not None:
+            sink.abort()  # no partial trace is left behind
+        raise
     tracker.slices(sink.slices)
     tracker.finished()
 
@@ -468,13 +503,9 @@ def _feed_branches(
                 task_events=True,
                 insns=options.insn_detail,
             )
-            for item in _mapped_stream(stream, maps, tracker):
-                if isinstance(item, SegmentBreak):
-                    engine.end_segment()
-                else:
-                    engine.feed_all(item)
-                after()
+            batches: Iterator[list[Event]] = iter(())
         else:
+            stream = iter(())
             batches = decode_perf_data_text(
                 path,
                 pids=options.pids,
@@ -487,9 +518,32 @@ def _feed_branches(
                 insns=options.insn_detail,
                 on_detail=details.append,
             )
-            for batch in _counted(_with_maps(batches, maps), tracker):
-                engine.feed_all(batch)
-                after()
+        stopped: list[PtscopeError] = []
+        # Closed on every way out: its perf processes stop, its temporary files go.
+        with _closing(stream), _closing(batches):
+            if decoder == "dlfilter":
+                for item in _mapped_stream(_until_failure(stream, stopped), maps, tracker):
+                    if isinstance(item, SegmentBreak):
+                        engine.end_segment()
+                    else:
+                        engine.feed_all(item)
+                    after()
+            else:
+                for batch in _counted(_with_maps(_until_failure(batches, stopped), maps), tracker):
+                    engine.feed_all(batch)
+                    after()
+        if stopped:
+            failure = stopped[0]
+            if not tracker.state.events:
+                raise failure  # nothing was decoded: no trace, only the error
+            # perf failed part way: what it decoded is kept, the trace marks where it
+            # stopped, and the error is raised once the trace is written.
+            log.info("decoding stopped: %s", failure.message)
+            stop = DecodeError(None, None, None, None, f"decoding stopped: {failure.message}")
+            engine.feed_all([stop])
+            after()
+            summary.failure = failure
+            break
     for stats in text_stats:
         _take_text_stats(summary, stats)
     for run in runs:
@@ -582,6 +636,28 @@ def _check_decoded(summary: DecodeSummary, source: str, options: DecodeOptions) 
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+def _until_failure(stream: Iterable[_T], failures: list[PtscopeError]) -> Iterator[_T]:
+    """``stream`` until the decoder fails (perf crashed, was stopped, wrote garbage): its
+    error goes into ``failures`` and the stream ends. Errors of whoever consumes the
+    stream (the engine, the trace's writer) are not the decoder's: they pass."""
+    try:
+        yield from stream
+    except PtscopeError as e:
+        failures.append(e)
+
+
+@contextlib.contextmanager
+def _closing(stream: object) -> Iterator[None]:
+    """Close a generator when the ``with`` ends, however it ends (its ``finally`` runs now,
+    not when it is collected)."""
+    try:
+        yield
+    finally:
+        close = getattr(stream, "close", None)
+        if close is not None:
+            close()
 
 
 def _kernel_symbols(options: DecodeOptions) -> list[str]:

@@ -18,6 +18,7 @@ outside it, no symbolic link that leads out).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -240,8 +241,13 @@ class Recording:
     def save(self) -> Path:
         path = self.directory / METADATA_NAME
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(self.metadata_json())
-        tmp.replace(path)
+        try:
+            tmp.write_text(self.metadata_json())
+            tmp.replace(path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                tmp.unlink()  # a full disk leaves no empty temporary file behind
+            raise
         return path
 
     @classmethod

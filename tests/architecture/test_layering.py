@@ -14,7 +14,7 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "ptscope"
 
-SHARED = {"model", "timeline", "recording", "errors", "perftool", "demangle"}
+SHARED = {"model", "timeline", "recording", "errors", "perftool", "demangle", "children"}
 STAGES = {"record", "decode", "reconstruct", "fxt", "analyze"}
 # What each part may import from ptscope (beyond itself). `_native` belongs to decode.
 ALLOWED: dict[str, set[str]] = {
@@ -22,10 +22,11 @@ ALLOWED: dict[str, set[str]] = {
     "timeline": set(),
     "errors": set(),
     "perftool": {"errors"},
+    "children": set(),
     "demangle": set(),
     "recording": {"errors"},
-    "record": {"model", "recording", "errors", "perftool", "timeline", "demangle"},
-    "decode": {"model", "errors", "perftool", "_native", "demangle"},
+    "record": {"model", "recording", "errors", "perftool", "timeline", "demangle", "children"},
+    "decode": {"model", "errors", "perftool", "_native", "demangle", "children"},
     "_native": set(),
     "reconstruct": {"model", "timeline", "errors"},
     "fxt": {"timeline", "errors"},

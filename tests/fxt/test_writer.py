@@ -209,8 +209,12 @@ def test_slices_are_streamed_to_disk_before_close(tmp_path: Path) -> None:
     with FxtWriter.open(path) as w:
         w.slices(1, 1, ["f"], start, start + 2, np.zeros(n, dtype=np.int32))
         w.flush()
-        assert path.stat().st_size >= n * 3 * 8  # 3 words a slice, already on disk
+        # Written under a temporary name beside it until the trace is whole.
+        (partial,) = tmp_path.glob("stream.fxt.ptscope-*.tmp")
+        assert partial.stat().st_size >= n * 3 * 8  # 3 words a slice, already on disk
+        assert not path.exists()
     assert path.stat().st_size == w.stats.bytes
+    assert list(tmp_path.iterdir()) == [path]
 
 
 def make_timeline() -> Timeline:
@@ -258,3 +262,25 @@ def test_without_isal_gzip_falls_back_to_zlib(
     write_timeline(make_timeline(), tmp_path / "zlib1.fxt.gz", gzip_level=1)
     fallback = (tmp_path / "fallback.fxt.gz").read_bytes()
     assert fallback == (tmp_path / "zlib1.fxt.gz").read_bytes()
+
+
+def test_a_failed_write_leaves_no_trace_and_the_old_one_intact(tmp_path: Path) -> None:
+    """Issue 20: an error (or a signal) while writing removes what was written; a trace
+    already there is replaced only by a whole one."""
+    path = tmp_path / "t.fxt"
+    path.write_bytes(b"old")
+    with pytest.raises(RuntimeError), FxtWriter.open(path) as w:
+        w.slices(1, 1, ["f"], np.array([1]), np.array([2]), np.zeros(1, dtype=np.int32))
+        raise RuntimeError("stopped")
+    assert list(tmp_path.iterdir()) == [path] and path.read_bytes() == b"old"
+
+
+def test_a_link_stays_a_link_and_a_device_is_written_in_place(tmp_path: Path) -> None:
+    target = tmp_path / "real.fxt"
+    link = tmp_path / "link.fxt"
+    link.symlink_to(target)
+    write_timeline(make_timeline(), link)
+    assert link.is_symlink() and target.stat().st_size > 0
+    assert read_trace(link).slices
+    write_timeline(make_timeline(), "/dev/null")  # not replaced by a regular file
+    assert Path("/dev/null").is_char_device()

@@ -16,6 +16,10 @@
  *         basic blocks between the branches, see "Basic blocks" below), and its record
  *         (with lines records before it when there are several ranges) gives the 64-byte
  *         code lines those instructions touched.
+ *   beat=FD: write one byte into the inherited file descriptor FD (a non-blocking pipe)
+ *         at start and every BEAT_SAMPLES samples, dropped ones included: ptscope's
+ *         watchdog sees that perf works even while the stream is silent (a loop without
+ *         calls), and stops a perf that loops without decoding anything (perftool.py).
  *
  * Records (record_format.h) are written per sample with fwrite_unlocked into the stdio
  * buffer, never buffered on the side: that is what keeps perf's text lines in order.
@@ -51,6 +55,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "record_format.h"
 #include "x86_length.h"
@@ -524,6 +529,7 @@ struct ptscope_filter {
 	int to_end;   /* write each thread's trailing dropped jump at the end */
 	int insns;    /* instruction detail: exact counts, code lines */
 	int failed;   /* a write failed: stop asking perf for more */
+	int beat_fd;  /* beat=: the watchdog's pipe (-1: none) */
 	struct id_list only_pids; /* pid=: keep only these processes (empty: all) */
 	struct id_list only_tids; /* tid=: keep only these threads (empty: all) */
 	struct str_table names;  /* symbol and DSO names, sent as string records */
@@ -1058,6 +1064,17 @@ static void keep_trailing_jumps(struct ptscope_filter *f)
 
 /* ------------------------------------------------------------ perf's API */
 
+#define BEAT_SAMPLES (1u << 16) /* samples between two beats (a power of two) */
+
+static void beat(struct ptscope_filter *f)
+{
+	if (f->beat_fd >= 0) {
+		char byte = 0;
+		ssize_t done = write(f->beat_fd, &byte, 1); /* a full pipe drops the beat */
+		(void)done;
+	}
+}
+
 static int open_output(struct ptscope_filter *f, const char *target)
 {
 	if (!target || strcmp(target, "-") == 0 || strcmp(target, "stdout") == 0) {
@@ -1089,6 +1106,7 @@ PTSCOPE_EXPORT int start(void **data, void *ctx)
 	if (!f)
 		return -ENOMEM;
 	f->last_thread = -1;
+	f->beat_fd = -1;
 	int argc = 0;
 	char **argv = perf_dlfilter_fns.args ? perf_dlfilter_fns.args(ctx, &argc) : NULL;
 	const char *target = argc > 0 ? argv[0] : NULL;
@@ -1104,7 +1122,14 @@ PTSCOPE_EXPORT int start(void **data, void *ctx)
 			bad = id_list_parse(argv[i] + 4, &f->only_pids);
 		else if (strncmp(argv[i], "tid=", 4) == 0)
 			bad = id_list_parse(argv[i] + 4, &f->only_tids);
-		else
+		else if (strncmp(argv[i], "beat=", 5) == 0) {
+			char *end;
+			long fd = strtol(argv[i] + 5, &end, 10);
+			if (*end || end == argv[i] + 5 || fd < 0 || fd > 1 << 20)
+				bad = -EINVAL;
+			else
+				f->beat_fd = (int)fd;
+		} else
 			bad = -EINVAL;
 		if (bad) {
 			fprintf(stderr, "ptscope dlfilter: bad argument '%s'\n", argv[i]);
@@ -1122,6 +1147,7 @@ PTSCOPE_EXPORT int start(void **data, void *ctx)
 		return err;
 	}
 	emit_header(f);
+	beat(f);
 	*data = f;
 	return 0;
 }
@@ -1132,7 +1158,8 @@ PTSCOPE_EXPORT int filter_event_early(void *data, const struct perf_dlfilter_sam
 	struct ptscope_filter *f = data;
 	if (f->failed)
 		return -EIO;
-	f->counters.samples++;
+	if ((++f->counters.samples & (BEAT_SAMPLES - 1)) == 0)
+		beat(f);
 	if (!id_list_selects(&f->only_pids, sample->pid) ||
 	    !id_list_selects(&f->only_tids, sample->tid)) {
 		f->counters.other++;
@@ -1195,6 +1222,6 @@ PTSCOPE_EXPORT const char *filter_description(const char **long_description)
 		*long_description =
 			"Drops jumps inside one function and writes the other branches as binary "
 			"records for ptscope (args: OUT [keep-all] [to-end] [insns] [pid=P,...] "
-			"[tid=T,...]; OUT = - | fd:N | PATH).";
+			"[tid=T,...] [beat=FD]; OUT = - | fd:N | PATH).";
 	return "ptscope: compact branch record stream";
 }

@@ -5,16 +5,19 @@ one line and an exit code. Only this package and :mod:`ptscope.pipeline` know ev
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
+import signal
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from types import FrameType
 from typing import NoReturn
 
 from ptscope import __version__
 from ptscope.cli.base import Command
-from ptscope.errors import PtscopeError
+from ptscope.errors import PtscopeError, Terminated
 
 __all__ = ["main"]
 
@@ -85,6 +88,40 @@ def _setup_logging(verbosity: int) -> None:
     logging.basicConfig(level=level, format="ptscope: %(message)s", stream=sys.stderr)
 
 
+_TERMINATING = (signal.SIGTERM, signal.SIGHUP)
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    # Once: the way out (stopping perf, removing temporary files) must not be cut short
+    # by a second signal. SIGKILL still stops everything (children die with ptscope).
+    for sig in _TERMINATING:
+        if signal.getsignal(sig) is _terminate:
+            signal.signal(sig, signal.SIG_IGN)
+    raise Terminated(signum)
+
+
+@contextlib.contextmanager
+def _terminable() -> Iterator[None]:
+    """SIGTERM and SIGHUP unwind ptscope as Ctrl-C does (:class:`Terminated`), so that
+    children are stopped, temporary files removed and the recording kept (a recorder
+    replaces these handlers while the program runs: then they stop the program)."""
+    try:
+        # A signal that is ignored (nohup) stays ignored.
+        old = {
+            sig: signal.signal(sig, _terminate)
+            for sig in _TERMINATING
+            if signal.getsignal(sig) is not signal.SIG_IGN
+        }
+    except ValueError:  # not the main thread (ptscope called as a library)
+        yield
+        return
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit code."""
     commands = _commands()
@@ -98,7 +135,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         verbose = getattr(args, "verbose", 0) + getattr(args, "verbose_global", 0)
         _setup_logging(verbose)
         command: Command = args._command
-        return command.run(args)
+        with _terminable():
+            return command.run(args)
+    except Terminated as e:
+        print(f"ptscope: stopped by {signal.Signals(e.signum).name}", file=sys.stderr)
+        return 128 + e.signum
     except PtscopeError as e:
         print(f"ptscope: error: {e.message}", file=sys.stderr)
         if e.hint:

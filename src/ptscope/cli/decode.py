@@ -13,6 +13,7 @@ from ptscope.cli.base import (
     check_input,
     parse_id_list,
 )
+from ptscope.cli.output import summary_of_incomplete
 from ptscope.cli.serve import add_serve_option, serve_in_perfetto
 from ptscope.errors import UsageError
 
@@ -65,7 +66,7 @@ class DecodeCommand:
                 raise UsageError(
                     "what should I decode? give a recording, a perf.data or --perf-script FILE"
                 )
-            with decode_progress() as progress:
+            with summary_of_incomplete(), decode_progress() as progress:
                 summary = _decode_recording_or_archive(
                     args.recording, args.output, options, progress
                 )
@@ -79,8 +80,8 @@ def _decode_recording_or_archive(
     """Decode a recording; an archive is unpacked to a temporary directory first and
     decoded with the binaries it holds (perf's --symfs)."""
     import dataclasses
-    import tempfile
 
+    from ptscope.children import temporary_directory
     from ptscope.pipeline import decode_recording
     from ptscope.record.archive import is_archive, unpack_archive
     from ptscope.recording import Recording
@@ -90,8 +91,8 @@ def _decode_recording_or_archive(
         return decode_recording(Recording.find(path), output, options, progress=progress)
     if options.symfs is not None:
         raise UsageError("--symfs does not apply to an archive (it brings its own binaries)")
-    with tempfile.TemporaryDirectory(prefix="ptscope-archive-") as tmp:
-        unpacked = unpack_archive(path, Path(tmp))
+    with temporary_directory("ptscope-archive-") as tmp:
+        unpacked = unpack_archive(path, tmp)
         missing = unpacked.manifest.get("missing") or []
         if isinstance(missing, list) and missing:
             print(

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -106,6 +105,7 @@ class InsnsCommand:
         parser.add_argument("--symfs", type=Path, help="look for binaries under this directory")
 
     def run(self, args: argparse.Namespace) -> int:
+        from ptscope.children import temporary_directory
         from ptscope.record.archive import is_archive, unpack_archive
         from ptscope.recording import Recording
 
@@ -124,8 +124,8 @@ class InsnsCommand:
             return _print(Recording.find(path), args.tid, window, call, args.symfs, path)
         if args.symfs is not None:
             raise UsageError("--symfs does not apply to an archive (it brings its own binaries)")
-        with tempfile.TemporaryDirectory(prefix="ptscope-archive-") as tmp:
-            unpacked = unpack_archive(path, Path(tmp))
+        with temporary_directory("ptscope-archive-") as tmp:
+            unpacked = unpack_archive(path, tmp)
             return _print(unpacked.recording, args.tid, window, call, unpacked.symfs, path)
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import sys
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
@@ -23,6 +26,20 @@ def printable(text: str) -> str:
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+@contextlib.contextmanager
+def summary_of_incomplete() -> Iterator[None]:
+    """A decode that perf cut short wrote what it decoded: say what was written (on
+    stdout, as for a whole one) before its error."""
+    from ptscope.pipeline import IncompleteDecode
+
+    try:
+        yield
+    except IncompleteDecode as e:
+        print_summary(e.summary, sys.stdout)
+        sys.stdout.flush()
+        raise
 
 
 def print_summary(

@@ -267,9 +267,10 @@ def decode_step(
         insn_detail=args.insn_detail,
         drill=place.directory if place.keep else None,
     )
-    with place.decoding(), decode_progress() as progress:
+    from ptscope.cli.output import print_summary, summary_of_incomplete
+
+    with place.decoding(), summary_of_incomplete(), decode_progress() as progress:
         summary = pipeline.decode_recording(recording, output, options, progress=progress)
-    from ptscope.cli.output import print_summary
 
     print_summary(summary, sys.stdout, served=args.serve)
     return serve_in_perfetto(output) if args.serve else 0
@@ -670,4 +671,7 @@ class RunCommand:
             )
         elif result.crashed:
             print(f"ptscope: the program crashed (signal {result.signal})", file=sys.stderr)
+        elif result.signal is not None:
+            # Killed from outside (it, or QEMU under it): what ran until then is decoded.
+            _report_exit(-result.signal)
         return decode_step(result.recording, output, args, place)

@@ -41,8 +41,9 @@ from typing import Any, Final, NamedTuple, NoReturn
 import numpy as np
 
 from ptscope import _native
+from ptscope.children import die_with_parent
 from ptscope.decode import record_format as rf
-from ptscope.decode.perf_script import perf_failure
+from ptscope.decode.perf_script import perf_failure, perf_stalled
 from ptscope.decode.perf_text import PerfTextParser, TextStats, make_location
 from ptscope.errors import BadInputError, ToolMissingError
 from ptscope.model import (
@@ -59,7 +60,7 @@ from ptscope.model import (
     PowerEvent,
     classify_flags,
 )
-from ptscope.perftool import PerfTool, find_perf, perf_env
+from ptscope.perftool import PerfTool, PerfWatch, beat_pipe, find_perf, perf_env, stall_limit
 
 __all__ = [
     "DEFAULT_ITRACE",
@@ -800,6 +801,7 @@ def dlfilter_command(
     to_end: bool = True,
     insns: bool = False,
     extra: Sequence[str] = (),
+    beat: int | None = None,
 ) -> list[str]:
     """The ``perf script`` argv that decodes ``perf_data`` through the dlfilter to stdout.
 
@@ -808,7 +810,8 @@ def dlfilter_command(
     ``to_end``: the decode reaches the end of the trace (not a time window before it), so
     each thread's trailing dropped jump is written (as the text decoder does at its end).
     ``insns``: instruction detail (exact instruction counts and code lines, ``--dlarg
-    insns``).
+    insns``). ``beat``: the file descriptor of the watchdog's pipe (``--dlarg beat=FD``,
+    see :class:`~ptscope.perftool.PerfWatch`).
     """
     so = dlfilter if dlfilter is not None else _native.dlfilter_path()
     argv = [perf, "script", "-i", str(perf_data), f"--itrace={itrace}", "--ns"]
@@ -819,6 +822,8 @@ def dlfilter_command(
         argv += ["--dlarg", "to-end"]
     if insns:
         argv += ["--dlarg", "insns"]
+    if beat is not None:
+        argv += ["--dlarg", f"beat={beat}"]
     argv += list(extra)
     return argv
 
@@ -854,6 +859,8 @@ class DlfilterProcess:
     (parallel decode runs the windows it is not consuming yet this way). Events with a
     time outside ``time_window`` (inclusive; None = open) are dropped. ``task_events``
     adds perf's thread names (``CommEvent``), as the text decoder's option does.
+    perf is watched (:class:`~ptscope.perftool.PerfWatch`): one that makes no progress
+    is stopped, and reading it then raises that one-line error. perf dies with ptscope.
     :meth:`columnar_batches` is :meth:`batches` with each run of branches as one
     :class:`~ptscope.model.BranchBatch` over ``locations`` (a new table if None).
     ``insns``: instruction detail (see :func:`dlfilter_command`).
@@ -875,7 +882,9 @@ class DlfilterProcess:
     ) -> None:
         tool = perf if perf is not None else find_perf()
         check_dlfilter_prerequisites(tool, perf_data)
+        limit = stall_limit()
         self.perf_data = perf_data
+        beat_read, beat_write = beat_pipe()
         self.argv = dlfilter_command(
             perf_data,
             perf=tool.path,
@@ -884,6 +893,7 @@ class DlfilterProcess:
             to_end=time_window is None or time_window[1] is None,
             insns=insns,
             extra=[*(["--show-task-events"] if task_events else []), *extra],
+            beat=beat_write,
         )
         self.parser = RecordStreamParser(
             f"dlfilter record stream of {perf_data}",
@@ -897,12 +907,16 @@ class DlfilterProcess:
         try:
             if stdout_path is not None:
                 with open(stdout_path, "wb") as out:
-                    self._proc = _popen(self.argv, out, self._err)
+                    self._proc = _popen(self.argv, out, self._err, beat_write)
             else:
-                self._proc = _popen(self.argv, subprocess.PIPE, self._err)
+                self._proc = _popen(self.argv, subprocess.PIPE, self._err, beat_write)
         except BaseException:
             self._err.close()
+            os.close(beat_read)
             raise
+        finally:
+            os.close(beat_write)
+        self.watch = PerfWatch(self._proc, limit, beat_read)
 
     def batches(self) -> Iterator[list[Event]]:
         """The decoded events, batch by batch; raises a PtscopeError if decoding failed."""
@@ -918,7 +932,7 @@ class DlfilterProcess:
         done = False
         try:
             if self.stdout_path is not None:
-                proc.wait()
+                self.watch.wait(self.stdout_path)
                 with open(self.stdout_path, "rb") as f:
                     while chunk := f.read(CHUNK_SIZE):
                         events = feed(chunk)
@@ -926,7 +940,7 @@ class DlfilterProcess:
                             yield events
             else:
                 assert proc.stdout is not None
-                for chunk in _pipe_chunks(proc.stdout.fileno()):
+                for chunk in _pipe_chunks(proc.stdout.fileno(), self.watch):
                     events = feed(chunk)
                     if events:
                         yield events
@@ -936,6 +950,8 @@ class DlfilterProcess:
             # or the consumer went away): stop perf rather than wait for it.
             rc = proc.wait() if done else self.kill()
             self._cleanup()
+        if self.watch.stalled is not None:
+            raise perf_stalled(self.argv, self.watch.stalled, self.stderr, str(self.perf_data))
         if rc != 0:
             raise perf_failure(self.argv, rc, self.stderr, str(self.perf_data))
         try:
@@ -956,6 +972,7 @@ class DlfilterProcess:
         return DlfilterRun(self.argv, self.parser.stats, self.stderr)
 
     def _cleanup(self) -> None:
+        self.watch.close()
         if self._proc.stdout is not None and not self._proc.stdout.closed:
             self._proc.stdout.close()
         if not self._err.closed:
@@ -1059,23 +1076,36 @@ def _grow_pipe(fd: int) -> int:
 _FILL_PAUSE: Final = 0.001  # seconds; perf writes ~250 MB/s at most: a quarter of the pipe
 
 
-def _pipe_chunks(fd: int) -> Iterator[bytes]:
+def _pipe_chunks(fd: int, watch: PerfWatch | None = None) -> Iterator[bytes]:
     """What perf writes into the pipe ``fd``, in chunks of up to :data:`CHUNK_SIZE`.
 
     perf flushes its stdio buffer every few KiB, and a reader that keeps up gets each flush
     on its own: one parse and one engine call per hundred records, which costs more than
     the records. So after a small read the pipe (1 MiB) is left to fill for a moment.
+    ``watch`` is asked to wait for each read (it stops a perf that makes no progress).
     """
     pause = _grow_pipe(fd) >= CHUNK_SIZE
-    while chunk := os.read(fd, CHUNK_SIZE):
+    while True:
+        if watch is not None:
+            watch.wait_readable(fd)
+        chunk = os.read(fd, CHUNK_SIZE)
+        if not chunk:
+            return
         yield chunk
         if pause and len(chunk) < CHUNK_SIZE // 4:
             sleep(_FILL_PAUSE)
 
 
-def _popen(argv: list[str], stdout: Any, stderr: Any) -> subprocess.Popen[bytes]:
+def _popen(argv: list[str], stdout: Any, stderr: Any, beat: int) -> subprocess.Popen[bytes]:
     try:
-        return subprocess.Popen(argv, stdout=stdout, stderr=stderr, env=perf_env())
+        return subprocess.Popen(
+            argv,
+            stdout=stdout,
+            stderr=stderr,
+            env=perf_env(),
+            pass_fds=(beat,),
+            preexec_fn=die_with_parent,  # no perf left running if ptscope is killed
+        )
     except OSError as e:
         raise ToolMissingError(f"cannot run {argv[0]}: {e.strerror or e}") from e
 

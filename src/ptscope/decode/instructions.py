@@ -260,7 +260,8 @@ def list_instructions(
     argv = instructions_argv(perf_data, perf=perf, tid=tid, window=window, symfs=symfs)
     out: list[Instruction] = []
     try:
-        for batch in stream_perf_script(argv, perf_data=perf_data):
+        # Unwatched: perf prints nothing while it decodes up to the range and the thread.
+        for batch in stream_perf_script(argv, perf_data=perf_data, watch=False):
             out += listing.feed(batch)
     finally:
         if own:
@@ -284,7 +285,7 @@ def pick_call(
     if call.complete:
         return
     argv = instructions_argv(perf_data, perf=perf, tid=tid, window=window, symfs=symfs)
-    for batch in stream_perf_script(argv, perf_data=perf_data):
+    for batch in stream_perf_script(argv, perf_data=perf_data, watch=False):
         call.feed(listing.feed(batch))
         if call.complete:
             break

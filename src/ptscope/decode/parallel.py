@@ -35,7 +35,6 @@ import bisect
 import mmap
 import os
 import struct
-import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -44,6 +43,7 @@ from typing import Any, Final, Protocol
 
 import numpy as np
 
+from ptscope.children import temporary_directory
 from ptscope.decode.dlfilter_stream import (
     DEFAULT_ITRACE,
     CountFix,
@@ -546,7 +546,7 @@ def _decode_windows(
                 insns=insns,
             )
         return
-    with tempfile.TemporaryDirectory(prefix="ptscope-decode-") as tmp:
+    with temporary_directory("ptscope-decode-") as tmp:
         procs: list[DlfilterProcess] = []
         try:
             for i, w in enumerate(windows):
@@ -557,7 +557,7 @@ def _decode_windows(
                         extra=[f"--time={w.perf_arg()}", *extra],
                         perf=tool,
                         # The first window is consumed live; the others wait in files.
-                        stdout_path=Path(tmp) / f"window-{i}.bin" if i else None,
+                        stdout_path=tmp / f"window-{i}.bin" if i else None,
                         time_window=(w.start, w.end),
                         task_events=task_events,
                         insns=insns,

@@ -20,11 +20,12 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Final
 
+from ptscope.children import die_with_parent
 from ptscope.decode.blocks import CodeMap, InstructionDetail
 from ptscope.decode.perf_text import PerfTextParser, TextStats, parse_text
 from ptscope.errors import BadInputError, PtscopeError, ToolMissingError
 from ptscope.model import Event
-from ptscope.perftool import PerfTool, find_perf, perf_env
+from ptscope.perftool import STALL_ENV, PerfTool, PerfWatch, find_perf, perf_env, stall_limit
 
 __all__ = [
     "BRANCH_FIELDS",
@@ -36,6 +37,8 @@ __all__ = [
     "decode_perf_data_text",
     "decode_text_file",
     "format_time",
+    "perf_failure",
+    "perf_stalled",
     "read_text_lines",
     "sampling_script_argv",
     "stream_perf_script",
@@ -214,8 +217,13 @@ def _check_text(head: bytes, source: str) -> None:
         raise BadInputError(f"{source} is not perf script text (it holds binary data)")
 
 
-def _read_chunks(fd: int) -> Iterator[bytes]:
-    while chunk := os.read(fd, CHUNK_SIZE):
+def _read_chunks(fd: int, watch: PerfWatch | None = None) -> Iterator[bytes]:
+    while True:
+        if watch is not None:
+            watch.wait_readable(fd)
+        chunk = os.read(fd, CHUNK_SIZE)
+        if not chunk:
+            return
         yield chunk
 
 
@@ -242,6 +250,7 @@ def stream_perf_script(
     *,
     perf_data: Path | str | None = None,
     on_stderr: Callable[[str], None] | None = None,
+    watch: bool = True,
 ) -> Iterator[list[str]]:
     """Run ``perf script`` (``argv``) and yield its stdout in batches of lines as it comes.
 
@@ -249,20 +258,28 @@ def stream_perf_script(
     fails, that becomes a one-line :class:`~ptscope.errors.PtscopeError` (stderr as its
     ``details``) raised after the output perf did print. ``on_stderr`` receives the
     stderr of a successful run (perf's warnings). If the consumer stops early, perf is
-    stopped. ``perf_data`` names the input in messages.
+    stopped. ``perf_data`` names the input in messages. ``watch``: a perf that prints
+    nothing for a while is stopped (:class:`~ptscope.perftool.PerfWatch`; for output that
+    comes steadily, as every branch does). perf dies with ptscope.
     """
     what = str(perf_data) if perf_data is not None else "the recording"
+    limit = stall_limit() if watch else None
     with tempfile.TemporaryFile() as err_file:
         try:
             proc = subprocess.Popen(
-                list(argv), stdout=subprocess.PIPE, stderr=err_file, env=perf_env()
+                list(argv),
+                stdout=subprocess.PIPE,
+                stderr=err_file,
+                env=perf_env(),
+                preexec_fn=die_with_parent,
             )
         except OSError as e:
             raise ToolMissingError(f"cannot run {argv[0]}: {e.strerror or e}") from e
         assert proc.stdout is not None
+        watcher = PerfWatch(proc, limit)
         done = False
         try:
-            yield from _lines_of(_read_chunks(proc.stdout.fileno()))
+            yield from _lines_of(_read_chunks(proc.stdout.fileno(), watcher))
             done = True
         finally:
             proc.stdout.close()
@@ -277,10 +294,22 @@ def stream_perf_script(
         size = err_file.tell()
         err_file.seek(max(0, size - _STDERR_KEEP))
         stderr = err_file.read().decode("utf-8", "replace")
+    if watcher.stalled is not None:
+        raise perf_stalled(list(argv), watcher.stalled, stderr, what)
     if rc != 0:
         raise perf_failure(list(argv), rc, stderr, what)
     if on_stderr is not None and stderr.strip():
         on_stderr(stderr)
+
+
+def perf_stalled(argv: list[str], how: str, stderr: str, what: str) -> PtscopeError:
+    """The watchdog stopped perf (:class:`~ptscope.perftool.PerfWatch`): one line."""
+    return BadInputError(
+        f"perf script stopped making progress on {what} ({how}; a damaged recording?), "
+        "so ptscope stopped it",
+        details=" ".join(argv) + "\n" + stderr,
+        hint=f"{STALL_ENV}=SECONDS waits longer before stopping perf (0: never)",
+    )
 
 
 def perf_failure(argv: list[str], rc: int, stderr: str, what: str) -> PtscopeError:

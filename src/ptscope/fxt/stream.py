@@ -221,15 +221,18 @@ class TraceStream:
         try:
             yield
         except OSError as e:
-            raise PtscopeError(
-                f"cannot write {self.output}: {e.strerror or e}",
-                hint="check the free space and the path",
-            ) from e
+            raise self._cannot_write(e) from e
 
     def write(self, batch: SliceBatch) -> None:
         """Write a batch (any threads, any order)."""
         with self._writing():
             self._write(batch)
+
+    def _cannot_write(self, error: OSError) -> PtscopeError:
+        return PtscopeError(
+            f"cannot write {self.output}: {error.strerror or error}",
+            hint="check the free space and the path",
+        )
 
     def _write(self, batch: SliceBatch) -> None:
         self._account(batch)
@@ -382,7 +385,8 @@ class TraceStream:
     def close(
         self, processes: dict[int, str], threads: dict[tuple[int, int], str]
     ) -> tuple[list[PartInfo], WriteStats]:
-        """Name every process and thread in every part, close the files."""
+        """Name every process and thread in every part, close the files; then, only if
+        every part is complete, give them their names (none is left on a failure)."""
         stats = WriteStats()
         try:
             for index, part in enumerate(self._parts):
@@ -393,18 +397,26 @@ class TraceStream:
                 for (pid, tid), name in sorted(threads.items()):
                     if name:
                         part.writer.thread_name(pid, tid, name)
-                part.writer.close()
-                part.info.file_bytes = part.info.path.stat().st_size
+                part.writer.close(commit=False)
                 if index + 1 < len(self._parts):
                     part.info.end = self._bounds[index]
                 _add(stats, part.writer.stats)
+            for part in self._parts:
+                part.writer.commit()
+                part.info.file_bytes = part.info.path.stat().st_size
                 stats.file_bytes += part.info.file_bytes
         except OSError as e:
-            raise PtscopeError(
-                f"cannot write {self.output}: {e.strerror or e}",
-                hint="check the free space and the path",
-            ) from e
+            self.abort()
+            raise self._cannot_write(e) from e
+        except BaseException:
+            self.abort()
+            raise
         return [p.info for p in self._parts], stats
+
+    def abort(self) -> None:
+        """Stop writing: no part is left (what was written is removed)."""
+        for part in self._parts:
+            part.writer.discard()
 
     def _write_carried(self, index: int, part: _Part) -> None:
         """The held pieces of calls begun before this part, outermost first (begun

@@ -15,11 +15,21 @@ Format limits, enforced here so that callers never have to think about them:
 Times given to the writer are perf nanoseconds; the trace stores ``time - time_base`` at
 1 tick per ns (Perfetto keeps timestamps as doubles in places and loses precision on
 large absolute values) and records ``time_base`` on every process kernel object.
+
+A file is written under a temporary name beside it, ``NAME.ptscope-<pid>.tmp``, and renamed
+to its name once complete (:meth:`FxtWriter.close`): a failure (a full disk) or a signal
+leaves no partial or empty trace, and an existing one is replaced only by a whole one. A
+temporary file whose ptscope was killed is removed by the next writer of that name. A
+name that is not a regular file (``/dev/null``, a FIFO) is written in place; a symbolic
+link stays one (its target is replaced).
 """
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import os
+import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -355,6 +365,8 @@ class FxtWriter:
     ) -> None:
         self._out = stream
         self._owned: list[BinaryIO] = []
+        self._temporary: Path | None = None  # written there, renamed to _final by close()
+        self._final: Path | None = None
         self._buf = bytearray()
         self.stats = WriteStats()
         self.time_base = time_base
@@ -398,8 +410,12 @@ class FxtWriter:
         path = Path(path)
         if compress is None:
             compress = path.suffix == ".gz"
+        final = Path(os.path.realpath(path)) if path.is_symlink() else path
+        temporary = None if _in_place(final) else _temporary_name(final)
         try:
-            raw: BinaryIO = open(path, "wb")  # noqa: SIM115 (closed by close())
+            if temporary is not None:
+                _sweep_temporaries(final)
+            raw: BinaryIO = open(temporary or final, "wb")  # noqa: SIM115 (closed by close())
         except OSError as e:
             raise PtscopeError(
                 f"cannot write {path}: {e.strerror or e}",
@@ -416,8 +432,16 @@ class FxtWriter:
             stream = gzip_file(  # type: ignore[assignment]
                 filename="", mode="wb", fileobj=raw, compresslevel=gzip_level, mtime=0
             )
-        writer = cls(stream, time_base=time_base)
+        try:
+            writer = cls(stream, time_base=time_base)
+        except BaseException:
+            raw.close()
+            if temporary is not None:
+                temporary.unlink(missing_ok=True)
+            raise
         writer._owned = [stream, raw] if compress else [raw]
+        writer._temporary = temporary
+        writer._final = final
         return writer
 
     def __enter__(self) -> FxtWriter:
@@ -429,7 +453,10 @@ class FxtWriter:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.close()
+        if exc is None:
+            self.close()
+        else:
+            self.discard()
 
     # -- output ---------------------------------------------------------------------
 
@@ -455,15 +482,42 @@ class FxtWriter:
         self._flush_buffer()
         self._out.flush()
 
-    def close(self) -> None:
-        """Flush and close the files this writer opened (a passed-in stream stays open)."""
-        self._flush_buffer()
-        if self._owned:
-            for f in self._owned:
+    def close(self, *, commit: bool = True) -> None:
+        """Flush and close the files this writer opened (a passed-in stream stays open),
+        and give the file its name (``commit``; or later, :meth:`commit`). If that fails,
+        the file is removed (:meth:`discard`) and the OSError raised."""
+        try:
+            self._flush_buffer()
+            if self._owned:
+                for f in self._owned:
+                    f.close()
+                self._owned = []
+            else:
+                self._out.flush()
+            if commit:
+                self.commit()
+        except BaseException:
+            self.discard()
+            raise
+
+    def commit(self) -> None:
+        """The closed file gets its name (replacing what was there)."""
+        if self._temporary is not None and self._final is not None:
+            os.replace(self._temporary, self._final)
+            self._temporary = None
+
+    def discard(self) -> None:
+        """Close without a trace: the files are closed (errors ignored) and what was
+        written is removed (unless written in place: a device or a FIFO)."""
+        self._buf.clear()
+        owned, self._owned = self._owned, []
+        for f in owned:
+            with contextlib.suppress(OSError, ValueError):
                 f.close()
-            self._owned = []
-        else:
-            self._out.flush()
+        if self._temporary is not None:
+            with contextlib.suppress(OSError):
+                self._temporary.unlink()
+            self._temporary = None
 
     def _string_record(self, index: int, text: str) -> None:
         self._emit(rec.string_record(index, rec.truncate_utf8(text)))
@@ -906,6 +960,41 @@ class FxtWriter:
                 self.counter(
                     pid, tid, sample.time, sample.name, {rec.ARG_COUNTER_VALUE: sample.value}
                 )
+
+
+def _in_place(path: Path) -> bool:
+    """Whether ``path`` is something other than a regular file (or a new one): written
+    directly, since it cannot be replaced by renaming."""
+    try:
+        return not path.is_file() and path.exists()
+    except OSError:
+        return False
+
+
+def _temporary_name(path: Path) -> Path:
+    return path.with_name(f"{path.name}.ptscope-{os.getpid()}.tmp")
+
+
+def _sweep_temporaries(path: Path) -> None:
+    """Remove ``NAME.ptscope-<pid>.tmp`` files beside ``path`` whose ptscope is gone (it
+    was killed while writing)."""
+    pattern = re.compile(re.escape(path.name) + r"\.ptscope-(\d+)\.tmp")
+    with contextlib.suppress(OSError):
+        for entry in path.parent.iterdir():
+            m = pattern.fullmatch(entry.name)
+            if m is not None and not _alive(int(m.group(1))):
+                with contextlib.suppress(OSError):
+                    entry.unlink()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def write_timeline(

@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Final
 
+from ptscope.children import die_with_parent
 from ptscope.errors import BadInputError, PtscopeError, ToolMissingError
 from ptscope.perftool import PerfTool, perf_env
 from ptscope.record.build_id import file_build_id, kernel_build_id
@@ -124,6 +125,7 @@ def list_build_ids(perf: PerfTool, perf_data: Path, *, with_hits: bool) -> list[
             text=True,
             env=perf_env(),
             timeout=600,
+            preexec_fn=die_with_parent,
         )
     except (OSError, subprocess.TimeoutExpired) as e:
         raise ToolMissingError(f"cannot run perf buildid-list: {e}") from e
@@ -156,6 +158,7 @@ def callchain_objects(perf: PerfTool, perf_data: Path) -> set[str]:
             text=True,
             errors="replace",
             env=perf_env(),
+            preexec_fn=die_with_parent,
         ) as process:
             assert process.stdout is not None
             for line in process.stdout:

@@ -146,9 +146,12 @@ def record(
         )
     tool = find_qemu()
     plugin = recorder_plugin(tool)
-    directory.mkdir(parents=True, exist_ok=True)
-    for name in _OUTPUTS:
-        (directory / name).unlink(missing_ok=True)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        for name in _OUTPUTS:
+            (directory / name).unlink(missing_ok=True)
+    except OSError as e:
+        raise _cannot_write(directory, e) from e
     notes: dict[str, object] = {
         "qemu_version": tool.version_text,
         "mode": "single-step" if opts.single_step else "block",
@@ -168,7 +171,10 @@ def record(
         from ptscope.perftool import find_perf
 
         recording.perf_version = find_perf().version_text
-    recording.save()
+    try:
+        recording.save()
+    except OSError as e:
+        raise _cannot_write(directory, e) from e
     arguments = plugin_arguments(
         directory,
         command,
@@ -204,19 +210,42 @@ def record(
         state = read_state(directory)
     except StateError:
         raise RecordingError(
-            f"QEMU could not start the recording of {command[0]}"
-            + (f" (QEMU exit status {rc}; its message is above)" if rc else "")
+            f"QEMU could not start the recording of {command[0]} ({_qemu_status(rc)})"
         ) from None
-    if not state.threads:
+    if not state.threads or (state.has(DISK_FULL) and not state.instructions):
         for name in _OUTPUTS:
             (directory / name).unlink(missing_ok=True)
+        if state.has(DISK_FULL):
+            raise RecordingError(f"the disk is full: nothing could be recorded in {directory}")
         raise RecordingError(
             f"nothing was recorded: QEMU ran {command[0]} but it executed no instructions"
-            + (f" (QEMU exit status {rc})" if rc else "")
+            + (f" ({_qemu_status(rc)})" if rc else "")
             + (f": {state.error}" if state.error else "")
         )
-    _finish(recording, state)
+    try:
+        _finish(recording, state)
+    except OSError as e:
+        raise RecordingError(
+            f"cannot finish the recording in {directory}: {e.strerror or e} "
+            f"(`ptscope decode {directory}` finishes it once this is fixed)"
+        ) from e
     return _result(recording, state, rc, seconds, interrupted=bool(stop.received))
+
+
+def _cannot_write(directory: Path, error: OSError) -> RecordingError:
+    return RecordingError(
+        f"cannot write the recording in {directory}: {error.strerror or error}",
+        hint="check the free space, or give --keep-recording a directory with room",
+    )
+
+
+def _qemu_status(rc: int) -> str:
+    """How QEMU ended, for a message: its exit status, or the signal that killed it."""
+    if rc >= 0:
+        return f"QEMU exit status {rc}; its message is above" if rc else "QEMU exited"
+    if -rc == signal.SIGXFSZ:
+        return "QEMU was killed by SIGXFSZ: a file reached the file size limit (ulimit -f)"
+    return f"QEMU was killed by {_signal_name(-rc)}"
 
 
 def _alive(pid: int) -> bool:
@@ -351,9 +380,15 @@ def recover(recording: Recording) -> bool:
         state = read_state(recording.directory)
     except StateError as e:
         raise BadInputError(f"{recording.directory}: the recording never started ({e})") from e
-    _finish(recording, state)
-    recording.notes["recovered"] = True
-    recording.save()
+    try:
+        _finish(recording, state)
+        recording.notes["recovered"] = True
+        recording.save()
+    except OSError as e:
+        raise BadInputError(
+            f"cannot finish the recording in {recording.directory}: {e.strerror or e}",
+            hint="check the free space and the permissions of the recording's directory",
+        ) from e
     return True
 
 
