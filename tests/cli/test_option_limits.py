@@ -148,20 +148,13 @@ def test_an_end_past_the_end_takes_the_whole_trace(trace: Path) -> None:
 # -- outputs that cannot be written as a regular file -------------------------------------
 
 
-def test_outputs_that_are_not_regular_files_are_one_line(
+def test_outputs_that_cannot_be_written_are_one_line(
     recording: Path, trace: Path, tmp_path: Path
 ) -> None:
-    fifo = tmp_path / "pipe.fxt"
-    os.mkfifo(fifo)  # opening it to write would wait forever for a reader
-    for args in (
-        ["decode", str(recording), "-o", str(fifo)],
-        ["archive", str(recording), "-o", str(fifo)],
-        ["flame", str(trace), "-o", str(fifo)],
-        ["flame", str(trace), "-o", "/dev/null"],
-    ):
-        line = refused(*args, code=2)
-        assert "is not a regular file" in line, args
-    assert fifo.is_fifo()
+    # (A device or a pipe is written in place: tests/faults write through /dev/full and
+    # a fifo.)
+    done = ptscope("flame", str(trace), "-o", "/dev/null")
+    assert done.returncode == 0, done.stderr
     for args in (
         ["decode", str(recording), "-o", str(tmp_path / "missing" / "t.fxt")],
         ["decode", str(recording), "-o", str(tmp_path / ("x" * 300 + ".fxt"))],
@@ -187,7 +180,8 @@ def test_an_output_that_fails_while_written_is_one_line(recording: Path, tmp_pat
     link = tmp_path / "version.fxt"
     link.symlink_to("/proc/version")
     line = refused("decode", str(recording), "-o", str(link), code=1)
-    assert line.endswith(f"cannot write {link}: Input/output error")
+    # (the trace is written beside the link's target, then renamed: /proc takes no file)
+    assert f"cannot write {link}: " in line
     line = refused("decode", str(recording), "-o", "/proc/version", code=2)
     assert "writes only Fuchsia traces" in line
 

@@ -108,7 +108,7 @@ def parse_time_window(text: str) -> TimeWindow:
     return TimeWindow(start, end)
 
 
-_SUM_LIMIT: Final = 1 << 62
+SUM_LIMIT: Final = 1 << 62
 """Threads times span, in ns, must stay below this (146 years) for the analyses' sums
 to fit in 64 bits with room to spare."""
 
@@ -139,7 +139,7 @@ def load_calls(
     threads = [t for t in trace.threads if len(t)]
     if not threads:
         raise BadInputError(f"{path} holds no calls (no slices in the trace)")
-    if (last - first) * len(threads) >= _SUM_LIMIT:
+    if (last - first) * len(threads) >= SUM_LIMIT:
         # Calls with one stack never overlap on a thread, so every sum the analyses make
         # (a flame box, a function's total) is below threads x span: it fits an int64.
         raise BadInputError(

@@ -178,10 +178,9 @@ def duration_ns(text: str) -> int:
 
 
 def check_output(output: Path, option: str = "-o") -> Path:
-    """Refuse, before any work, an output that cannot be written as a regular file: its
-    directory missing or read-only, a directory, or something that is not a regular file
-    (a device, a pipe: writing would block or go nowhere, and a finished archive replaces
-    what is there)."""
+    """Refuse, before any work, an output that cannot be written: its directory missing or
+    read-only, a directory, no name. A device or a pipe is written in place (a pipe waits
+    for its reader, as pipes do)."""
     if not output.name or output.name in (".", ".."):
         raise UsageError(f"{option} {str(output)!r}: give a file name")
     parent = output.parent if str(output.parent) else Path(".")
@@ -194,10 +193,6 @@ def check_output(output: Path, option: str = "-o") -> Path:
             mode = None
         if mode is not None and stat.S_ISDIR(mode):
             raise UsageError(f"{option} {output} is a directory")
-        if mode is not None and not stat.S_ISREG(mode):
-            raise UsageError(
-                f"{option} {output} is not a regular file (a device, a pipe or a socket)"
-            )
         if not os.access(parent, os.W_OK) or (mode is not None and not os.access(output, os.W_OK)):
             raise UsageError(f"{option} {output}: cannot write in {parent}")
     except OSError as e:  # a name too long, a loop of links...

@@ -68,7 +68,7 @@ class Selection:
 def selected_calls(args: argparse.Namespace) -> Iterator[Selection]:
     """The calls ``args`` select, read in bounded memory (one line for every way the
     trace cannot be read)."""
-    from ptscope.analyze.calls import parse_time_window
+    from ptscope.analyze.calls import SUM_LIMIT, parse_time_window
     from ptscope.analyze.stream import CallStream
     from ptscope.errors import BadInputError
 
@@ -80,6 +80,14 @@ def selected_calls(args: argparse.Namespace) -> Iterator[Selection]:
         threads = calls.threads()
         if not threads:
             raise BadInputError(f"{label} holds no calls (no slices in the trace)")
+        if calls.span * len(threads) >= SUM_LIMIT:
+            # Calls with one stack never overlap on a thread, so every sum the analyses
+            # make (a flame box, a function's total) is below threads x span.
+            raise BadInputError(
+                f"{label} spans {calls.span:,} ns on {len(threads):,} "
+                f"thread{'s' * (len(threads) != 1)}: more time than the statistics can add "
+                "up (a damaged trace?)"
+            )
         if tids:
             known = {t.tid for t in threads}
             missing = [tid for tid in tids if tid not in known]
