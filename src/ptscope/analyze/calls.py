@@ -9,9 +9,10 @@ and each row gets its parent row, so that questions such as "time in callees" ar
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -19,7 +20,15 @@ import numpy.typing as npt
 from ptscope.errors import BadInputError, UsageError
 from ptscope.fxt.columns import TraceColumns, read_columns
 
-__all__ = ["Calls", "TimeWindow", "format_ns", "load_calls", "parse_time_window"]
+__all__ = [
+    "Calls",
+    "TimeWindow",
+    "check_threads",
+    "check_tids",
+    "format_ns",
+    "load_calls",
+    "parse_time_window",
+]
 
 I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
@@ -113,6 +122,35 @@ SUM_LIMIT: Final = 1 << 62
 to fit in 64 bits with room to spare."""
 
 
+class _Thread(Protocol):
+    tid: int
+
+
+def check_threads(label: str, span: int, threads: Sequence[object]) -> None:
+    """A trace with calls, whose sums fit: else one line."""
+    if not threads:
+        raise BadInputError(f"{label} holds no calls (no slices in the trace)")
+    if span * len(threads) >= SUM_LIMIT:
+        # Calls with one stack never overlap on a thread, so every sum the analyses make
+        # (a flame box, a function's total) is below threads x span: it fits an int64.
+        raise BadInputError(
+            f"{label} spans {span:,} ns on {len(threads):,} "
+            f"thread{'s' * (len(threads) != 1)}: more time than the statistics can add up "
+            "(a damaged trace?)"
+        )
+
+
+def check_tids(label: str, threads: Sequence[_Thread], tids: tuple[int, ...]) -> None:
+    """Every thread asked for is in the trace: else one line listing those that are."""
+    known = {t.tid for t in threads}
+    missing = [tid for tid in tids if tid not in known]
+    if missing:
+        listed = ", ".join(str(t.tid) for t in threads[:20])
+        raise BadInputError(
+            f"no thread {', '.join(map(str, missing))} in {label} (threads: {listed})"
+        )
+
+
 def _time_range(trace: TraceColumns) -> tuple[int, int]:
     """(first, last) time of anything in the trace: slices, instants, counters."""
     times = [i.time for t in trace.threads for i in t.instants]
@@ -137,16 +175,7 @@ def load_calls(
     trace = read_columns(path, with_args=False)
     first, last = _time_range(trace)
     threads = [t for t in trace.threads if len(t)]
-    if not threads:
-        raise BadInputError(f"{path} holds no calls (no slices in the trace)")
-    if (last - first) * len(threads) >= SUM_LIMIT:
-        # Calls with one stack never overlap on a thread, so every sum the analyses make
-        # (a flame box, a function's total) is below threads x span: it fits an int64.
-        raise BadInputError(
-            f"{path} spans {last - first:,} ns on {len(threads):,} "
-            f"thread{'s' * (len(threads) != 1)}: more time than the statistics can add up "
-            "(a damaged trace?)"
-        )
+    check_threads(str(path), last - first, threads)
     # In place: the reader's columns are ours, and fresh 100 MB arrays cost page faults.
     trace.start -= first
     trace.end -= first
@@ -163,13 +192,7 @@ def load_calls(
         span=last - first,
     )
     if tids:
-        known = {t.tid for t in threads}
-        missing = [tid for tid in tids if tid not in known]
-        if missing:
-            listed = ", ".join(str(t.tid) for t in threads[:20])
-            raise BadInputError(
-                f"no thread {', '.join(map(str, missing))} in {path} (threads: {listed})"
-            )
+        check_tids(str(path), threads, tids)
         chosen = [i for i, t in enumerate(threads) if t.tid in tids]
         rows = np.concatenate([np.arange(threads[i].first, threads[i].stop) for i in chosen])
         renumber = np.full(len(threads), -1, dtype=np.int32)

@@ -19,8 +19,9 @@ Definitions (documented in the README):
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -131,19 +132,31 @@ def _exact_quantiles(name_id: npt.NDArray[np.int32], dur: I64, count: I64) -> tu
         ordered = dur[np.lexsort((dur, name))]
     first = np.concatenate(([0], np.cumsum(count)[:-1]))
     present = count > 0
+    quantiles = _interpolated(count, lambda k: ordered[np.where(present, first + k, 0)])
+    last = np.maximum(count - 1, 0)
+    return (*quantiles, np.where(present, ordered[np.where(present, first + last, 0)], 0))
+
+
+def _interpolated(
+    count: I64, nth: Callable[[I64], npt.NDArray[Any]], cap: I64 | None = None
+) -> tuple[I64, ...]:
+    """Per name: the quantiles of :data:`QUANTILES` with numpy's linear interpolation
+    between the order statistics ``nth(k)`` (the k-th duration of each name, 0-based),
+    at most ``cap``."""
+    present = count > 0
     last = np.maximum(count - 1, 0)
     out: list[I64] = []
     for q in QUANTILES:
         h = last * q
         lo = np.floor(h).astype(np.int64)
         hi = np.minimum(lo + 1, last)
-        a = ordered[np.where(present, first + lo, 0)]
-        b = ordered[np.where(present, first + hi, 0)]
+        a, b = nth(lo), nth(hi)
         t = h - lo
         # numpy's lerp, to the last bit: from the nearer end of the interval.
         value = np.where(t >= 0.5, b - (b - a) * (1 - t), a + (b - a) * t)
+        if cap is not None:
+            value = np.minimum(value, cap)
         out.append(np.where(present, np.round(value), 0).astype(np.int64))
-    out.append(np.where(present, ordered[np.where(present, first + last, 0)], 0))
     return tuple(out)
 
 
@@ -274,21 +287,13 @@ class DurationHistogram:
         cumulative = np.cumsum(self.counts)
         first_of_name = np.concatenate(([0], np.cumsum(count)[:-1]))
         present = count > 0
-        last = np.maximum(count - 1, 0)
-        out: list[I64] = []
-        for q in QUANTILES:
-            h = last * q
-            lo = np.floor(h).astype(np.int64)
-            hi = np.minimum(lo + 1, last)
-            # The k-th duration of a name (0-based) is in the first of its buckets whose
-            # running count passes first_of_name + k.
-            a = _nth(middle, cumulative, np.where(present, first_of_name + lo, 0), n_names)
-            b = _nth(middle, cumulative, np.where(present, first_of_name + hi, 0), n_names)
-            t = h - lo
-            value = np.where(t >= 0.5, b - (b - a) * (1 - t), a + (b - a) * t)
-            value = np.minimum(value, longest)
-            out.append(np.where(present, np.round(value), 0).astype(np.int64))
-        return tuple(out)
+        # The k-th duration of a name (0-based) is in the first of its buckets whose
+        # running count passes first_of_name + k.
+        return _interpolated(
+            count,
+            lambda k: _nth(middle, cumulative, np.where(present, first_of_name + k, 0), n_names),
+            longest,
+        )
 
 
 def _nth(

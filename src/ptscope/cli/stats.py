@@ -68,9 +68,8 @@ class Selection:
 def selected_calls(args: argparse.Namespace) -> Iterator[Selection]:
     """The calls ``args`` select, read in bounded memory (one line for every way the
     trace cannot be read)."""
-    from ptscope.analyze.calls import SUM_LIMIT, parse_time_window
+    from ptscope.analyze.calls import check_threads, check_tids, parse_time_window
     from ptscope.analyze.stream import CallStream
-    from ptscope.errors import BadInputError
 
     window = parse_time_window(args.time) if args.time else None
     tids = parse_id_list(args.tid, "--tid") if args.tid else ()
@@ -78,24 +77,9 @@ def selected_calls(args: argparse.Namespace) -> Iterator[Selection]:
     label = str(paths[0]) if len(paths) == 1 else f"{paths[0]} (+{len(paths) - 1} parts)"
     with reading_trace(paths[0]), CallStream(paths) as calls:
         threads = calls.threads()
-        if not threads:
-            raise BadInputError(f"{label} holds no calls (no slices in the trace)")
-        if calls.span * len(threads) >= SUM_LIMIT:
-            # Calls with one stack never overlap on a thread, so every sum the analyses
-            # make (a flame box, a function's total) is below threads x span.
-            raise BadInputError(
-                f"{label} spans {calls.span:,} ns on {len(threads):,} "
-                f"thread{'s' * (len(threads) != 1)}: more time than the statistics can add "
-                "up (a damaged trace?)"
-            )
+        check_threads(label, calls.span, threads)
         if tids:
-            known = {t.tid for t in threads}
-            missing = [tid for tid in tids if tid not in known]
-            if missing:
-                listed = ", ".join(str(t.tid) for t in threads[:20])
-                raise BadInputError(
-                    f"no thread {', '.join(map(str, missing))} in {label} (threads: {listed})"
-                )
+            check_tids(label, threads, tids)
             threads = [t for t in threads if t.tid in tids]
         yield Selection(calls, threads, window, label)
 
