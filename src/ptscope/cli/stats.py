@@ -182,7 +182,11 @@ def _print_table(args: argparse.Namespace, report: StatsReport, rows: list[Funct
 
     terminal = sys.stdout.isatty()
     console = Console(
-        file=sys.stdout, width=None if terminal else 160, no_color=not terminal, highlight=False
+        file=sys.stdout,
+        width=None if terminal else 160,
+        no_color=not terminal,
+        highlight=False,
+        markup=False,
     )
 
     def share(ns: int) -> str:
