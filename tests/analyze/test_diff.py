@@ -102,7 +102,12 @@ def test_without_deterministic_the_environment_shows(tmp_path: Path) -> None:
 def test_the_sums_are_the_third_party_readers(traces: dict[str, Path]) -> None:
     """Calls, total (recursion once: fib) and self instructions, per function, as the
     `fxt` reader's slices add up."""
-    truth = function_truth(third_party_calls(traces["before"]))
+    from ptscope.analyze.diff import matching_name
+
+    truth = {
+        matching_name(name): t
+        for name, t in function_truth(third_party_calls(traces["before"])).items()
+    }
     data = diff_json(str(traces["before"]), str(traces["loop"]))
     rows = {f["name"]: f["before"] for f in data["functions"] if f["before"] is not None}
     assert rows.keys() == truth.keys()
@@ -270,3 +275,35 @@ def test_determinism_is_recorded_in_the_metadata(tmp_path: Path) -> None:
     notes = json.loads((rec / "ptscope-recording.json").read_text())["notes"]
     assert notes["deterministic"] is True
     assert os.environ.get("PATH")  # the test's own environment was not touched
+
+
+@pytest.mark.parametrize(
+    ("name", "matched"),
+    [
+        ("[unknown] (/usr/lib/x86_64-linux-gnu/libc.so.6)", "[unknown] (libc.so.6)"),
+        ("[unknown] (/build/a/prog)", "[unknown] (prog)"),
+        ("[unknown] (prog)", "[unknown] (prog)"),
+        ("std::vector<int>::push_back(int const&)", "std::vector<int>::push_back(int const&)"),
+        ("f (/x/y)", "f (/x/y)"),
+    ],
+)
+def test_code_without_a_symbol_is_matched_by_file(name: str, matched: str) -> None:
+    from ptscope.analyze.diff import matching_name
+
+    assert matching_name(name) == matched
+
+
+@pytest.mark.parametrize(
+    ("text", "function", "percent", "count"),
+    [
+        ("2%", None, 2.0, None),
+        ("0.5%", None, 0.5, None),
+        ("5000", None, None, 5000),
+        ("work=2%", "work", 2.0, None),
+        ("ns::operator==1%", "ns::operator=", 1.0, None),
+    ],
+)
+def test_thresholds_parse(text: str, function: str | None, percent: float, count: int) -> None:
+    from ptscope.analyze.diff import Threshold, parse_threshold
+
+    assert parse_threshold(text) == Threshold(function, percent, count)

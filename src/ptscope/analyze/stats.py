@@ -370,11 +370,24 @@ class _Measure:
         v = np.where(known, value, 0)
         new, name = v[c:], batch.name
         new_name = name[c:]
-        np.add.at(self.own, new_name, new)
-        np.subtract.at(self.own, name[batch.parent[c:][has_parent]], new[has_parent])
-        np.add.at(self.total, new_name[outer], new[outer])
-        np.add.at(self.unknown, new_name, ~known[c:])
+        n = len(self.own)
+        self.own += _sum_by(new_name, new, n)
+        self.own -= _sum_by(name[batch.parent[c:][has_parent]], new[has_parent], n)
+        self.total += _sum_by(new_name[outer], new[outer], n)
+        self.unknown += np.bincount(new_name[~known[c:]], minlength=n)
         self.top_level += int(new[batch.depth[c:] == 0].sum())
+
+
+def _sum_by(index: npt.NDArray[np.int32], values: I64, n: int) -> I64:
+    """``values`` summed per ``index`` (0..n-1), exactly: with one bincount (float64
+    sums, exact while they stay below 2^53) when they do, else with ``np.add.at``."""
+    if not len(values):
+        return np.zeros(n, dtype=np.int64)
+    if int(values.max()) < (1 << 53) // len(values):  # values >= 0
+        return np.bincount(index, weights=values, minlength=n).astype(np.int64)
+    out = np.zeros(n, dtype=np.int64)
+    np.add.at(out, index, values)
+    return out
 
 
 class StatsAccumulator:

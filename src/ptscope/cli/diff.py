@@ -73,6 +73,30 @@ def read_counts(path: Path, tids: tuple[int, ...]) -> tuple[TraceTotals, list[Fu
     return totals, stats.function_counts()
 
 
+def _read_both(
+    before: Path, after: Path, tids: tuple[int, ...]
+) -> list[tuple[TraceTotals, list[FunctionCounts]]]:
+    """Both traces' sums, read side by side: AFTER in a forked child (the sums it sends
+    back are small) while this process reads BEFORE. One CPU, or no fork: one by one."""
+    import multiprocessing
+    import os
+
+    if (os.process_cpu_count() if hasattr(os, "process_cpu_count") else os.cpu_count() or 1) < 2:
+        return [read_counts(before, tids), read_counts(after, tids)]
+    from concurrent.futures import ProcessPoolExecutor
+
+    try:
+        context = multiprocessing.get_context("fork")
+    except ValueError:
+        return [read_counts(before, tids), read_counts(after, tids)]
+    from ptscope.children import die_with_parent
+
+    with ProcessPoolExecutor(1, mp_context=context, initializer=die_with_parent) as pool:
+        other = pool.submit(read_counts, after, tids)
+        first = read_counts(before, tids)
+        return [first, other.result()]
+
+
 class DiffCommand:
     name = "diff"
     help = "per-function differences between two traces (calls, instructions, cycles, time)"
@@ -125,8 +149,7 @@ class DiffCommand:
 
         thresholds = [parse_threshold(t) for t in args.fail_above]
         tids = parse_id_list(args.tid, "--tid") if args.tid else ()
-        before, before_rows = read_counts(args.before, tids)
-        after, after_rows = read_counts(args.after, tids)
+        (before, before_rows), (after, after_rows) = _read_both(args.before, args.after, tids)
         report = diff_functions(before, before_rows, after, after_rows)
         crossings: list[Crossing] = []
         if thresholds:
