@@ -160,10 +160,13 @@ class DiffCommand:
                         "(decoded with --no-insn-detail, or by the sampling backend?)"
                     )
             crossings = crossed_thresholds(report, thresholds)
-        rows = _selected(report, args)
+        rows, cut = _selected(report, args)
         {"table": _print_table, "json": _print_json, "csv": _print_csv}.get(
             args.format, _print_markdown
         )(report, rows, crossings)
+        if cut and args.format in ("table", "markdown"):
+            blank = "\n" if args.format == "markdown" else ""  # not a row of the table
+            print(f"{blank}({cut}; --top 0 for all)")
         for crossing in crossings:
             print(f"ptscope: diff: {crossing.describe()}", file=sys.stderr)
         if crossings:
@@ -175,13 +178,17 @@ class DiffCommand:
         return 0
 
 
-def _selected(report: DiffReport, args: argparse.Namespace) -> list[DiffRow]:
+def _selected(report: DiffReport, args: argparse.Namespace) -> tuple[list[DiffRow], str]:
+    """The rows to show, and what --top left out (``3 of 40 changed functions``)."""
     from ptscope.analyze.diff import select_rows
 
     rows = select_rows(report, sort=args.sort, match=args.match)
     if args.changed:
         rows = [r for r in rows if r.changed()]
-    return rows[: args.top] if args.top else rows
+    if not args.top or len(rows) <= args.top:
+        return rows, ""
+    which = " ".join(w for w, on in (("changed", args.changed), ("matching", args.match)) if on)
+    return rows[: args.top], f"{args.top} of {len(rows)} {which + ' ' if which else ''}functions"
 
 
 def _change(before: int, after: int) -> str:
@@ -277,9 +284,6 @@ def _print_table(report: DiffReport, rows: list[DiffRow], crossings: list[Crossi
     for row in rows:
         table.add_row(*_cells(row))
     console.print(table)
-    shown = len(rows)
-    if shown < len(report.rows):
-        console.print(f"({shown} of {len(report.rows)} functions; --top 0 for all)")
     for note in _notes(report):
         console.print(note, soft_wrap=True)
 
@@ -301,9 +305,6 @@ def _print_markdown(report: DiffReport, rows: list[DiffRow], crossings: list[Cro
         cells = _cells(row)
         cells[0] = f"`{cell(cells[0])}`"
         out.append("| " + " | ".join(cell(c).replace("->", "→") for c in cells) + " |")
-    if len(rows) < len(report.rows):
-        out.append("")
-        out.append(f"({len(rows)} of {len(report.rows)} functions)")
     out.extend(f"\n{note}" for note in _notes(report))
     sys.stdout.write("\n".join(out) + "\n")
 
