@@ -100,7 +100,8 @@ def add_decoder_arguments(parser: argparse.ArgumentParser) -> argparse._Argument
         type=int_between(1, MAX_JOBS),
         default=None,
         metavar="N",
-        help=f"decode N time windows in parallel (default: number of cores; at most {MAX_JOBS})",
+        help="decode N time windows in parallel (default: one per free core beyond the "
+        f"first, none below three free cores, at most 4; at most {MAX_JOBS})",
     )
     group.add_argument(
         "--time-axis",
