@@ -145,6 +145,9 @@ class DiffCommand:
 
     def run(self, args: argparse.Namespace) -> int:
         from ptscope.analyze.diff import crossed_thresholds, diff_functions, parse_threshold
+        from ptscope.cli.base import reuse_freed_memory
+
+        reuse_freed_memory()
         from ptscope.errors import BadInputError
 
         thresholds = [parse_threshold(t) for t in args.fail_above]

@@ -48,7 +48,9 @@ class FlameCommand:
     def run(self, args: argparse.Namespace) -> int:
         from ptscope.analyze.calls import format_ns
         from ptscope.analyze.flame import FlameChartAccumulator, FlameGraphAccumulator
-        from ptscope.cli.base import check_output
+        from ptscope.cli.base import check_output, reuse_freed_memory
+
+        reuse_freed_memory()
 
         output = check_output(args.output)
         if args.diff:

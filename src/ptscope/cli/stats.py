@@ -128,6 +128,9 @@ class StatsCommand:
 
     def run(self, args: argparse.Namespace) -> int:
         from ptscope.analyze.stats import StatsAccumulator, select_functions
+        from ptscope.cli.base import reuse_freed_memory
+
+        reuse_freed_memory()
 
         with selected_calls(args) as selection:
             stats = StatsAccumulator(selection.calls.names, exact=args.exact)

@@ -510,6 +510,7 @@ class _ColumnReader:
             arg_text[named] = _resolve(
                 strings, args.name_ref[named], args.position[named], "string"
             )
+            is_int = _IS_INT_TYPE[args.arg_type & 0xF]  # (a type is 4 bits)
             for text, column in (
                 (rec.ARG_ADDRESS, address),
                 (rec.ARG_INSTRUCTIONS, instructions),
@@ -518,7 +519,7 @@ class _ColumnReader:
             ):
                 text_id = self._ids.get(text)
                 if text_id is not None:
-                    hit = (arg_text == text_id) & np.isin(args.arg_type, _INT_TYPES)
+                    hit = (arg_text == text_id) & is_int
                     values = args.value[hit]
                     # As the strict reader (TraceSlice.to_slice): a count past 63 bits, or
                     # an address that an I64 argument makes negative, is unknown.
@@ -556,6 +557,8 @@ class _ColumnReader:
 _INT_TYPES: Final = np.array(
     [rec.ArgType.I64, rec.ArgType.U64, rec.ArgType.POINTER, rec.ArgType.KOID], dtype=np.int64
 )
+_IS_INT_TYPE: Final = np.isin(np.arange(16), _INT_TYPES)
+"""Whether each argument type (0..15) holds an integer: a lookup, not an isin per block."""
 
 
 def _sizes(headers: U64) -> npt.NDArray[np.int64]:
