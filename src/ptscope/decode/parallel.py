@@ -131,8 +131,9 @@ def default_jobs(cpus: int | None = None, load: float | None = None) -> int:
     less the machine's load (``load``, the 1-minute average, rounded down).
 
     Why: a window parallelises perf's decoding only; every window's records still go
-    through one engine. On two cores ``--jobs 2`` was never faster than one job and cost
-    more CPU (bench/decode.py --peers, issue 19), so a second window needs a third core.
+    through one engine, and one job already keeps two cores busy (perf, and the engine
+    beside it). On two cores ``--jobs 2`` was no faster than one job (within 2 %, wall
+    and CPU: bench/decode.py --peers, issue 19), so a second window needs a third core.
     """
     if cpus is None:
         try:
