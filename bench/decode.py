@@ -7,6 +7,7 @@ Usage::
     python bench/decode.py --branches 1000000 # a smaller recording
     python bench/decode.py --workload calls   # the call-heavy program, 60,000 rounds
     python bench/decode.py --memory           # peak RSS of `ptscope decode` vs trace length
+    python bench/decode.py --workload calls --peers --repeat 5   # against perf2perfetto
 
 Every figure comes from one run, each measurement in a fresh child process (so that peak
 RSS is its own), and is reported as a ratio to the floor measured in the same run; the
@@ -35,6 +36,11 @@ of Python and perf together: steadier than the wall time on a busy machine):
 * perf's own per-instruction path, the way to exact counts without a block cache
   (perf2perfetto's ``--itrace=i0ns``): perf i0ns floor (every instruction synthesized and
   handed to the null dlfilter) and perf i0ns text (printed, ``-F ...,insn``, thrown away).
+
+``--peers`` measures against perf2perfetto (its public source built offline with Debian's
+Rust crates, ../shared/docs/peers.md; skipped with a line saying why where it cannot be):
+the floor, perf2perfetto (time axis), ptscope ``--no-insn-detail -j1``, ``-j1``,
+``--jobs 2`` and with no ``--jobs`` (its default), in interleaved rounds.
 
 ``--only`` picks measurements by name; ``--insns`` is a shortcut for the floor, the plain
 and instruction-detail dlfilter decodes and perf's i0ns paths.
@@ -317,7 +323,7 @@ def _child_parallel_engine(perf_data: Path, jobs: int) -> dict[str, float]:
 
 
 def _pipeline(
-    perf_data: Path, decoder: str, jobs: int, *, insns: bool = True, drill: bool = False
+    perf_data: Path, decoder: str, jobs: int | None, *, insns: bool = True, drill: bool = False
 ) -> dict[str, float]:
     import tempfile
 
@@ -351,6 +357,96 @@ def _child_pipeline_text(perf_data: Path, _jobs: int) -> dict[str, float]:
     return _pipeline(perf_data, "text", 1)
 
 
+# ------------------------------------------------------------------ peers
+
+P2P_REPO = "https://github.com/michoecho/perf2perfetto"
+P2P_CRATES = Path("/usr/share/cargo/registry")
+P2P_PINS = {  # the versions Debian packages (../shared/docs/peers.md)
+    "strum": '"0.19"',
+    "strum_macros": '"0.19"',
+    "numtoa": '"0.2"',
+    "bindgen": '{ version = "0.60", default-features = false, features = [] }',
+}
+
+
+def build_perf2perfetto() -> Path | str:
+    """perf2perfetto's dlfilter, built offline from its public source with Debian's Rust
+    crates; or why it cannot be built here (one line). The source: $PERF2PERFETTO_SRC, a
+    copy in bench/cache, or a clone of its repository where the network allows."""
+    import re
+    import shutil
+
+    out = CACHE / "perf2perfetto" / "libperf2perfetto.so"
+    if out.exists():
+        return out
+    cargo = shutil.which("cargo") or str(Path.home() / ".cargo" / "bin" / "cargo")
+    if not Path(cargo).exists():
+        return "no cargo (apt-get install cargo)"
+    if not P2P_CRATES.is_dir():
+        return (
+            "Debian's Rust crates are missing (apt-get install librust-libc-dev "
+            "librust-num-traits-dev librust-lru-dev librust-strum-dev librust-strum-macros-dev "
+            "librust-numtoa-dev librust-bindgen-dev libclang-dev)"
+        )
+    src = CACHE / "perf2perfetto-src"
+    if not (src / "Cargo.toml").exists():
+        given = os.environ.get("PERF2PERFETTO_SRC")
+        if given:
+            shutil.copytree(given, src, ignore=shutil.ignore_patterns("target", ".git"))
+        else:
+            got = subprocess.run(
+                ["git", "clone", "-q", "--depth", "1", P2P_REPO, str(src)], capture_output=True
+            )
+            if got.returncode != 0:
+                return f"cannot fetch its source ({P2P_REPO}; set PERF2PERFETTO_SRC)"
+    manifest = (src / "Cargo.toml").read_text()
+    for crate, version in P2P_PINS.items():
+        manifest = re.sub(rf"(?m)^{crate} = .*$", f"{crate} = {version}", manifest)
+    (src / "Cargo.toml").write_text(manifest)
+    (src / "Cargo.lock").unlink(missing_ok=True)
+    (src / ".cargo").mkdir(exist_ok=True)
+    (src / ".cargo" / "config.toml").write_text(
+        '[source.crates-io]\nreplace-with = "debian"\n'
+        f'[source.debian]\ndirectory = "{P2P_CRATES}"\n'
+    )
+    print("building perf2perfetto (once; cached in bench/cache)", flush=True)
+    built = subprocess.run(
+        [cargo, "build", "--release", "--offline", "-q"], cwd=src, capture_output=True, text=True
+    )
+    if built.returncode != 0:
+        return f"cargo build failed: {(built.stderr.strip().splitlines() or ['?'])[-1]}"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(src / "target" / "release" / "libperf2perfetto.so", out)
+    return out
+
+
+def _child_perf2perfetto(perf_data: Path, _jobs: int) -> dict[str, float]:
+    """perf2perfetto on the time axis (``t``), writing plain FXT."""
+    import tempfile
+
+    from ptscope.perftool import find_perf, perf_env
+
+    library = build_perf2perfetto()
+    if isinstance(library, str):
+        raise SystemExit(library)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "p2p.fxt"
+        argv = [find_perf().path, "script", "-i", str(perf_data), "--itrace=be"]
+        argv += ["--dlfilter", str(library), "--dlarg", str(out), "--dlarg", "t"]
+        subprocess.run(argv, check=True, env=perf_env(), stdout=subprocess.DEVNULL)
+        return {"events": 0, "trace_bytes": out.stat().st_size}
+
+
+PEERS_SET = [
+    "floor",
+    "perf2perfetto",
+    "ptscope --no-insn-detail -j1",
+    "ptscope -j1",
+    "ptscope --jobs 2",
+    "ptscope default",
+]
+
+
 CHILDREN: dict[str, Callable[[Path, int], dict[str, float]]] = {
     "floor": lambda p, _j: _null_filter(p, ITRACE),
     "perf+dlfilter": lambda p, _j: _perf_dlfilter(p, False),
@@ -374,6 +470,11 @@ CHILDREN: dict[str, Callable[[Path, int], dict[str, float]]] = {
     "columnar+C engine insns": lambda p, _j: _columnar_c_engine(p, True),
     "text insns": lambda p, _j: _text(p, True),
     "perf i0ns floor": lambda p, _j: _null_filter(p, "i0ns"),
+    "perf2perfetto": _child_perf2perfetto,
+    "ptscope --no-insn-detail -j1": lambda p, _j: _pipeline(p, "dlfilter", 1, insns=False),
+    "ptscope -j1": lambda p, _j: _pipeline(p, "dlfilter", 1),
+    "ptscope --jobs 2": lambda p, _j: _pipeline(p, "dlfilter", 2),
+    "ptscope default": lambda p, _j: _pipeline(p, "dlfilter", None),
     "perf i0ns text": _child_perf_i0ns_text,
 }
 INSNS_SET = [
@@ -393,7 +494,7 @@ INSNS_SET = [
     "perf i0ns text",
 ]
 # Measurements only --only or --insns ask for (perf's per-instruction paths are slow).
-NOT_BY_DEFAULT = {"perf i0ns floor", "perf i0ns text", "text insns"}
+NOT_BY_DEFAULT = {"perf i0ns floor", "perf i0ns text", "text insns", *PEERS_SET[1:]}
 
 
 def run_child(name: str, perf_data: Path, jobs: int) -> dict[str, float] | None:
@@ -438,6 +539,31 @@ def child_main(name: str, perf_data: Path, jobs: int) -> None:
     result["rss_python_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     result["rss_perf_mb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     print(json.dumps(result))
+
+
+def peers_report(results: dict[str, dict[str, float]]) -> None:
+    """The peers table: CPU and wall as x the floor, output, slices, peak RSS."""
+    floor = results.get("floor")
+    print(
+        f"\n{'':<30} {'CPU s':>7} {'CPU x floor':>11} {'wall s':>7} {'wall x floor':>12}"
+        f" {'output MB':>9} {'slices':>10} {'peak RSS MB':>11}"
+    )
+    for name, r in results.items():
+        cpu_x = f"{r['cpu'] / floor['cpu']:.2f}" if floor else "-"
+        wall_x = f"{r['inner_wall'] / floor['inner_wall']:.2f}" if floor else "-"
+        size = f"{r['trace_bytes'] / 1e6:.1f}" if "trace_bytes" in r else "-"
+        slices = f"{int(r['slices']):,}" if "slices" in r else "-"
+        rss = max(r["rss_python_mb"], r["rss_perf_mb"])
+        print(
+            f"{name:<30} {r['cpu']:7.2f} {cpu_x:>11} {r['inner_wall']:7.2f} {wall_x:>12}"
+            f" {size:>9} {slices:>10} {rss:11.0f}"
+        )
+    p2p, ours = results.get("perf2perfetto"), results.get("ptscope default")
+    if p2p and ours:
+        print(
+            f"ptscope default / perf2perfetto: CPU {ours['cpu'] / p2p['cpu']:.2f}x, "
+            f"wall {ours['inner_wall'] / p2p['inner_wall']:.2f}x (target: CPU <= 1.0x)"
+        )
 
 
 def memory_main(rounds: list[int]) -> None:
@@ -496,6 +622,12 @@ def main() -> None:
         help="peak RSS of `ptscope decode --jobs 1` on call-heavy recordings of these rounds "
         "(default 60000 300000), and its ratio between the shortest and the longest",
     )
+    ap.add_argument(
+        "--peers",
+        action="store_true",
+        help="against perf2perfetto (built offline here, or skipped saying why): the floor, "
+        "perf2perfetto, ptscope --no-insn-detail -j1, -j1, --jobs 2 and its default",
+    )
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -516,20 +648,28 @@ def main() -> None:
         f"recording: {perf_data} ({size / 1e6:.1f} MB), {os.cpu_count()} CPUs, --jobs {args.jobs}"
     )
     results: dict[str, dict[str, float]] = {}
-    names = args.only or (INSNS_SET if args.insns else [])
+    names = args.only or (INSNS_SET if args.insns else PEERS_SET if args.peers else [])
     names = names or [n for n in CHILDREN if n not in NOT_BY_DEFAULT]
-    for name in names:
-        best: dict[str, float] | None = None
-        cpu = float("inf")
-        for _ in range(args.repeat):
+    if "perf2perfetto" in names:
+        library = build_perf2perfetto()
+        if isinstance(library, str):
+            print(f"perf2perfetto: skipped: {library}")
+            names = [n for n in names if n != "perf2perfetto"]
+    cpu: dict[str, float] = {}
+    for _ in range(args.repeat):  # interleaved: each round measures every one once
+        for name in names:
             r = run_child(name, perf_data, args.jobs)
-            if r is not None and (best is None or r["inner_wall"] < best["inner_wall"]):
-                best = r
-            if r is not None:
-                cpu = min(cpu, r["cpu"])
-        if best is not None:
-            best["cpu"] = cpu  # the least over the runs too: on a busy machine, both vary
-            results[name] = best
+            if r is None:
+                continue
+            best = results.get(name)
+            if best is None or r["inner_wall"] < best["inner_wall"]:
+                results[name] = r
+            cpu[name] = min(cpu.get(name, float("inf")), r["cpu"])
+    for name, r in results.items():
+        r["cpu"] = cpu[name]  # the least over the runs too: on a busy machine, both vary
+    if args.peers:
+        peers_report(results)
+        return
     floor = results.get("floor", {}).get("inner_wall")
     print()
     print(

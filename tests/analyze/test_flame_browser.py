@@ -148,3 +148,46 @@ def test_svg_draws_and_reacts_in_chromium(
     )
     assert page.evaluate("document.querySelectorAll('g.f.hit').length") == 0
     assert page.errors() == []
+
+
+def test_differential_graph_in_chromium(tmp_path: Path, browser: HeadlessChromium) -> None:
+    """flame --diff on two emulated runs (an extra loop in `work`): the grown boxes are
+    red, nothing is blue, and hover and search speak in instructions."""
+    from support.programs import build
+
+    traces = []
+    for name, extra in (("before", []), ("after", ["-DEXTRA_LOOP"])):
+        out = tmp_path / f"{name}.fxt.gz"
+        done = ptscope(
+            "run", "--backend", "emulated", "--deterministic", "-o", str(out), "--",
+            str(build("diff_work", extra=extra)), "20",
+        )  # fmt: skip
+        if "emulated backend" in done.stderr and done.returncode not in (0, 1):
+            pytest.skip(done.stderr.strip())
+        assert done.returncode in (0, 1), done.stderr
+        traces.append(str(out))
+    svg = tmp_path / "diff.svg"
+    done = ptscope("flame", "--diff", *traces, "-o", str(svg))
+    assert done.returncode == 0, done.stderr
+    page = open_file(browser, svg)
+    boxes = page.evaluate("document.querySelectorAll('g.f').length")
+    assert page.evaluate("document.documentElement.getAttribute('data-ready')") == str(boxes)
+    image = pixels(page.screenshot())
+    r, g, b = image[..., 0], image[..., 1], image[..., 2]
+    assert int(((r > 180) & (g < 120) & (b < 120)).sum()) > 300, "no red box"
+    assert int(((b > 150) & (r < 120)).sum()) == 0, "a blue box, though nothing shrank"
+    details = page.evaluate(
+        "(function(){const g = [...document.querySelectorAll('g.f')].find(g => "
+        "g.querySelector('title').textContent.startsWith('work\\n'));"
+        "g.dispatchEvent(new MouseEvent('mouseover', {bubbles: true}));"
+        "return document.getElementById('details').textContent;})()"
+    )
+    assert details.startswith("work \u2014 ") and " instructions (" in details
+    assert "self change +" in details
+    matched = page.evaluate(
+        "(function(){const s = document.getElementById('search'); s.value = '^work$';"
+        "s.dispatchEvent(new Event('input')); "
+        "return document.getElementById('matched').textContent;})()"
+    )
+    assert matched.startswith("matched: ") and "of the instructions, 1 box" in matched
+    assert page.errors() == []

@@ -151,3 +151,21 @@ def test_random_traces_match_the_obvious_computation(
                     t.percentile(99), max(t.durations))  # fmt: skip
             f = got[name]
             assert (f.calls, f.total_ns, f.self_ns, f.p50_ns, f.p90_ns, f.p99_ns, f.max_ns) == want
+
+
+def test_the_table_shows_bracketed_names_as_they_are(tmp_path: Path) -> None:
+    """`[syscall]` and `[unknown] (DSO)` are names, not the table library's markup."""
+    from support.cli import ptscope
+
+    timeline = Timeline(
+        names=["main", "[syscall]", "[unknown] (/lib/libc.so.6)", "[bold]x[/bold]"],
+        threads=[thread_of_rows(1, 1, [(0, 100, 0, 0), (10, 20, 1, 1), (30, 40, 1, 2),
+                                       (50, 60, 1, 3)])],
+    )  # fmt: skip
+    path = tmp_path / "t.fxt.gz"
+    write_timeline(timeline, path)
+    result = ptscope("stats", str(path))
+    assert result.returncode == 0, result.stderr
+    names = [line.split("  ")[0] for line in result.stdout.splitlines()[2:]]
+    # (equal totals: in name order)
+    assert names == ["main", "[bold]x[/bold]", "[syscall]", "[unknown] (/lib/libc.so.6)"]

@@ -38,3 +38,11 @@ def test_demo_writes_a_trace_with_the_programs_calls(tmp_path: Path) -> None:
     depth_of_build = max(s.depth for s in slices if s.name == "build")
     main_depth = min(s.depth for s in slices if s.name == "main")
     assert depth_of_build - main_depth >= 5
+    # Then the variant, and the diff naming sum() first: the only function that changed
+    # its own instructions (the others' totals grew through it).
+    variant = tmp_path / "demo-variant.fxt.gz"
+    assert variant.exists()
+    table = result.stdout[result.stdout.index("$ ptscope diff") :].splitlines()
+    header = next(i for i, line in enumerate(table) if line.startswith("function"))
+    assert table[header + 1].split()[0] == "sum"
+    assert all(" 0 " in f" {line} " for line in table[header + 2 :] if "->" in line)

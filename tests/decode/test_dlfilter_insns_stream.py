@@ -247,3 +247,24 @@ def test_branch_batch_line_columns_round_trip() -> None:
         )
     with pytest.raises(ValueError, match="not both"):
         BranchBatch(table, *(getattr(batch, c) for c in BRANCH_COLUMNS), lines=batch.lines)
+
+
+def test_more_lines_than_instructions_can_touch_is_an_error(insns_stream: bytes) -> None:
+    """A block of c instructions spans at most 15c bytes: c + 1 lines. A branch whose
+    lines pass twice its count is damage (a campaign's such stream took 13 s)."""
+    records = split_stream(insns_stream)
+    for offset, kind in zip(records.offsets, records.order, strict=True):
+        if kind != "branch":
+            continue
+        rec = np.frombuffer(insns_stream, dtype=rf.INSNS_BRANCH_DTYPE, count=1, offset=offset)
+        insns, count = int(rec["insn_cnt"][0]), int(rec["line_count"][0])
+        if insns and count:
+            break
+    else:
+        raise AssertionError("no branch with lines")
+    assert count <= 2 * insns  # the genuine stream keeps the rule
+    damaged = bytearray(insns_stream)
+    field = rf.INSNS_BRANCH_DTYPE.fields["line_count"][1]
+    damaged[offset + field : offset + field + 8] = (2 * insns + 1).to_bytes(8, "little")
+    with pytest.raises(BadInputError, match="more code lines than its instructions"):
+        parse(bytes(damaged))

@@ -1,7 +1,7 @@
 """A fuzz campaign over the parsers: ``make fuzz-parsers N=100000``.
 
 Usage: ``python tests/fuzz/campaign.py -n 100000 [--target NAME ...]
-[--timeout-per-input S] [--seed S]``.
+[--timeout-per-input S] [--seed S] [--progress K]``.
 
 Every ``TARGET`` of ``tests/fuzz/test_fuzz_*.py`` (see ``target.py``) runs on N generated
 inputs (hypothesis, ``max_examples=N``, no example database, no shrinking). A failure
@@ -108,8 +108,13 @@ def _signature(error: BaseException) -> str:
     return f"{type(error).__name__} at {where}"
 
 
-def run_target(target: FuzzTarget, examples: int, timeout: float, seed_value: int) -> Outcome:
+def run_target(
+    target: FuzzTarget, examples: int, timeout: float, seed_value: int, every: int = 0
+) -> Outcome:
+    """``every``: print a progress line (inputs, errors, hangs so far) every so many
+    inputs (0: none), so that a campaign stopped early still says how far it went."""
     outcome = Outcome(target.name)
+    started = time.monotonic()
 
     def record(kind: str, value: Any, error: BaseException) -> None:
         signature = "hang" if kind == "hang" else _signature(error)
@@ -131,6 +136,12 @@ def run_target(target: FuzzTarget, examples: int, timeout: float, seed_value: in
     @given(target.inputs)
     def run(value: Any) -> None:
         outcome.tried += 1
+        if every and outcome.tried % every == 0:
+            print(
+                f"  {target.name}: {outcome.tried:,} inputs, {outcome.errors:,} internal "
+                f"errors, {outcome.hangs:,} hangs, {time.monotonic() - started:.0f} s",
+                flush=True,
+            )
         alarm = _Alarm()
         error: BaseException | None = None
         try:
@@ -145,7 +156,6 @@ def run_target(target: FuzzTarget, examples: int, timeout: float, seed_value: in
             outcome.errors += 1
             record("crash", value, error)
 
-    started = time.monotonic()
     run()
     outcome.seconds = time.monotonic() - started
     return outcome
@@ -161,6 +171,13 @@ def main(argv: list[str] | None = None) -> int:
         "--timeout-per-input", type=float, default=10.0, metavar="S", help="default 10 s"
     )
     parser.add_argument("--seed", type=int, default=0, help="hypothesis seed (default 0)")
+    parser.add_argument(
+        "--progress",
+        type=int,
+        default=10_000,
+        metavar="K",
+        help="a progress line every K inputs (default 10,000; 0: none)",
+    )
     args = parser.parse_args(argv)
     targets = discover()
     chosen = args.target or list(targets)
@@ -170,7 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     outcomes = []
     for name in chosen:
         print(f"== {name}: {args.n:,} inputs", flush=True)
-        outcome = run_target(targets[name], args.n, args.timeout_per_input, args.seed)
+        outcome = run_target(
+            targets[name], args.n, args.timeout_per_input, args.seed, args.progress
+        )
         outcomes.append(outcome)
         for signature, count in outcome.failures.most_common():
             print(f"  {count:,} x {signature}")

@@ -16,7 +16,9 @@ the emulated backend, ``attach`` is always given a PID that cannot exist (above 
 ``serve`` is always pointed at a port this target holds (so it can only refuse), and no
 ``--serve`` or picker (``--trigger ?``, ``attach`` without ``-p``) is generated, nor
 ``--perf-script`` of a fifo or ``-`` (text that streams in: the command waits for it, by
-design). The
+design). The fifo has a reader while the command runs (a command writing to a fifo nobody
+reads waits for one, by design, as a shell redirection does: a campaign counted those as
+hangs). The
 recording and trace the commands read are made once per process (``/bin/true`` under the
 emulated backend).
 """
@@ -304,6 +306,33 @@ def environment(**changes: str | None) -> Iterator[None]:
                 os.environ[key] = value
 
 
+@contextlib.contextmanager
+def drained(fifo: Path) -> Iterator[None]:
+    """A reader on ``fifo`` for as long as the ``with`` lasts, throwing away what comes."""
+    import select
+    import threading
+
+    fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    stop = threading.Event()
+
+    def drain() -> None:
+        while not stop.is_set():
+            ready, _, _ = select.select([fd], [], [], 0.05)
+            if ready:
+                with contextlib.suppress(BlockingIOError):
+                    if not os.read(fd, 1 << 16):
+                        stop.wait(0.01)  # no writer (yet, or any more)
+
+    thread = threading.Thread(target=drain, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        os.close(fd)
+
+
 def check(argv: list[str]) -> None:
     from ptscope.cli import main
 
@@ -320,6 +349,7 @@ def check(argv: list[str]) -> None:
         args = prepared(argv, tmp, held.getsockname()[1])
         out, err = io.StringIO(), io.StringIO()
         with (
+            drained(tmp / "fifo.fxt"),
             contextlib.chdir(tmp),
             environment(CC="/nonexistent/cc", XDG_CACHE_HOME=str(tmp), DISPLAY=None,
                         WAYLAND_DISPLAY=None, BROWSER=None),

@@ -25,7 +25,7 @@ from typing import Literal
 
 from ptscope.decode.landing_pads import LandingPads
 from ptscope.decode.perf_script import decode_perf_data_text
-from ptscope.pipeline import decode_recording
+from ptscope.pipeline import DecodeOptions, decode_recording
 from ptscope.reconstruct.engine import TraceSegmentEngine
 from ptscope.record.emulated import EmulationOptions, record
 from ptscope.timeline import Timeline
@@ -205,7 +205,9 @@ def trace(
     if result.exit_code != 0:
         raise RuntimeError(f"{exe.name}: {result.summary}")
     out = workdir / "trace.fxt.gz"
-    decode_recording(result.recording, out)
+    # Two windows, whatever the default on this machine: each window's edges (a lead-in,
+    # a segment break) are where the engine's hardest cases meet (fuzz seed 294).
+    decode_recording(result.recording, out, DecodeOptions(jobs=2))
     (perf_data,) = result.recording.perf_data_paths()
     return Traced(exe, out, perf_data, directory)
 

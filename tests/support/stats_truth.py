@@ -25,6 +25,7 @@ class Call:
     end: int
     parent: int  # index in the thread's list, -1 for a top-level call
     stack: tuple[str, ...]
+    instructions: int = -1  # the slice's `instructions` arg (-1: none)
 
 
 @dataclass
@@ -33,6 +34,8 @@ class Truth:
     total: int = 0
     self_time: int = 0
     durations: list[int] = field(default_factory=list)
+    instructions: int = 0  # outermost calls' counts (recursion once)
+    self_instructions: int = 0
 
     def percentile(self, q: float) -> int:
         return round(float(np.percentile(self.durations, q)))
@@ -44,24 +47,25 @@ def third_party_calls(path: Path) -> dict[tuple[int, int], list[Call]]:
         gz = f.read(2) == b"\x1f\x8b"
     with gzip.open(path, "rb") if gz else open(path, "rb") as f:
         result = parse_records(f)
-    by_thread: dict[tuple[int, int], list[tuple[int, int, str]]] = {}
+    by_thread: dict[tuple[int, int], list[tuple[int, int, str, int]]] = {}
     for records in result.records_by_provider.values():
         for r in records.records:
             if isinstance(r, DurationCompleteEventRecord):
                 key = (r.thread.process_id, r.thread.thread_id)
                 # This reader calls the end word a duration; it is the end tick.
-                by_thread.setdefault(key, []).append((r.timestamp_ns, r.duration_ns, r.name))
+                insns = int(r.args.get("instructions", -1)) if r.args else -1
+                by_thread.setdefault(key, []).append((r.timestamp_ns, r.duration_ns, r.name, insns))
     out: dict[tuple[int, int], list[Call]] = {}
     for key, rows in by_thread.items():
         rows.sort(key=lambda r: r[0])  # stable: file order among equal starts
         calls: list[Call] = []
         stack: list[int] = []
-        for start, end, name in rows:
+        for start, end, name, insns in rows:
             while stack and calls[stack[-1]].end <= start:
                 stack.pop()
             parent = stack[-1] if stack else -1
             above = calls[parent].stack if parent >= 0 else ()
-            calls.append(Call(name, start, end, parent, (*above, name)))
+            calls.append(Call(name, start, end, parent, (*above, name), insns))
             stack.append(len(calls) - 1)
         out[key] = calls
     return out
@@ -99,12 +103,16 @@ def function_truth(
             t.calls += 1
             t.durations.append(duration)
             t.self_time += duration
+            insns = max(c.instructions, 0)
+            t.self_instructions += insns
             if c.parent >= 0:
                 parent = calls[c.parent]
                 assert parent is not None  # a kept call's caller overlaps the window too
                 truth[parent.name].self_time -= duration
+                truth[parent.name].self_instructions -= insns
             if c.name not in c.stack[:-1]:
                 t.total += duration
+                t.instructions += insns
     return truth
 
 

@@ -2,7 +2,9 @@
 // Written for ptscope (see src/ptscope/analyze/flame_svg.py, which embeds it).
 // Every box is a <g class="f"> holding a <title> (first line: the name), a <rect> and a
 // <text>; its data-* attributes keep the box in ns (x, w), its depth (d), band (l),
-// self time (s) and calls (c), so the script can lay boxes out again at any zoom.
+// self time (s) and calls (c), so the script can lay boxes out again at any zoom. A
+// differential graph (data-unit="instructions" on the <svg>) measures boxes in
+// instructions instead of ns, and each box has its change of self instructions (data-dd).
 "use strict";
 (function () {
   var svg = document.documentElement;
@@ -14,6 +16,7 @@
   var width = num(svg, "width");
   var pad = num(svg, "data-pad");
   var charWidth = num(svg, "data-char");
+  var unit = svg.getAttribute("data-unit") || "ns";
   var details = document.getElementById("details");
   var matched = document.getElementById("matched");
   var reset = document.getElementById("reset");
@@ -26,13 +29,19 @@
       g: g, rect: g.querySelector("rect"), text: g.querySelector("text"),
       name: title.split("\n")[0],
       x: num(g, "data-x"), w: num(g, "data-w"), d: num(g, "data-d"), l: num(g, "data-l"),
-      s: num(g, "data-s"), c: num(g, "data-c")
+      s: num(g, "data-s"), c: num(g, "data-c"),
+      dd: g.hasAttribute("data-dd") ? num(g, "data-dd") : null
     };
   });
   var byElement = new Map(boxes.map(function (b) { return [b.g, b]; }));
   var view = { x0: 0, x1: total, focus: null };
 
+  function count(n) {
+    return Math.round(n).toLocaleString("en-US");
+  }
+
   function duration(ns) {
+    if (unit !== "ns") { return count(ns) + " " + unit; }
     var units = [["s", 1e9], ["ms", 1e6], ["us", 1e3]];
     for (var i = 0; i < units.length; i++) {
       if (ns >= units[i][1]) {
@@ -89,6 +98,12 @@
   function describe(box) {
     var text = box.name + " \u2014 " + duration(box.w) + " (" + share(box.w) + ")";
     text += ", self " + duration(box.s) + " (" + share(box.s) + ")";
+    if (box.dd !== null) {
+      var before = box.s - box.dd;
+      text += ", self change " + (box.dd > 0 ? "+" : "") + count(box.dd) +
+        (before > 0 ? " (" + (box.dd > 0 ? "+" : "") + (100 * box.dd / before).toFixed(1) + "%)"
+                    : box.dd !== 0 ? " (new)" : "");
+    }
     if (kind === "graph") {
       text += ", " + box.c + (box.c === 1 ? " call" : " calls");
     } else {
@@ -135,7 +150,7 @@
       if (hit) { hits.push(box); }
     });
     matched.textContent = regex === null ? "" :
-      "matched: " + share(coveredTime(hits)) + " of the time, " + hits.length +
+      "matched: " + share(coveredTime(hits)) + (unit === "ns" ? " of the time, " : " of the " + unit + ", ") + hits.length +
       (hits.length === 1 ? " box" : " boxes");
   }
 

@@ -29,6 +29,7 @@ __all__ = [
     "FlameChartAccumulator",
     "FlameGraphAccumulator",
     "FlameModel",
+    "differential_graph",
     "flame_chart",
     "flame_graph",
 ]
@@ -52,6 +53,8 @@ class Box:
     lane: int
     self_ns: int
     calls: int
+    delta: int | None = None
+    """A differential graph's box: the change of its stack's self value (after - before)."""
 
 
 @dataclass
@@ -75,6 +78,8 @@ class FlameModel:
     """Chart: calls narrower than a pixel drawn merged with their neighbours (in
     ``merged_boxes`` boxes)."""
     merged_boxes: int = 0
+    unit: str = "ns"
+    """What x, widths and self values measure: ``ns``, or ``instructions``."""
 
 
 def _threshold(widths: I64, total: int, min_fraction: float, max_boxes: int) -> int:
@@ -152,6 +157,7 @@ def _graph_model(
     count: npt.NDArray[np.int64],
     min_fraction: float,
     max_boxes: int,
+    delta: I64 | None = None,
 ) -> FlameModel:
     """Stacks (each with its parent stack, name, depth, time, self time and calls) laid
     out: siblings side by side in name order, those too narrow left out."""
@@ -186,6 +192,7 @@ def _graph_model(
             0,
             int(own[p]),
             int(count[p]),
+            None if delta is None else int(delta[p]),
         )
         for p in keep.tolist()
     ]
@@ -256,10 +263,13 @@ class _Grow:
 
 
 class FlameGraphAccumulator:
-    """:func:`flame_graph`, a :class:`CallBatch` at a time: per stack, not per call."""
+    """:func:`flame_graph`, a :class:`CallBatch` at a time: per stack, not per call.
+    ``weight``: what a box measures, ``ns`` (time) or ``instructions`` (each call's count;
+    the batches then need the slices' arguments, and a call without one adds 0)."""
 
-    def __init__(self, names: list[str]) -> None:
+    def __init__(self, names: list[str], *, weight: str = "ns") -> None:
         self.names = names
+        self.weight = weight
         self.n_names = max(len(names), 1)
         self.ids: dict[int, int] = {}
         self.parent, self.name, self.depth = _Grow(), _Grow(), _Grow()
@@ -289,7 +299,10 @@ class FlameGraphAccumulator:
             self.value.reserve(len(self.ids))
             self.own.reserve(len(self.ids))
             self.count.reserve(len(self.ids))
-            dur = batch.duration[c:]
+            if self.weight == "ns":
+                dur = batch.duration[c:]
+            else:
+                dur = np.maximum(batch.instructions[c:], 0)
             np.add.at(self.value.data, new, dur)
             np.add.at(self.own.data, new, dur)
             np.add.at(self.count.data, new, 1)
@@ -316,16 +329,55 @@ class FlameGraphAccumulator:
         return out
 
     def model(
-        self, *, min_fraction: float = MIN_FRACTION, max_boxes: int = MAX_BOXES
+        self,
+        *,
+        min_fraction: float = MIN_FRACTION,
+        max_boxes: int = MAX_BOXES,
+        delta: I64 | None = None,
     ) -> FlameModel:
         n = len(self.ids)
         for column in (self.value, self.own, self.count):
             column.reserve(n)
-        return _graph_model(
+        model = _graph_model(
             self.names, self.parent.view, self.name.view, self.depth.view,
             self.value.view[:n], self.own.view[:n], self.count.view[:n],
-            min_fraction, max_boxes,
+            min_fraction, max_boxes, delta,
         )  # fmt: skip
+        model.unit = self.weight
+        return model
+
+    def stacks(self) -> list[tuple[str, ...]]:
+        """Each stack's names, from its top-level call down (index: the stack's id)."""
+        parent, name = self.parent.view, self.name.view
+        out: list[tuple[str, ...]] = []
+        for up, n in zip(parent.tolist(), name.tolist(), strict=True):
+            out.append((*(out[up] if up >= 0 else ()), self.names[n]))
+        return out
+
+    def self_values(self) -> I64:
+        n = len(self.ids)
+        self.own.reserve(n)
+        return self.own.view[:n]
+
+
+def differential_graph(
+    before: FlameGraphAccumulator,
+    after: FlameGraphAccumulator,
+    *,
+    min_fraction: float = MIN_FRACTION,
+    max_boxes: int = MAX_BOXES,
+) -> tuple[FlameModel, int]:
+    """AFTER's flame graph, each box with the change of its stack's self value since
+    BEFORE (stacks matched by their names); and BEFORE's self value in stacks AFTER does
+    not have (not drawn)."""
+    old = dict(zip(before.stacks(), before.self_values().tolist(), strict=True))
+    after_own = after.self_values()
+    delta = np.empty(len(after_own), dtype=np.int64)
+    for i, stack in enumerate(after.stacks()):
+        delta[i] = int(after_own[i]) - old.pop(stack, 0)
+    return after.model(min_fraction=min_fraction, max_boxes=max_boxes, delta=delta), sum(
+        old.values()
+    )
 
 
 PIXELS: Final = 1200

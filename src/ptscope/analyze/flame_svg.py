@@ -71,6 +71,18 @@ def _colour(name: str) -> str:
     return f"#{round(r * 255):02x}{round(g * 255):02x}{round(b * 255):02x}"
 
 
+def _diff_colour(delta: int, scale: int) -> str:
+    """A differential box: red where its self value grew, blue where it shrank, from
+    near-white (no change) to full colour at the largest change in the drawing."""
+    if delta == 0 or scale <= 0:
+        return "#e8e6e1"
+    strength = 0.2 + 0.8 * min(abs(delta) / scale, 1.0)
+    red, blue = (214, 39, 40), (31, 96, 196)
+    target = red if delta > 0 else blue
+    r, g, b = (round(250 + (c - 250) * strength) for c in target)
+    return f"#{r:02x}{g:02x}{b:02x}"
+
+
 def _label(name: str, pixels: float) -> str:
     room = int((pixels - 6) // CHAR_WIDTH)
     if room < 3:
@@ -97,6 +109,10 @@ def _box_rows(model: FlameModel) -> tuple[list[int], int]:
     return tops, y + FOOTER
 
 
+def _amount(model: FlameModel, value: int) -> str:
+    return format_ns(value) if model.unit == "ns" else f"{value:,} {model.unit}"
+
+
 def _describe(model: FlameModel, box: Box) -> str:
     def share(ns: int) -> str:
         return f"{100 * ns / model.base_ns:.1f}%" if model.base_ns else "-"
@@ -106,9 +122,14 @@ def _describe(model: FlameModel, box: Box) -> str:
         if model.kind == "graph"
         else f"at {format_ns(model.origin_ns + box.x)}"
     )
+    change = ""
+    if box.delta is not None:
+        before = box.self_ns - box.delta
+        relative = f" ({100 * box.delta / before:+.1f}%)" if before else " (new)"
+        change = f", self change {box.delta:+,}{relative if box.delta else ''}"
     return (
-        f"{box.name.replace(chr(10), ' ')}\n{format_ns(box.width)} ({share(box.width)}), "
-        f"self {format_ns(box.self_ns)} ({share(box.self_ns)}), {when}"
+        f"{box.name.replace(chr(10), ' ')}\n{_amount(model, box.width)} ({share(box.width)}), "
+        f"self {_amount(model, box.self_ns)} ({share(box.self_ns)}){change}, {when}"
     )
 
 
@@ -121,7 +142,8 @@ def render_svg(model: FlameModel, *, title: str, subtitle: str = "") -> str:
         f'<svg xmlns="http://www.w3.org/2000/svg" version="1.1" width="{WIDTH}" '
         f'height="{height}" viewBox="0 0 {WIDTH} {height}" data-kind="{model.kind}" '
         f'data-total="{model.total}" data-base="{model.base_ns}" '
-        f'data-origin="{model.origin_ns}" data-pad="{PAD}" data-char="{CHAR_WIDTH}">\n',
+        f'data-origin="{model.origin_ns}" data-pad="{PAD}" data-char="{CHAR_WIDTH}" '
+        f'data-unit="{_attr(model.unit)}">\n',
         f"<style>{_STYLE}</style>\n",
         f'<rect x="0" y="0" width="{WIDTH}" height="{height}" fill="#fbfaf5"/>\n',
         f'<text class="title" x="{PAD}" y="22">{_text(title)}</text>\n',
@@ -144,7 +166,10 @@ def render_svg(model: FlameModel, *, title: str, subtitle: str = "") -> str:
                 "</text>\n"
             )
     out.append('<g id="boxes">\n')
+    scale_delta = max((abs(b.delta) for b in model.boxes if b.delta is not None), default=0)
     for box in model.boxes:
+        colour = _colour(box.name) if box.delta is None else _diff_colour(box.delta, scale_delta)
+        changed = "" if box.delta is None else f' data-dd="{box.delta}"'
         if model.kind == "graph":
             y = lane_y[0] - box.depth * ROW
         else:
@@ -153,10 +178,10 @@ def render_svg(model: FlameModel, *, title: str, subtitle: str = "") -> str:
         pixels = box.width * scale
         out.append(
             f'<g class="f" data-x="{box.x}" data-w="{box.width}" data-d="{box.depth}" '
-            f'data-l="{box.lane}" data-s="{box.self_ns}" data-c="{box.calls}">'
+            f'data-l="{box.lane}" data-s="{box.self_ns}" data-c="{box.calls}"{changed}>'
             f"<title>{_text(_describe(model, box))}</title>"
             f'<rect x="{left:.2f}" y="{y}" width="{max(pixels, 0.3):.2f}" '
-            f'height="{BOX_HEIGHT}" rx="1.5" fill="{_colour(box.name)}"/>'
+            f'height="{BOX_HEIGHT}" rx="1.5" fill="{colour}"/>'
             f'<text x="{left + 3:.2f}" y="{y + 12}">{_text(_label(box.name, pixels))}</text>'
             "</g>\n"
         )

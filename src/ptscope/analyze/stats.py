@@ -32,6 +32,7 @@ from ptscope.errors import UsageError
 
 __all__ = [
     "SORT_KEYS",
+    "FunctionCounts",
     "FunctionStats",
     "StatsAccumulator",
     "StatsReport",
@@ -59,6 +60,36 @@ class FunctionStats:
 
     def as_dict(self) -> dict[str, int | str]:
         return asdict(self)
+
+
+@dataclass
+class FunctionCounts:
+    """A function's sums (:class:`StatsAccumulator` with ``counts``): time, instructions
+    and cycles, each as a total (each moment counted once under recursion) and as self
+    (the function's own code). Calls whose slice has no count add 0 to the sums and 1 to
+    ``unknown_instructions`` / ``unknown_cycles``."""
+
+    name: str
+    calls: int
+    total_ns: int
+    self_ns: int
+    instructions: int
+    self_instructions: int
+    cycles: int
+    self_cycles: int
+    unknown_instructions: int = 0
+    unknown_cycles: int = 0
+
+    def merged(self, other: FunctionCounts) -> FunctionCounts:
+        """The sums of two functions of the same name (e.g. two static functions)."""
+        values = [getattr(self, f) + getattr(other, f) for f in _COUNT_FIELDS]
+        return FunctionCounts(self.name, *values)
+
+
+_COUNT_FIELDS: Final = (
+    "calls", "total_ns", "self_ns", "instructions", "self_instructions", "cycles",
+    "self_cycles", "unknown_instructions", "unknown_cycles",
+)  # fmt: skip
 
 
 @dataclass
@@ -323,10 +354,48 @@ def _outermost_rows(name: npt.NDArray[np.int32], start: I64, end: I64) -> B:
     return outermost
 
 
-class StatsAccumulator:
-    """:func:`function_stats`, a batch of :class:`CallBatch` at a time."""
+class _Measure:
+    """Per name: a per-call quantity's total (outermost calls) and self (minus direct
+    callees) sums, and how many calls did not know it (-1 in the batch)."""
 
-    def __init__(self, names: list[str], *, exact: bool = False) -> None:
+    def __init__(self, n: int) -> None:
+        self.total = np.zeros(n, dtype=np.int64)
+        self.own = np.zeros(n, dtype=np.int64)
+        self.unknown = np.zeros(n, dtype=np.int64)
+        self.top_level = 0
+
+    def add(self, batch: CallBatch, value: I64, outer: B, has_parent: B) -> None:
+        c = batch.carried
+        known = value >= 0
+        v = np.where(known, value, 0)
+        new, name = v[c:], batch.name
+        new_name = name[c:]
+        n = len(self.own)
+        self.own += _sum_by(new_name, new, n)
+        self.own -= _sum_by(name[batch.parent[c:][has_parent]], new[has_parent], n)
+        self.total += _sum_by(new_name[outer], new[outer], n)
+        self.unknown += np.bincount(new_name[~known[c:]], minlength=n)
+        self.top_level += int(new[batch.depth[c:] == 0].sum())
+
+
+def _sum_by(index: npt.NDArray[np.int32], values: I64, n: int) -> I64:
+    """``values`` summed per ``index`` (0..n-1), exactly: with one bincount (float64
+    sums, exact while they stay below 2^53) when they do, else with ``np.add.at``."""
+    if not len(values):
+        return np.zeros(n, dtype=np.int64)
+    if int(values.max()) < (1 << 53) // len(values):  # values >= 0
+        return np.bincount(index, weights=values, minlength=n).astype(np.int64)
+    out = np.zeros(n, dtype=np.int64)
+    np.add.at(out, index, values)
+    return out
+
+
+class StatsAccumulator:
+    """:func:`function_stats`, a batch of :class:`CallBatch` at a time; with ``counts``,
+    also instruction and cycle sums (:meth:`function_counts`; the batches then need the
+    slices' arguments)."""
+
+    def __init__(self, names: list[str], *, exact: bool = False, counts: bool = False) -> None:
         self.names = names
         n = len(names)
         self.count = np.zeros(n, dtype=np.int64)
@@ -338,6 +407,8 @@ class StatsAccumulator:
         self.histogram = DurationHistogram()
         self.exact = exact
         self._durations: list[tuple[npt.NDArray[np.int32], I64]] = []
+        self.instructions = _Measure(n) if counts else None
+        self.cycles = _Measure(n) if counts else None
 
     def add(self, batch: CallBatch) -> None:
         c = batch.carried
@@ -356,10 +427,31 @@ class StatsAccumulator:
         np.add.at(self.total, new_name[outer], new_dur[outer])
         self.top_level += int(new_dur[batch.depth[c:] == 0].sum())
         np.maximum.at(self.longest, new_name, new_dur)
+        if self.instructions is not None and self.cycles is not None:
+            self.instructions.add(batch, batch.instructions, outer, has)
+            self.cycles.add(batch, batch.cycles, outer, has)
         if self.exact:
             self._durations.append((new_name, new_dur))
         else:
             self.histogram.add(new_name, new_dur)
+
+    def function_counts(self) -> list[FunctionCounts]:
+        """Every function with at least one call (needs ``counts``), one per name: the
+        name table's entries that share a name are summed."""
+        insns, cycles = self.instructions, self.cycles
+        if insns is None or cycles is None:
+            raise ValueError("StatsAccumulator(counts=True) keeps the counts")
+        out: dict[str, FunctionCounts] = {}
+        for i in np.flatnonzero(self.count).tolist():
+            row = FunctionCounts(
+                self.names[i], int(self.count[i]), int(self.total[i]),
+                int(self.self_time[i]), int(insns.total[i]), int(insns.own[i]),
+                int(cycles.total[i]), int(cycles.own[i]), int(insns.unknown[i]),
+                int(cycles.unknown[i]),
+            )  # fmt: skip
+            known = out.get(row.name)
+            out[row.name] = row if known is None else known.merged(row)
+        return list(out.values())
 
     def report(self, threads: list[ThreadInfo]) -> StatsReport:
         count = self.count

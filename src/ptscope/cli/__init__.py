@@ -32,6 +32,7 @@ def _commands() -> list[Command]:
         attach,
         decode,
         demo,
+        diff,
         doctor,
         dump,
         flame,
@@ -44,7 +45,8 @@ def _commands() -> list[Command]:
     return [
         *(decode.DecodeCommand(), dump.DumpCommand(), demo.DemoCommand()),
         *(run.RunCommand(), attach.AttachCommand(), doctor.DoctorCommand()),
-        *(serve.ServeCommand(), stats.StatsCommand(), flame.FlameCommand()),
+        *(serve.ServeCommand(), stats.StatsCommand(), diff.DiffCommand()),
+        flame.FlameCommand(),
         *(archive.ArchiveCommand(), insns.InsnsCommand()),
     ]
 

@@ -25,8 +25,9 @@ def demo_source() -> Path:
         return Path(path)
 
 
-def build_demo(cache: Path) -> Path:
-    """Compile the demo into ``cache`` (reused while source and flags are unchanged)."""
+def build_demo(cache: Path, *, variant: bool = False) -> Path:
+    """Compile the demo into ``cache`` (reused while source and flags are unchanged);
+    ``variant``: the one whose sum() runs an extra loop."""
     import hashlib  # here: loading OpenSSL costs every command a few ms
 
     source = demo_source()
@@ -36,13 +37,16 @@ def build_demo(cache: Path) -> Path:
             "gcc not found (needed to build the demo program)",
             hint="install it with: sudo apt-get install gcc",
         )
-    key = hashlib.sha256(source.read_bytes() + " ".join(DEMO_FLAGS).encode()).hexdigest()[:12]
-    binary = cache / f"ptscope-demo-{key}"
+    flags = [*DEMO_FLAGS, *(["-DPTSCOPE_DEMO_VARIANT"] if variant else [])]
+    key = hashlib.sha256(source.read_bytes() + " ".join(flags).encode()).hexdigest()[:12]
+    # One directory per build, the same file name in each: the variant's trace names
+    # its binary as the demo's does (`[unknown] (.../ptscope-demo)` rows then match).
+    binary = cache / f"demo-{key}" / "ptscope-demo"
     if not binary.exists():
-        cache.mkdir(parents=True, exist_ok=True)
+        binary.parent.mkdir(parents=True, exist_ok=True)
         tmp = binary.with_suffix(".tmp")
         result = subprocess.run(
-            [compiler, *DEMO_FLAGS, "-o", str(tmp), str(source), "-ldl"],
+            [compiler, *flags, "-o", str(tmp), str(source), "-ldl"],
             capture_output=True,
             text=True,
         )
@@ -50,6 +54,15 @@ def build_demo(cache: Path) -> Path:
             raise RecordingError("could not build the demo program", details=result.stderr)
         tmp.replace(binary)
     return binary
+
+
+def variant_output(output: Path) -> Path:
+    """``demo.fxt.gz`` -> ``demo-variant.fxt.gz`` (beside it)."""
+    name = output.name
+    for suffix in (".fxt.gz", ".fxt"):
+        if name.endswith(suffix):
+            return output.with_name(f"{name[: -len(suffix)]}-variant{suffix}")
+    return output.with_name(f"{name}-variant")
 
 
 def _default_cache() -> Path:
@@ -84,24 +97,41 @@ class DemoCommand:
         parser.add_argument(
             "--keep-recording", type=Path, metavar="DIR", help="keep the recording in DIR"
         )
+        parser.add_argument(
+            "--no-diff",
+            action="store_true",
+            help="do not also record the variant (an extra loop in sum) and diff the two",
+        )
 
     def run(self, args: argparse.Namespace) -> int:
         from ptscope.cli import main
-        from ptscope.cli.run import check_trace_output
+        from ptscope.cli.run import check_trace_output, choose_backend, probe_capabilities
 
         check_trace_output(args.output)
         binary = build_demo(_default_cache())
-        print(f"ptscope demo: built {binary.name} from the bundled demo.c", file=sys.stderr)
-        argv = ["run", "--backend", args.backend, "-o", str(args.output)]
-        if args.keep_recording is not None:
-            argv += ["--keep-recording", str(args.keep_recording)]
+        print(f"ptscope demo: built {binary} from the bundled demo.c", file=sys.stderr)
+        backend = choose_backend(args.backend, probe_capabilities().intel_pt.present, run=True)
+        argv = ["run", "--backend", backend, "-o", str(args.output)]
+        if backend == "emulated":
+            argv.append("--deterministic")  # so that the diff below shows only the change
         if args.verbose:
             argv.append("-" + "v" * args.verbose)
-        code = main([*argv, "--", str(binary), str(args.rounds)])
+        keep = [] if args.keep_recording is None else ["--keep-recording", str(args.keep_recording)]
+        code = main([*argv, *keep, "--", str(binary), str(args.rounds)])
         if code != 0:
             return code
         summarise(args.output)
-        return 0
+        if args.no_diff or backend == "sampling":  # samples count no instructions
+            return 0
+        variant = build_demo(_default_cache(), variant=True)
+        after = variant_output(args.output)
+        argv[argv.index("-o") + 1] = str(after)
+        print(f"\nptscope demo: the variant (sum() runs an extra loop) into {after}", flush=True)
+        code = main([*argv, "--", str(variant), str(args.rounds)])
+        if code != 0:
+            return code
+        print(f"\n$ ptscope diff {args.output} {after} --changed --top 6", flush=True)
+        return main(["diff", str(args.output), str(after), "--changed", "--top", "6"])
 
 
 def summarise(trace_path: Path, top: int = 8) -> None:

@@ -59,6 +59,9 @@ class DumpCommand:
         )
 
     def run(self, args: argparse.Namespace) -> int:
+        from ptscope.cli.base import reuse_freed_memory
+
+        reuse_freed_memory()
         paths = [Path(p) for p in args.trace]
         with reading_trace(paths[0]):
             write_dump(paths, sys.stdout, instants=args.instants)

@@ -6,8 +6,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ptscope.cli.stats import add_selection_arguments, no_calls_in_window, selected_calls
+from ptscope.errors import UsageError
+
+if TYPE_CHECKING:
+    from ptscope.analyze.flame import FlameModel
 
 __all__ = ["FlameCommand"]
 
@@ -31,16 +36,25 @@ class FlameCommand:
             help="a flame chart: calls where and when they ran (time on the x axis, one "
             "band per thread) instead of stacks merged",
         )
+        parser.add_argument(
+            "--diff",
+            action="store_true",
+            help="a differential flame graph of two traces, BEFORE AFTER: AFTER's stacks, "
+            "widths in instructions, each box red where its self instructions grew and blue "
+            "where they shrank",
+        )
         parser.add_argument("--title", help="title of the drawing (default: the kind and file)")
 
     def run(self, args: argparse.Namespace) -> int:
         from ptscope.analyze.calls import format_ns
         from ptscope.analyze.flame import FlameChartAccumulator, FlameGraphAccumulator
-        from ptscope.analyze.flame_svg import render_svg
-        from ptscope.cli.base import check_output
-        from ptscope.errors import PtscopeError
+        from ptscope.cli.base import check_output, reuse_freed_memory
+
+        reuse_freed_memory()
 
         output = check_output(args.output)
+        if args.diff:
+            return self._diff(args, output)
         with selected_calls(args) as selection:
             calls = selection.calls
             window = selection.window
@@ -76,14 +90,53 @@ class FlameCommand:
             f"{selection.label}: {count:,} calls on {threads} thread{'s' * (threads != 1)}, "
             f"{format_ns(model.base_ns)} in top-level calls{where}{merged}"
         )
-        svg = render_svg(model, title=args.title or kind, subtitle=subtitle)
-        try:
-            output.write_text(svg, encoding="utf-8")
-        except OSError as e:
-            raise PtscopeError(f"cannot write {output}: {e.strerror or e}") from e
-        what = "calls" if args.chart else "stacks"
-        skipped = f" ({model.left_out:,} {what} too narrow to draw)" if model.left_out else ""
-        sys.stdout.write(
-            f"wrote {output}: {len(model.boxes):,} boxes{skipped}; open it in a web browser\n"
-        )
+        _write(output, model, args.title or kind, subtitle, "calls" if args.chart else "stacks")
         return 0
+
+    def _diff(self, args: argparse.Namespace, output: Path) -> int:
+        from ptscope.analyze.flame import FlameGraphAccumulator, differential_graph
+        from ptscope.cli.base import parse_id_list
+        from ptscope.cli.diff import read_batches
+
+        if len(args.trace) != 2:
+            raise UsageError(f"--diff takes two traces, BEFORE AFTER (not {len(args.trace)})")
+        if args.chart or args.time:
+            raise UsageError("--diff draws a flame graph of whole traces: no --chart or --time")
+        tids = parse_id_list(args.tid, "--tid") if args.tid else ()
+        sides: list[FlameGraphAccumulator] = []
+        calls: list[int] = []
+        for path in args.trace:
+            with read_batches(path, tids) as (names, batches):
+                accumulator = FlameGraphAccumulator(names, weight="instructions")
+                count = 0
+                for batch in batches:
+                    accumulator.add(batch)
+                    count += len(batch) - batch.carried
+            sides.append(accumulator)
+            calls.append(count)
+        model, vanished = differential_graph(sides[0], sides[1])
+        before, after = args.trace
+        grew = sum(b.delta for b in model.boxes if b.delta is not None and b.delta > 0)
+        shrank = sum(b.delta for b in model.boxes if b.delta is not None and b.delta < 0)
+        subtitle = (
+            f"{before} -> {after}: {calls[0]:,} -> {calls[1]:,} calls; self instructions "
+            f"{grew:+,} in red, {shrank:+,} in blue"
+            + (f", {-vanished:+,} in stacks {after} no longer has" if vanished else "")
+        )
+        _write(output, model, args.title or "Differential flame graph", subtitle, "stacks")
+        return 0
+
+
+def _write(output: Path, model: FlameModel, title: str, subtitle: str, what: str) -> None:
+    from ptscope.analyze.flame_svg import render_svg
+    from ptscope.errors import PtscopeError
+
+    svg = render_svg(model, title=title, subtitle=subtitle)
+    try:
+        output.write_text(svg, encoding="utf-8")
+    except OSError as e:
+        raise PtscopeError(f"cannot write {output}: {e.strerror or e}") from e
+    skipped = f" ({model.left_out:,} {what} too narrow to draw)" if model.left_out else ""
+    sys.stdout.write(
+        f"wrote {output}: {len(model.boxes):,} boxes{skipped}; open it in a web browser\n"
+    )

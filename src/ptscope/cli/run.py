@@ -129,6 +129,13 @@ def add_record_arguments(parser: argparse.ArgumentParser, *, run: bool) -> None:
             metavar="N",
             help="emulated backend: stop after N instructions",
         )
+        parser.add_argument(
+            "--deterministic",
+            action="store_true",
+            help="emulated backend: run with a fixed environment (PATH, LC_ALL=C), address "
+            "layout (no ASLR) and random seed, so that two runs of the same program count "
+            "the same instructions (for ptscope diff)",
+        )
 
 
 def choose_backend(requested: str, intel_pt_present: bool, *, run: bool) -> str:
@@ -619,6 +626,8 @@ class RunCommand:
         backend = choose_backend(args.backend, caps.intel_pt.present, run=True)
         if args.max_instructions is not None and backend != "emulated":
             raise UsageError("--max-instructions only applies to --backend emulated")
+        if args.deterministic and backend != "emulated":
+            raise UsageError("--deterministic only applies to --backend emulated")
         if backend == "emulated":
             return self._run_emulated(args, command, output)
         executable = shutil.which(command[0]) or command[0]
@@ -655,6 +664,7 @@ class RunCommand:
                 place.directory,
                 max_instructions=args.max_instructions,
                 progress=progress,
+                options=emulated.EmulationOptions(deterministic=args.deterministic),
                 print_command=(lambda cmd: print(cmd, file=sys.stderr))
                 if args.print_perf_commands
                 else None,

@@ -128,6 +128,9 @@ class StatsCommand:
 
     def run(self, args: argparse.Namespace) -> int:
         from ptscope.analyze.stats import StatsAccumulator, select_functions
+        from ptscope.cli.base import reuse_freed_memory
+
+        reuse_freed_memory()
 
         with selected_calls(args) as selection:
             stats = StatsAccumulator(selection.calls.names, exact=args.exact)
@@ -182,7 +185,11 @@ def _print_table(args: argparse.Namespace, report: StatsReport, rows: list[Funct
 
     terminal = sys.stdout.isatty()
     console = Console(
-        file=sys.stdout, width=None if terminal else 160, no_color=not terminal, highlight=False
+        file=sys.stdout,
+        width=None if terminal else 160,
+        no_color=not terminal,
+        highlight=False,
+        markup=False,
     )
 
     def share(ns: int) -> str:

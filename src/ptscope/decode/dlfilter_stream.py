@@ -660,6 +660,7 @@ class RecordStreamParser:
         columns: each branch's own (last) range, after the ranges of the lines records
         right before it (a run of rows ends with a branch)."""
         if not self._run_has_lines:  # the common case: one range per branch, in the branch
+            self._check_lines(rows["line_count"], rows["insn_cnt"], pos)
             offsets, lines = self._expand(rows["line_first"], rows["line_count"], pos)
             return _Rows(rows, offsets, lines)
         n = len(rows)
@@ -688,9 +689,21 @@ class RecordStreamParser:
         if int(count_all.max(initial=0)) > _MAX_LINES:
             self._fail("is corrupted (a branch with a bad line count)", pos)
         per_branch = np.bincount(owner, weights=count_all, minlength=len(recs))
+        self._check_lines(per_branch, recs["insn_cnt"], pos)
         offsets = np.zeros(len(recs) + 1, dtype=np.int64)
         np.cumsum(per_branch.astype(np.int64), out=offsets[1:])
         return _Rows(recs, offsets, self._expand(first_all, count_all, pos)[1])
+
+    def _check_lines(
+        self, lines: np.ndarray[Any, np.dtype[Any]], insns: np.ndarray[Any, np.dtype[Any]], pos: int
+    ) -> None:
+        """A branch's code lines are those its ``insn_cnt`` instructions touched: a block
+        of c instructions spans at most 15c bytes, so at most c + 1 lines, and a branch
+        at most twice its count. More is damage (and would cost time: every line is
+        kept in the slices' sets)."""
+        limit = 2 * np.minimum(insns, np.uint64(1 << 60)).astype(np.float64)
+        if np.any(lines.astype(np.float64) > limit):
+            self._fail("is corrupted (a branch with more code lines than its instructions)", pos)
 
     def _expand(
         self,

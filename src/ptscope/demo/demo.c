@@ -3,6 +3,9 @@
  * Each round loads the maths library at run time (dlopen), looks up cos (dlsym), calls it
  * through a function pointer, prints with printf, unloads the library (dlclose), and walks a
  * small tree recursively. Built with frame pointers and -O1 so the stacks read naturally.
+ *
+ * Built a second time with -DPTSCOPE_DEMO_VARIANT, sum() also runs a small loop per node:
+ * `ptscope demo` records both and shows `ptscope diff` naming sum() first.
  */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -24,6 +27,11 @@ static struct node *build(int depth, int *next) {
 }
 
 static long sum(const struct node *n) {
+#ifdef PTSCOPE_DEMO_VARIANT
+    if (n)
+        for (volatile int k = 0; k < 20; k++)
+            ;
+#endif
     return n ? n->value + sum(n->left) + sum(n->right) : 0;
 }
 

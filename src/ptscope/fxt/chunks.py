@@ -112,8 +112,11 @@ class TraceMeta:
 class _PartReader(_ColumnReader):
     """One file's records; slices resolved block by block into the shared meta."""
 
-    def __init__(self, meta: TraceMeta, ids: dict[str, int], *, with_args: bool) -> None:
+    def __init__(
+        self, meta: TraceMeta, ids: dict[str, int], *, with_args: bool, joining: bool = True
+    ) -> None:
         super().__init__(with_args=with_args)
+        self.joining = joining
         # One table of texts and threads for all parts: their ids are the meta's.
         self.texts = meta.texts
         self._ids = ids
@@ -169,7 +172,8 @@ class _PartReader(_ColumnReader):
             instructions[:] = insns_
             cycles[:] = cycles_
             flags[:] = flags_
-            continued = self._continued(n, args, strings)
+            if self.joining:  # (one file alone: its pieces stay calls of their own)
+                continued = self._continued(n, args, strings)
         return (
             SliceChunk(
                 mapping[local],
@@ -243,7 +247,9 @@ class ChunkReader:
         if self.strict:
             yield from self._strict(source)
             return
-        reader = _PartReader(self.meta, self._ids, with_args=self.with_args)
+        reader = _PartReader(
+            self.meta, self._ids, with_args=self.with_args, joining=len(self.sources) > 1
+        )
         handed_over = False
         used_base = 0
         try:

@@ -510,15 +510,22 @@ class _ColumnReader:
             arg_text[named] = _resolve(
                 strings, args.name_ref[named], args.position[named], "string"
             )
-            for text, column in (
-                (rec.ARG_ADDRESS, address),
-                (rec.ARG_INSTRUCTIONS, instructions),
-                (rec.ARG_CYCLES, cycles),
-                (rec.ARG_ICACHE_LINES, icache),
-            ):
-                text_id = self._ids.get(text)
+            # Which column each argument fills (-1: none), in one gather: its name's
+            # entry in a small table, kept only for integer types (a type is 4 bits).
+            targets = (
+                rec.ARG_ADDRESS, rec.ARG_INSTRUCTIONS, rec.ARG_CYCLES, rec.ARG_ICACHE_LINES,
+            )  # fmt: skip
+            ids = [self._ids.get(text) for text in targets]
+            known = [i for i in ids if i is not None]
+            lut = np.full(max(known, default=0) + 2, -1, dtype=np.int8)
+            for k, text_id in enumerate(ids):
                 if text_id is not None:
-                    hit = (arg_text == text_id) & np.isin(args.arg_type, _INT_TYPES)
+                    lut[text_id] = k
+            which = lut[np.minimum(arg_text, len(lut) - 1)]  # -1 texts hit lut[-1] = -1
+            which[~_IS_INT_TYPE[args.arg_type & 0xF]] = -1
+            for k, column in enumerate((address, instructions, cycles, icache)):
+                if ids[k] is not None:
+                    hit = which == k
                     values = args.value[hit]
                     # As the strict reader (TraceSlice.to_slice): a count past 63 bits, or
                     # an address that an I64 argument makes negative, is unknown.
@@ -556,6 +563,8 @@ class _ColumnReader:
 _INT_TYPES: Final = np.array(
     [rec.ArgType.I64, rec.ArgType.U64, rec.ArgType.POINTER, rec.ArgType.KOID], dtype=np.int64
 )
+_IS_INT_TYPE: Final = np.isin(np.arange(16), _INT_TYPES)
+"""Whether each argument type (0..15) holds an integer: a lookup, not an isin per block."""
 
 
 def _sizes(headers: U64) -> npt.NDArray[np.int64]:

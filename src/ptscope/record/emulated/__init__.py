@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import FrameType
+from typing import Final
 
 from ptscope.errors import BadInputError, PtscopeError, RecordingError, UsageError
 from ptscope.record.emulated.cycle_model import DEFAULT_CYCLE_MODEL, CycleModel
@@ -64,6 +65,15 @@ class EmulationOptions:
     cwd: Path | None = None
     chunk_size: int | None = None
     """Bytes of the first trace chunk of each thread (tests of chunk boundaries)."""
+    deterministic: bool = False
+    """Run with :data:`DETERMINISTIC_ENV` (unless ``env`` is given), no address-space
+    randomisation and a fixed seed for what QEMU gives the program as random
+    (``AT_RANDOM``, ``getrandom``): two runs then execute the same instructions."""
+
+
+DETERMINISTIC_ENV: Final = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LC_ALL": "C"}
+"""The environment of a deterministic run: the loader and libc walk the environment (its
+size changes their instruction counts), and the locale changes what libc runs."""
 
 
 @dataclass
@@ -159,6 +169,8 @@ def record(
         "state": "recording",
         "recorder_pid": os.getpid(),
     }
+    if opts.deterministic:
+        notes["deterministic"] = True
     recording = Recording(
         directory=directory,
         backend="emulated",
@@ -193,8 +205,9 @@ def record(
         arguments,
         single_step=opts.single_step,
         raw_log=opts.raw_log,
-        env=opts.env,
+        env=DETERMINISTIC_ENV if opts.deterministic and opts.env is None else opts.env,
         cwd=opts.cwd,
+        deterministic=opts.deterministic,
         print_command=print_command,
     )
     stop = _StopOnSignal(proc, directory)

@@ -12,6 +12,7 @@ a C compiler is there), cached in ``~/.cache/ptscope``.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import hashlib
 import os
@@ -242,6 +243,30 @@ def _start_time(pid: int) -> int:
         return 0
 
 
+_ADDR_NO_RANDOMIZE: Final = 0x0040000
+
+
+def _find_personality() -> Callable[[int], int] | None:
+    try:
+        function: Callable[[int], int] = ctypes.CDLL(None, use_errno=True).personality
+    except (OSError, AttributeError):
+        return None
+    return function
+
+
+# Looked up once, here: the child between fork and exec should not load anything.
+_PERSONALITY: Final = _find_personality()
+
+
+def _fixed_layout() -> None:
+    """``preexec_fn``: no address-space randomisation for QEMU (what ``setarch -R`` does;
+    QEMU places the program, its stack and its mappings with the host's mmap, so the
+    guest's layout is then the same every run)."""
+    if _PERSONALITY is not None:
+        current = _PERSONALITY(0xFFFFFFFF)
+        _PERSONALITY(current | _ADDR_NO_RANDOMIZE)
+
+
 def start_qemu(
     tool: QemuTool,
     plugin: Path,
@@ -254,9 +279,13 @@ def start_qemu(
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
     print_command: Callable[[str], None] | None = None,
+    deterministic: bool = False,
 ) -> subprocess.Popen[bytes]:
-    """Start QEMU running ``command`` (``program`` is its resolved path) with the recorder."""
+    """Start QEMU running ``command`` (``program`` is its resolved path) with the recorder;
+    ``deterministic``: with a fixed seed and without address-space randomisation."""
     cmd = [tool.path]
+    if deterministic:
+        cmd += ["-seed", "1"]
     if single_step:
         if not tool.single_step_flag:
             raise ToolMissingError(
@@ -282,6 +311,11 @@ def start_qemu(
     if print_command is not None:
         print_command(shlex.join(cmd))
     try:
-        return subprocess.Popen(cmd, env=dict(env) if env is not None else None, cwd=cwd)
+        return subprocess.Popen(
+            cmd,
+            env=dict(env) if env is not None else None,
+            cwd=cwd,
+            preexec_fn=_fixed_layout if deterministic else None,
+        )
     except OSError as e:
         raise RecordingError(f"cannot start {tool.path}: {e.strerror or e}") from e
