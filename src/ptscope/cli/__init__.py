@@ -16,7 +16,7 @@ from types import FrameType
 from typing import NoReturn
 
 from ptscope import __version__
-from ptscope.cli.base import Command
+from ptscope.cli.base import Command, malloc_restored
 from ptscope.errors import PtscopeError, Terminated
 
 __all__ = ["main"]
@@ -137,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         verbose = getattr(args, "verbose", 0) + getattr(args, "verbose_global", 0)
         _setup_logging(verbose)
         command: Command = args._command
-        with _terminable():
+        with _terminable(), malloc_restored():
             return command.run(args)
     except Terminated as e:
         print(f"ptscope: stopped by {signal.Signals(e.signum).name}", file=sys.stderr)

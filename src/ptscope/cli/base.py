@@ -9,7 +9,7 @@ import os
 import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from ptscope.errors import BadInputError, UsageError
 
@@ -258,19 +258,49 @@ def reading_trace(path: Path) -> Iterator[None]:
 
 _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3
 _KEEP_FREED_BYTES = 256 << 20
+_GLIBC_DEFAULTS = ((_M_MMAP_THRESHOLD, 128 << 10), (_M_TRIM_THRESHOLD, 128 << 10), (_M_TOP_PAD, 0))
+_malloc_tuned = False
 
 
-def reuse_freed_memory() -> None:
-    """Let glibc's malloc keep freed memory for the next allocation (up to 256 MiB):
-    the analyses allocate and free arrays of many MB per block, and by default each one
-    is a fresh ``mmap`` whose pages fault in again (a third of `diff`'s CPU was the
-    kernel's). Peak RSS does not change; elsewhere than glibc this does nothing."""
+def _libc() -> Any:
     import ctypes
 
     try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
+        return ctypes.CDLL(None)
+    except OSError:
+        return None
+
+
+def reuse_freed_memory() -> None:
+    """Let glibc's malloc keep freed memory for the next allocation (up to 256 MiB), until
+    the command ends (:func:`malloc_restored`): the analyses allocate and free arrays of
+    many MB per block, and by default each one is a fresh ``mmap`` whose pages fault in
+    again (a third of `diff`'s CPU was the kernel's). Peak RSS does not change; elsewhere
+    than glibc this does nothing."""
+    global _malloc_tuned
+    libc = _libc()
+    if libc is None or not hasattr(libc, "mallopt"):
         return
-    mallopt(_M_MMAP_THRESHOLD, _KEEP_FREED_BYTES)
-    mallopt(_M_TRIM_THRESHOLD, 2 * _KEEP_FREED_BYTES)
-    mallopt(_M_TOP_PAD, 64 << 20)
+    libc.mallopt(_M_MMAP_THRESHOLD, _KEEP_FREED_BYTES)
+    libc.mallopt(_M_TRIM_THRESHOLD, 2 * _KEEP_FREED_BYTES)
+    libc.mallopt(_M_TOP_PAD, 64 << 20)
+    _malloc_tuned = True
+
+
+@contextlib.contextmanager
+def malloc_restored() -> Iterator[None]:
+    """Around a command: glibc's defaults again after it, and what the heap holds given
+    back (a process that runs many commands, a test session, must not keep growing a heap
+    that no longer returns big blocks to the system)."""
+    global _malloc_tuned
+    try:
+        yield
+    finally:
+        if _malloc_tuned:
+            _malloc_tuned = False
+            libc = _libc()
+            if libc is not None:
+                for option, value in _GLIBC_DEFAULTS:
+                    libc.mallopt(option, value)
+                if hasattr(libc, "malloc_trim"):
+                    libc.malloc_trim(0)
