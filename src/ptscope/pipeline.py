@@ -296,8 +296,13 @@ def decode_perf_script_text(
 ) -> DecodeSummary:
     """Decode saved ``perf script`` text (a file or ``-`` for stdin) into a trace."""
     started = time.perf_counter()
-    if str(source) != "-" and not Path(source).exists():
-        raise BadInputError(f"{source}: no such file")
+    if str(source) != "-":
+        try:
+            Path(source).stat()
+        except FileNotFoundError:
+            raise BadInputError(f"{source}: no such file") from None
+        except OSError as e:  # a name too long, a loop of links, no permission...
+            raise BadInputError(f"cannot read {source}: {e.strerror or e}") from None
     summary = DecodeSummary(output, "text", "perf script text given")
     stats: list[TextStats] = []
     batches = decode_text_file(source, on_stats=stats.append)
