@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
-from ptscope.analyze.stats import FunctionCounts
+from ptscope.analyze.stats import FunctionCounts, match_pattern
 from ptscope.errors import UsageError
 
 __all__ = [
@@ -151,11 +151,8 @@ def select_rows(
     if sort not in DIFF_SORT_KEYS:
         raise UsageError(f"--sort {sort!r}: choose one of {', '.join(DIFF_SORT_KEYS)}")
     rows = report.rows
-    if match is not None:
-        try:
-            pattern = re.compile(match)
-        except re.error as e:
-            raise UsageError(f"--match {match!r} is not a regular expression: {e}") from None
+    pattern = match_pattern(match)
+    if pattern is not None:
         rows = [r for r in rows if pattern.search(r.name)]
     if sort != "name":
         field = DIFF_SORT_KEYS[sort]

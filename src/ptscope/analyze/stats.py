@@ -37,6 +37,7 @@ __all__ = [
     "StatsAccumulator",
     "StatsReport",
     "function_stats",
+    "match_pattern",
     "select_functions",
 ]
 
@@ -229,6 +230,16 @@ def _sort_key(key: str) -> tuple[str, bool]:
     return attribute.get(key, f"{key}_ns" if key.startswith("p") else key), key != "name"
 
 
+def match_pattern(match: str | None) -> re.Pattern[str] | None:
+    """``--match REGEX`` compiled (None: every function), or a usage error."""
+    if match is None:
+        return None
+    try:
+        return re.compile(match)
+    except re.error as e:
+        raise UsageError(f"--match {match!r} is not a regular expression: {e}") from None
+
+
 def select_functions(
     report: StatsReport, *, sort: str = "total", top: int = 0, match: str | None = None
 ) -> list[FunctionStats]:
@@ -236,11 +247,8 @@ def select_functions(
     searched), sorted by ``sort`` (largest first; names A to Z), the first ``top`` (all
     when 0)."""
     rows = report.functions
-    if match is not None:
-        try:
-            pattern = re.compile(match)
-        except re.error as e:
-            raise UsageError(f"--match {match!r} is not a regular expression: {e}") from None
+    pattern = match_pattern(match)
+    if pattern is not None:
         rows = [f for f in rows if pattern.search(f.name)]
     attribute, descending = _sort_key(sort)
     rows = sorted(rows, key=lambda f: f.name)  # ties in name order

@@ -12,7 +12,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ptscope.cli.base import non_negative_int, parse_id_list, reading_trace
+from ptscope.cli.base import parse_id_list, reading_trace
+from ptscope.cli.stats import add_listing_arguments
 
 if TYPE_CHECKING:
     from ptscope.analyze.diff import Crossing, DiffReport, DiffRow, TraceTotals
@@ -110,22 +111,13 @@ class DiffCommand:
             help="only these threads (each trace keeps those it holds: give one tid of each)",
         )
         parser.add_argument(
-            "--match", metavar="REGEX", help="only functions whose name matches (re.search)"
-        )
-        parser.add_argument(
             "--sort",
             choices=SORT_KEYS,
             default="self-insns",
             help="order by the largest absolute change of this column (default self-insns: "
             "self instructions; name: A to Z)",
         )
-        parser.add_argument(
-            "--top",
-            type=non_negative_int,
-            default=25,
-            metavar="N",
-            help="show the first N functions (default 25; 0: all)",
-        )
+        add_listing_arguments(parser)
         parser.add_argument(
             "--changed",
             action="store_true",

@@ -20,7 +20,13 @@ if TYPE_CHECKING:
     from ptscope.analyze.stream import CallBatch, CallStream, StreamThread
     from ptscope.errors import PtscopeError
 
-__all__ = ["Selection", "StatsCommand", "add_selection_arguments", "selected_calls"]
+__all__ = [
+    "Selection",
+    "StatsCommand",
+    "add_listing_arguments",
+    "add_selection_arguments",
+    "selected_calls",
+]
 
 SORT_KEYS = ("total", "self", "calls", "p50", "p90", "p99", "max", "name")
 """analyze.stats.SORT_KEYS, spelled out here: building the parser must not import numpy."""
@@ -41,6 +47,20 @@ def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="START,END",
         help="only this stretch, from the trace's first event: e.g. 10ms,25ms or ,2s "
         "(units ns, us, ms, s; calls are clipped to it)",
+    )
+
+
+def add_listing_arguments(parser: argparse.ArgumentParser) -> None:
+    """--top and --match: which functions `stats` and `diff` list."""
+    parser.add_argument(
+        "--top",
+        type=non_negative_int,
+        default=25,
+        metavar="N",
+        help="show the first N functions (default 25; 0: all)",
+    )
+    parser.add_argument(
+        "--match", metavar="REGEX", help="only functions whose name matches (re.search)"
     )
 
 
@@ -100,21 +120,12 @@ class StatsCommand:
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         add_selection_arguments(parser)
-        parser.add_argument(
-            "--top",
-            type=non_negative_int,
-            default=25,
-            metavar="N",
-            help="show the first N functions (default 25; 0: all)",
-        )
+        add_listing_arguments(parser)
         parser.add_argument(
             "--sort",
             choices=SORT_KEYS,
             default="total",
             help="order by this column, largest first (name: A to Z); default total",
-        )
-        parser.add_argument(
-            "--match", metavar="REGEX", help="only functions whose name matches (re.search)"
         )
         parser.add_argument(
             "--exact",
