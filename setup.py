@@ -13,6 +13,10 @@ shared object (QEMU loads it with ``-plugin``); it needs only a C compiler. Set
 ``ptscope.reconstruct._cengine`` is an ordinary, optional extension module (the C twin of
 the reconstruction engine): when it cannot be built the install still succeeds and ptscope
 uses the Python engine. ``PTSCOPE_NO_CENGINE=1`` skips it.
+
+``ptscope.fxt._cfxt`` is the FXT writer's slice encoder in C (``_native/fxt_slices.c``),
+optional in the same way: without it the writer encodes with numpy. ``PTSCOPE_NO_CFXT=1``
+skips it.
 """
 
 import os
@@ -120,6 +124,20 @@ if not os.environ.get("PTSCOPE_NO_CENGINE"):
         Extension(
             "ptscope.reconstruct._cengine",
             sources=["src/ptscope/reconstruct/_cengine.c"],
+            extra_compile_args=["-O2", "-Wall", "-Werror", "-std=c11"],
+            optional=True,
+        )
+    )
+
+if not os.environ.get("PTSCOPE_NO_CFXT"):
+    # The FXT writer's slice encoder in C. Optional too: without it the writer encodes
+    # with numpy (fxt/writer.py), the reference the C encoder is tested against.
+    ext_modules.append(
+        Extension(
+            "ptscope.fxt._cfxt",
+            sources=["src/ptscope/fxt/_cfxt.c", "src/ptscope/_native/fxt_slices.c"],
+            include_dirs=["src/ptscope/_native"],
+            depends=["src/ptscope/_native/fxt_slices.h"],
             extra_compile_args=["-O2", "-Wall", "-Werror", "-std=c11"],
             optional=True,
         )

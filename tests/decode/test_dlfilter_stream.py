@@ -168,6 +168,20 @@ def test_any_chunking_gives_the_same_events(stream: bytes, chunk: int) -> None:
     assert parse(data, chunk) == parse(data)
 
 
+@pytest.mark.parametrize("join", [8, 80, 200])
+@pytest.mark.parametrize("chunk", [71, 500, 3000])
+def test_a_leftover_record_joined_to_a_few_bytes_gives_the_same_events(
+    stream: bytes, chunk: int, join: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A record cut by a chunk's end is finished with the next chunk's first ``_JOIN``
+    bytes and the rest is read in place; a record (here perf's error line) longer than
+    that is joined whole."""
+    data = with_error_line(stream, 3)
+    want = parse(data)
+    monkeypatch.setattr(ds, "_JOIN", join)
+    assert parse(data, chunk) == want
+
+
 def test_truncation_is_an_error_at_every_length(stream: bytes) -> None:
     for cut in range(0, len(stream) - 1, 7):
         with pytest.raises(BadInputError, match=r"truncated|ends inside|no records"):

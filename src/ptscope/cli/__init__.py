@@ -21,6 +21,10 @@ from ptscope.errors import PtscopeError, Terminated
 
 __all__ = ["main"]
 
+# numpy's OpenBLAS starts a thread per core that spins after each call; ptscope does no
+# linear algebra, and on a decode those threads took CPU from perf (set before numpy loads).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 log = logging.getLogger("ptscope")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import math
 import os
 import stat
@@ -260,6 +261,7 @@ _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3
 _KEEP_FREED_BYTES = 256 << 20
 _GLIBC_DEFAULTS = ((_M_MMAP_THRESHOLD, 128 << 10), (_M_TRIM_THRESHOLD, 128 << 10), (_M_TOP_PAD, 0))
 _malloc_tuned = False
+_gc_frozen = False
 
 
 def _libc() -> Any:
@@ -287,15 +289,31 @@ def reuse_freed_memory() -> None:
     _malloc_tuned = True
 
 
+def settle_for_streaming() -> None:
+    """Before a long decode: freed memory reused (:func:`reuse_freed_memory`; fresh pages
+    for every batch's arrays were a tenth of a decode's CPU), and what the start-up
+    imported moved out of the garbage collector's sight (``gc.freeze``): the streaming
+    stages allocate many short-lived objects, and each collection used to walk every
+    module's objects again. Undone by :func:`malloc_restored`."""
+    global _gc_frozen
+    reuse_freed_memory()
+    gc.collect()
+    gc.freeze()
+    _gc_frozen = True
+
+
 @contextlib.contextmanager
 def malloc_restored() -> Iterator[None]:
     """Around a command: glibc's defaults again after it, and what the heap holds given
     back (a process that runs many commands, a test session, must not keep growing a heap
     that no longer returns big blocks to the system)."""
-    global _malloc_tuned
+    global _malloc_tuned, _gc_frozen
     try:
         yield
     finally:
+        if _gc_frozen:
+            _gc_frozen = False
+            gc.unfreeze()
         if _malloc_tuned:
             _malloc_tuned = False
             libc = _libc()

@@ -12,6 +12,7 @@ from ptscope.cli.base import (
     add_recording_argument,
     check_input,
     parse_id_list,
+    settle_for_streaming,
 )
 from ptscope.cli.output import summary_of_incomplete
 from ptscope.cli.serve import add_serve_option, serve_in_perfetto
@@ -54,6 +55,7 @@ class DecodeCommand:
 
         check_trace_output(args.output)
         options = decode_options(args)
+        settle_for_streaming()
         if args.perf_script is not None:
             if args.recording is not None:
                 raise UsageError("give either a recording or --perf-script, not both")

@@ -21,7 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from ptscope.cli.base import MAX_INT64, add_decoder_arguments, check_output, int_between
+from ptscope.cli.base import (
+    MAX_INT64,
+    add_decoder_arguments,
+    check_output,
+    int_between,
+    settle_for_streaming,
+)
 from ptscope.cli.serve import add_serve_option, serve_in_perfetto
 from ptscope.errors import PtscopeError, RecordingError, UsageError
 from ptscope.recording import Recording
@@ -622,6 +628,7 @@ class RunCommand:
             raise UsageError("no program given", hint="ptscope run [options] -- PROGRAM [ARGS]")
         output = check_trace_output(args.output)
         region_of(args)
+        settle_for_streaming()
         caps = probe_capabilities()
         backend = choose_backend(args.backend, caps.intel_pt.present, run=True)
         if args.max_instructions is not None and backend != "emulated":

@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import BinaryIO, Final
+from typing import Any, BinaryIO, Final, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -60,6 +60,11 @@ try:  # ISA-L's gzip: the same format, about 6x faster than zlib at the same rat
     from isal.igzip import IGzipFile as _FastGzipFile
 except ImportError:  # pragma: no cover (a platform without isal wheels)
     _FastGzipFile = None  # type: ignore[assignment,misc]
+
+try:  # the C slice encoder (fxt/_cfxt.c); without it, the numpy twin below encodes
+    from ptscope.fxt import _cfxt  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover (built where a C compiler is found)
+    _cfxt = None
 
 GZIP_LEVEL: Final = 1
 """The fast level, ISA-L's or zlib's: our records are regular, so level 1 is nearly as
@@ -310,6 +315,20 @@ class _ThreadTable:
         return slot
 
 
+class _SliceColumns(NamedTuple):
+    """A chunk's columns as the encoders take them (ticks; args as FxtWriter.slices)."""
+
+    start: _U64
+    end: _U64
+    address: _U64 | None
+    instructions: npt.NDArray[np.int64] | None
+    cycles: npt.NDArray[np.int64] | None
+    flags: npt.NDArray[np.uint8] | None
+    continued: npt.NDArray[np.uint8] | None
+    full_name: Sequence[tuple[npt.NDArray[np.bool_], _U64]]
+    icache_lines: npt.NDArray[np.int64] | None
+
+
 @dataclass(frozen=True)
 class Drill:
     """What each slice's ``drill`` string is made of (:func:`records.drill_strings`): the
@@ -325,21 +344,39 @@ class Drill:
     anchor_occurrence: npt.ArrayLike | None = None
     instructions: npt.ArrayLike | None = None
 
-    def texts(self, i: int, j: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.uint64]]:
-        """The strings of slices [i, j): their lengths and bytes."""
+    def columns(self, i: int, j: int) -> _DrillColumns:
+        """What the strings of slices [i, j) are made of: the perf times, and the anchor
+        and counts (all three, or None where the slices have none)."""
         anchored = (
             self.anchor_ip is not None
             and self.anchor_occurrence is not None
             and self.instructions is not None
         )
-        return rec.drill_strings(
-            self.prefix,
-            np.asarray(self.perf_start, dtype=np.int64)[i:j],
-            np.asarray(self.perf_end, dtype=np.int64)[i:j],
-            np.asarray(self.anchor_ip, dtype=np.uint64)[i:j] if anchored else None,
-            np.asarray(self.anchor_occurrence, dtype=np.int64)[i:j] if anchored else None,
-            np.asarray(self.instructions, dtype=np.int64)[i:j] if anchored else None,
+        return _DrillColumns(
+            np.ascontiguousarray(np.asarray(self.perf_start, dtype=np.int64)[i:j]),
+            np.ascontiguousarray(np.asarray(self.perf_end, dtype=np.int64)[i:j]),
+            _contiguous(self.anchor_ip, np.uint64, i, j) if anchored else None,
+            _contiguous(self.anchor_occurrence, np.int64, i, j) if anchored else None,
+            _contiguous(self.instructions, np.int64, i, j) if anchored else None,
         )
+
+    def texts(self, i: int, j: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.uint64]]:
+        """The strings of slices [i, j): their lengths and bytes."""
+        return rec.drill_strings(self.prefix, *self.columns(i, j))
+
+
+class _DrillColumns(NamedTuple):
+    perf_start: npt.NDArray[np.int64]
+    perf_end: npt.NDArray[np.int64]
+    anchor_ip: npt.NDArray[np.uint64] | None
+    anchor_occurrence: npt.NDArray[np.int64] | None
+    instructions: npt.NDArray[np.int64] | None
+
+
+def _contiguous(
+    values: npt.ArrayLike | None, dtype: type[np.generic], i: int, j: int
+) -> npt.NDArray[Any]:
+    return np.ascontiguousarray(np.asarray(values, dtype=dtype)[i:j])
 
 
 class FxtWriter:
@@ -394,6 +431,7 @@ class FxtWriter:
         for value, text in rec.CONTINUED_TEXT.items():
             self._continued_lut[value] = pin(text)
         self._flag_lut = np.zeros(256, dtype=np.uint64)  # flags value -> string index
+        self._scratch = np.empty(0, dtype=np.uint64)  # the C encoder's output, reused
 
     @classmethod
     def open(
@@ -738,9 +776,7 @@ class FxtWriter:
                 raise ValueError(f"a slice starts before the trace's time base {base}")
             if np.any(rel_end < rel_start):
                 raise ValueError("a slice ends before it starts")
-            words = self._encode_complete(
-                header,
-                slots,
+            columns = _SliceColumns(
                 rel_start.view(np.uint64),
                 rel_end.view(np.uint64),
                 None if addr_a is None else addr_a[i:j],
@@ -750,8 +786,18 @@ class FxtWriter:
                 None if cont_a is None else cont_a[i:j],
                 self._full_name_args(ids[i:j], slots),
                 None if lines_a is None else lines_a[i:j],
-                None if drill is None else drill.texts(i, j),
             )
+            if _cfxt is not None:
+                words = self._encode_complete_c(
+                    header, slots, columns, None if drill is None else (drill, i, j)
+                )
+            else:
+                words = self._encode_complete(
+                    header,
+                    slots,
+                    *columns,
+                    drill=None if drill is None else drill.texts(i, j),
+                )
             self._emit_words(words, j - i)
             i = j
         self.stats.slices += n
@@ -779,6 +825,55 @@ class FxtWriter:
             head = rec.arg_header(rec.ArgType.STRING, 1, self._arg_full_name[k])
             out.append((present, np.uint64(head) | (refs << np.uint64(32))))
         return out
+
+    def _encode_complete_c(
+        self,
+        header: int,
+        name_slots: npt.NDArray[np.int32],
+        columns: _SliceColumns,
+        drill: tuple[Drill, int, int] | None,
+    ) -> _U64:
+        """:meth:`_encode_complete` in C (``fxt/_cfxt.c``): the same words, drill strings
+        formatted there too. The numpy encoder stays as its reference (the tests compare
+        the two word for word)."""
+        assert _cfxt is not None
+        c = columns
+        args: list[tuple[npt.NDArray[np.bool_] | None, int | _U64, _U64 | None]] = []
+        for values, arg_type, name, unset in (
+            (c.address, rec.ArgType.POINTER, self._arg_address, None),
+            (c.instructions, rec.ArgType.U64, self._arg_instructions, -1),
+            (c.cycles, rec.ArgType.U64, self._arg_cycles, -1),
+            (c.icache_lines, rec.ArgType.U64, self._arg_icache, -1),
+        ):
+            if values is not None:
+                present = values != 0 if unset is None else values >= 0
+                h = rec.arg_header(arg_type, 2, name)
+                args.append((present, h, np.ascontiguousarray(values).view(np.uint64)))
+        for codes, lut, name in (
+            (c.flags, self._flag_lut, self._arg_flags),
+            (c.continued, self._continued_lut, self._arg_continued),
+        ):
+            if codes is not None:
+                h = rec.arg_header(rec.ArgType.STRING, 1, name)
+                args.append((codes != 0, np.uint64(h) | (lut[codes] << np.uint64(32)), None))
+        for present, piece_words in c.full_name:
+            args.append((present, np.ascontiguousarray(piece_words), None))
+        drill_arg = None
+        if drill is not None:
+            what, i, j = drill
+            h = rec.arg_header(rec.ArgType.STRING, 0, self._arg_drill)
+            drill_arg = (h, what.prefix.encode(), *what.columns(i, j))
+        slots = np.ascontiguousarray(name_slots, dtype=np.int32)
+        # fxt_complete_bound(): 3 words, an arg's 1 or 2, a drill string's header and at
+        # most 138 bytes beside its prefix (20-digit numbers).
+        per_slice = 3 + sum(1 if values is None else 2 for _, _, values in args)
+        if drill_arg is not None:
+            per_slice += 1 + (len(drill_arg[1]) + 138 + 7) // 8
+        if len(self._scratch) < len(slots) * per_slice:
+            # reused: fresh pages for every chunk would cost more than the encoding
+            self._scratch = np.empty(len(slots) * per_slice, dtype=np.uint64)
+        words = _cfxt.encode_complete(header, slots, c.start, c.end, args, drill_arg, self._scratch)
+        return self._scratch[:words]
 
     def _encode_complete(
         self,

@@ -1,0 +1,170 @@
+/* Duration-complete records for many slices at once: see fxt_slices.h. */
+#include "fxt_slices.h"
+
+#include <string.h>
+
+#define AFTER " --after 0x"
+#define OCCURRENCE ":"
+#define COUNT " --count "
+#define NS_PER_S 1000000000LL
+#define MAX_DIGITS 20 /* of a 64-bit number, in decimal; 16 in hex */
+
+/* The decimal digits of v (>= 0), at least one. */
+static unsigned decimal_width(uint64_t v)
+{
+	unsigned w = 1;
+	while (v >= 10) {
+		v /= 10;
+		w++;
+	}
+	return w;
+}
+
+static unsigned hex_width(uint64_t v)
+{
+	unsigned w = 1;
+	while (v >= 16) {
+		v >>= 4;
+		w++;
+	}
+	return w;
+}
+
+/* "00".."99": two digits per division (the drill strings are most of the encoding). */
+static const char PAIRS[201] = "0001020304050607080910111213141516171819"
+			       "2021222324252627282930313233343536373839"
+			       "4041424344454647484950515253545556575859"
+			       "6061626364656667686970717273747576777879"
+			       "8081828384858687888990919293949596979899";
+
+/* v as exactly `digits` zero-filled decimal digits (the low ones). */
+static char *put_decimal(char *p, uint64_t v, unsigned digits)
+{
+	unsigned k = digits;
+	for (; k >= 2; k -= 2) {
+		memcpy(p + k - 2, PAIRS + 2 * (v % 100), 2);
+		v /= 100;
+	}
+	if (k)
+		p[0] = (char)('0' + v % 10);
+	return p + digits;
+}
+
+static char *put_hex(char *p, uint64_t v, unsigned digits)
+{
+	static const char hex[] = "0123456789abcdef";
+	for (unsigned k = digits; k > 0; k--) {
+		p[k - 1] = hex[v & 15];
+		v >>= 4;
+	}
+	return p + digits;
+}
+
+static char *put_text(char *p, const char *text, size_t len)
+{
+	memcpy(p, text, len);
+	return p + len;
+}
+
+static char *put_time(char *p, int64_t t, unsigned sec_width)
+{
+	uint64_t u = t > 0 ? (uint64_t)t : 0;
+	p = put_decimal(p, u / NS_PER_S, sec_width);
+	*p++ = '.';
+	return put_decimal(p, u % NS_PER_S, 9);
+}
+
+/* The seconds' width: that of the latest time (at least 0) among the n slices. */
+static unsigned seconds_width(size_t n, const struct fxt_drill_column *d)
+{
+	int64_t latest = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (d->perf_start[i] > latest)
+			latest = d->perf_start[i];
+		if (d->perf_end[i] > latest)
+			latest = d->perf_end[i];
+	}
+	return decimal_width((uint64_t)latest / NS_PER_S);
+}
+
+static size_t drill_most_bytes(const struct fxt_drill_column *d, unsigned sec_width)
+{
+	size_t n = d->prefix_len + 2 * (sec_width + 10) + 1;
+	if (d->anchor_ip)
+		n += sizeof AFTER - 1 + 16 + sizeof OCCURRENCE - 1 + MAX_DIGITS + sizeof COUNT - 1 +
+		     MAX_DIGITS;
+	return n;
+}
+
+size_t fxt_complete_bound(size_t n, const struct fxt_arg_column *args, size_t nargs,
+			  const struct fxt_drill_column *drill)
+{
+	size_t per = 3;
+	for (size_t a = 0; a < nargs; a++)
+		per += args[a].values ? 2 : 1;
+	if (drill)
+		per += 1 + (drill_most_bytes(drill, MAX_DIGITS) + 7) / 8;
+	return n * per;
+}
+
+/* Slice i's drill string at `text` (zero-padded to whole words); its length. */
+static size_t drill_text(char *text, const struct fxt_drill_column *d, size_t i,
+			 unsigned sec_width)
+{
+	char *p = put_text(text, d->prefix, d->prefix_len);
+	p = put_time(p, d->perf_start[i], sec_width);
+	*p++ = ',';
+	p = put_time(p, d->perf_end[i], sec_width);
+	if (d->anchor_ip && d->anchor_occurrence[i] > 0 && d->count[i] > 0) {
+		uint64_t ip = d->anchor_ip[i];
+		uint64_t occ = (uint64_t)d->anchor_occurrence[i];
+		uint64_t cnt = (uint64_t)d->count[i];
+		p = put_text(p, AFTER, sizeof AFTER - 1);
+		p = put_hex(p, ip, hex_width(ip));
+		p = put_text(p, OCCURRENCE, sizeof OCCURRENCE - 1);
+		p = put_decimal(p, occ, decimal_width(occ));
+		p = put_text(p, COUNT, sizeof COUNT - 1);
+		p = put_decimal(p, cnt, decimal_width(cnt));
+	}
+	size_t len = (size_t)(p - text);
+	memset(p, 0, (8 - len % 8) % 8);
+	return len;
+}
+
+size_t fxt_encode_complete(uint64_t *out, size_t n, uint64_t header, const int32_t *name_slots,
+			   const uint64_t *start, const uint64_t *end,
+			   const struct fxt_arg_column *args, size_t nargs,
+			   const struct fxt_drill_column *drill)
+{
+	unsigned sec_width = drill ? seconds_width(n, drill) : 0;
+	uint64_t *w = out;
+	for (size_t i = 0; i < n; i++) {
+		uint64_t *rec = w;
+		uint64_t count = 0;
+		w += 2; /* header, start */
+		for (size_t a = 0; a < nargs; a++) {
+			const struct fxt_arg_column *c = &args[a];
+			if (c->present && !c->present[i])
+				continue;
+			*w++ = c->heads ? c->heads[i] : c->head;
+			if (c->values)
+				*w++ = c->values[i];
+			count++;
+		}
+		if (drill) {
+			/* The string is written straight into the record's words (little-endian,
+			 * as FXT is), after its header word. */
+			size_t len = drill_text((char *)(w + 1), drill, i, sec_width);
+			uint64_t words = 1 + (len + 7) / 8;
+			*w = drill->head | (words << 4) | ((0x8000 | (uint64_t)len) << 32);
+			w += words;
+			count++;
+		}
+		*w++ = end[i];
+		uint64_t size = (uint64_t)(w - rec);
+		rec[0] = header | ((uint64_t)(uint32_t)name_slots[i] << 48) | (size << 4) |
+			 (count << 20);
+		rec[1] = start[i];
+	}
+	return (size_t)(w - out);
+}
