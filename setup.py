@@ -16,7 +16,8 @@ uses the Python engine. ``PTSCOPE_NO_CENGINE=1`` skips it.
 
 ``ptscope.fxt._cfxt`` is the FXT writer's slice encoder in C (``_native/fxt_slices.c``),
 optional in the same way: without it the writer encodes with numpy. ``PTSCOPE_NO_CFXT=1``
-skips it.
+skips it. ``ptscope.decode._crecords`` reads the dlfilter stream's branch runs in C, also
+optional (the reader then uses numpy); ``PTSCOPE_NO_CRECORDS=1`` skips it.
 """
 
 import os
@@ -124,6 +125,20 @@ if not os.environ.get("PTSCOPE_NO_CENGINE"):
         Extension(
             "ptscope.reconstruct._cengine",
             sources=["src/ptscope/reconstruct/_cengine.c"],
+            extra_compile_args=["-O2", "-Wall", "-Werror", "-std=c11"],
+            optional=True,
+        )
+    )
+
+if not os.environ.get("PTSCOPE_NO_CRECORDS"):
+    # The dlfilter stream's branch runs read in C (the common case of the Python reader,
+    # which stays the reference). Optional: without it the reader uses numpy.
+    ext_modules.append(
+        Extension(
+            "ptscope.decode._crecords",
+            sources=["src/ptscope/decode/_crecords.c"],
+            include_dirs=["src/ptscope/_native"],
+            depends=["src/ptscope/_native/record_format.h"],
             extra_compile_args=["-O2", "-Wall", "-Werror", "-std=c11"],
             optional=True,
         )

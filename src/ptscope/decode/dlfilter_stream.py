@@ -91,6 +91,11 @@ _SMALL_COUNT: Final = 1 << 40
 """Counts below this add up without wrapping around in a run of records (at most
 :data:`_LOOKAHEAD`, each with two counts)."""
 
+try:  # the common case of a run of branch records, read in C (decode/_crecords.c)
+    from ptscope.decode import _crecords  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover (built where a C compiler is found)
+    _crecords = None
+
 
 # --------------------------------------------------------------------- locations
 
@@ -518,11 +523,64 @@ class RecordStreamParser:
         )
 
     def _branch_batch(self, buf: bytes, pos: int, n: int, items: list[Any]) -> None:
+        if (
+            _crecords is not None
+            and not self._run_has_lines
+            and self._lo is None
+            and self._hi is None
+            and not self._ended
+        ):
+            batch = self._fast_batch(buf, pos, n)
+            if batch is not None:
+                items.append(batch)
+                return
         for rows in self._branch_records(buf, pos, n):
             if isinstance(rows, DecodeError):
                 items.append(rows)
             else:
                 self._batch(rows, items)
+
+    def _fast_batch(self, buf: bytes, pos: int, n: int) -> BranchBatch | None:
+        """The run of ``n`` branch records at ``pos`` read in C (``decode/_crecords.c``),
+        as :meth:`_branch_records` and :meth:`_batch` would read it when nothing in it is
+        damaged (the only case the C reader takes: None otherwise)."""
+        assert _crecords is not None
+        size = self._branch_size
+        checked = _crecords.check_run(buf, pos, n, size, len(self._locations), self._count_budget)
+        if checked is None:
+            return None
+        spent, nlines = checked
+        self._count_budget -= spent
+        self.stats.branches += n
+        if len(self._table_id_array) != len(self._table_ids):
+            self._table_id_array = np.array(self._table_ids, dtype=np.int32)
+        pid, tid, src, dst = (np.empty(n, dtype=np.int32) for _ in range(4))
+        time = np.empty(n, dtype=np.int64)
+        flags, gap_delta = np.empty(n, dtype=np.uint32), np.empty(n, dtype=np.uint32)
+        insns, cycles = np.empty(n, dtype=np.uint64), np.empty(n, dtype=np.uint64)
+        gap_insns = np.empty(n, dtype=np.uint16)
+        offsets = np.empty(n + 1, dtype=np.int32)
+        lines = np.empty(nlines, dtype=np.uint64)
+        _crecords.fill_run(
+            buf, pos, n, size, self._table_id_array, pid, tid, time, flags, src, dst,
+            insns, cycles, gap_delta, gap_insns, offsets, lines,
+        )  # fmt: skip
+        detail = self.stats.insns
+        return BranchBatch(
+            self.locations,
+            pid=pid,
+            tid=tid,
+            time=time,
+            flags=flags,
+            src=src,
+            dst=dst,
+            insn_count=insns,
+            cycle_count=cycles,
+            gap_delta=gap_delta,
+            line_offsets=offsets if detail else None,
+            lines=lines if detail else None,
+            gap_insns=gap_insns,
+        )
 
     def _batch(self, rows: _Rows, items: list[Any]) -> None:
         recs = rows.recs
