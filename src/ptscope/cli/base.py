@@ -261,7 +261,7 @@ _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3
 _KEEP_FREED_BYTES = 256 << 20
 _GLIBC_DEFAULTS = ((_M_MMAP_THRESHOLD, 128 << 10), (_M_TRIM_THRESHOLD, 128 << 10), (_M_TOP_PAD, 0))
 _malloc_tuned = False
-_gc_frozen = False
+_gc_frozen: tuple[int, ...] | None = None  # the thresholds before
 
 
 def _libc() -> Any:
@@ -292,14 +292,17 @@ def reuse_freed_memory() -> None:
 def settle_for_streaming() -> None:
     """Before a long decode: freed memory reused (:func:`reuse_freed_memory`; fresh pages
     for every batch's arrays were a tenth of a decode's CPU), and what the start-up
-    imported moved out of the garbage collector's sight (``gc.freeze``): the streaming
-    stages allocate many short-lived objects, and each collection used to walk every
-    module's objects again. Undone by :func:`malloc_restored`."""
+    imported moved out of the garbage collector's sight (``gc.freeze``) and the youngest
+    generation collected less often: the streaming stages allocate many short-lived
+    objects, and each collection used to walk every module's objects again. Undone by
+    :func:`malloc_restored`."""
     global _gc_frozen
     reuse_freed_memory()
-    gc.collect()
-    gc.freeze()
-    _gc_frozen = True
+    gc.freeze()  # (without a collection first: one over every module's objects costs more)
+    _gc_frozen = gc.get_threshold()
+    # Collections of the youngest objects a hundred times rarer: each batch makes a few
+    # hundred short-lived objects, none in a reference cycle that outlives it.
+    gc.set_threshold(70_000, *_gc_frozen[1:])
 
 
 @contextlib.contextmanager
@@ -312,7 +315,8 @@ def malloc_restored() -> Iterator[None]:
         yield
     finally:
         if _gc_frozen:
-            _gc_frozen = False
+            gc.set_threshold(*_gc_frozen)
+            _gc_frozen = None
             gc.unfreeze()
         if _malloc_tuned:
             _malloc_tuned = False

@@ -26,13 +26,12 @@ counted in :attr:`InstructionDetail.unknown_blocks`).
 from __future__ import annotations
 
 import bisect
+import functools
 import mmap
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Final
-
-import capstone
+from typing import Any, Final
 
 __all__ = [
     "BLOCK_MAX_BYTES",
@@ -54,7 +53,14 @@ _MMAP_RE: Final = re.compile(
 _FORK_RE: Final = re.compile(r"PERF_RECORD_FORK\((-?\d+):-?\d+\):\((-?\d+):-?\d+\)")
 _COMM_EXEC_RE: Final = re.compile(r"PERF_RECORD_COMM exec: .*:(-?\d+)/-?\d+\s*$")
 
-_DISASM: Final = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+
+@functools.cache
+def _disassembler() -> Any:
+    """capstone's x86-64 decoder, made on first use (importing capstone costs 20 ms, and
+    the dlfilter decoder never needs it)."""
+    import capstone
+
+    return capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
 
 
 def split_block(code: bytes, start: int, size: int) -> tuple[int, int] | None:
@@ -65,7 +71,7 @@ def split_block(code: bytes, start: int, size: int) -> tuple[int, int] | None:
     before = 0
     pos = 0
     end_len = 0
-    for address, length, _, _ in _DISASM.disasm_lite(code, start):
+    for address, length, _, _ in _disassembler().disasm_lite(code, start):
         pos = address - start
         if pos == size:
             end_len = length

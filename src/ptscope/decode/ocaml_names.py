@@ -17,10 +17,6 @@ import re
 from pathlib import Path
 from typing import Final
 
-from elftools.common.exceptions import ELFError
-from elftools.elf.elffile import ELFFile
-from elftools.elf.sections import SymbolTableSection
-
 from ptscope.decode.binary_files import local_binary
 
 __all__ = ["is_ocaml_label", "ocaml_function_name", "perf_ocaml_name"]
@@ -57,6 +53,11 @@ def ocaml_function_name(symbol: str, dso: str) -> str:
 def _functions_at_labels(path: str) -> dict[str, str]:
     """label -> the function symbol at the label's address (sized, the first one seen), in
     the binary at ``path``."""
+    # Imported here: most decodes never look for OCaml labels (pyelftools costs 20 ms).
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import SymbolTableSection
+
     try:
         with open(Path(path), "rb") as f:
             labels: dict[int, list[str]] = {}

@@ -28,7 +28,7 @@ import shlex
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Final, NoReturn, cast
+from typing import Any, BinaryIO, Final, NoReturn, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -312,56 +312,69 @@ class TraceStream:
         end: npt.NDArray[np.int64],
         continued: npt.NDArray[np.uint8] | None,
     ) -> None:
-        pid, tid = batch.pid[rows], batch.tid[rows]
-        if np.all(pid == pid[0]) and np.all(tid == tid[0]):
-            order = np.arange(len(rows))  # one thread (the common case): no sort
-            cuts = np.zeros(0, dtype=np.intp)
+        every = len(rows) == len(batch)  # rows is then 0..n-1: columns used as they are
+
+        def pick(column: npt.NDArray[Any]) -> npt.NDArray[Any]:
+            return column if every else column[rows]
+
+        pid, tid = pick(batch.pid), pick(batch.tid)
+        one_thread = bool(np.all(pid == pid[0]) and np.all(tid == tid[0]))
+        if one_thread:  # the common case: no sort, one group
+            order = cuts = np.zeros(0, dtype=np.intp)
         else:
             order = np.lexsort((np.arange(len(rows)), tid, pid))  # stable: keeps close order
             keys = (pid[order] << 32) | (tid[order] & 0xFFFFFFFF)
             cuts = np.flatnonzero(np.diff(keys)) + 1
-        whole_insns = insns = batch.instructions[rows]
-        cycles = batch.cycles[rows]
-        lines = None if batch.icache_lines is None else batch.icache_lines[rows]
+        whole_insns = insns = pick(batch.instructions)
+        cycles = pick(batch.cycles)
+        lines = None if batch.icache_lines is None else pick(batch.icache_lines)
         if continued is not None:
             # (a piece of a call has none of its counts: they are the whole call's)
             whole = continued == 0
             insns = np.where(whole, insns, -1)
             cycles = np.where(whole, cycles, -1)
             lines = None if lines is None else np.where(whole, lines, -1)
-        for group in np.split(order, cuts):
-            p, t = int(pid[group[0]]), int(tid[group[0]])
+        groups: list[npt.NDArray[np.intp] | None] = (
+            [None] if one_thread else list(np.split(order, cuts))
+        )
+        for group in groups:
+
+            def of(
+                column: npt.NDArray[Any], group: npt.NDArray[np.intp] | None = group
+            ) -> npt.NDArray[Any]:
+                return column if group is None else column[group]
+
+            first = 0 if group is None else int(group[0])
+            p, t = int(pid[first]), int(tid[first])
             if p not in part.processes:
                 self._process(part, p, self._names.get(p, ""))
             part.writer.slices(
                 p,
                 t,
                 batch.names,
-                start[group],
-                end[group],
-                batch.name_id[rows][group],
-                address=batch.address[rows][group],
-                instructions=insns[group],
-                cycles=cycles[group],
-                flags=batch.flags[rows][group],
-                continued=None if continued is None else continued[group],
-                icache_lines=None if lines is None else lines[group],
+                of(start),
+                of(end),
+                of(pick(batch.name_id)),
+                address=of(pick(batch.address)),
+                instructions=of(insns),
+                cycles=of(cycles),
+                flags=of(pick(batch.flags)),
+                continued=None if continued is None else of(continued),
+                icache_lines=None if lines is None else of(lines),
                 drill=None
                 if self._drill is None or batch.perf_start is None or batch.perf_end is None
                 else Drill(
                     f"ptscope insns {self._drill} --tid {t} --time ",
-                    batch.perf_start[rows][group],
-                    batch.perf_end[rows][group],
-                    None if batch.anchor_ip is None else batch.anchor_ip[rows][group],
-                    None
-                    if batch.anchor_occurrence is None
-                    else batch.anchor_occurrence[rows][group],
+                    of(pick(batch.perf_start)),
+                    of(pick(batch.perf_end)),
+                    None if batch.anchor_ip is None else of(pick(batch.anchor_ip)),
+                    None if batch.anchor_occurrence is None else of(pick(batch.anchor_occurrence)),
                     # a piece of a call drills into the whole call
-                    whole_insns[group],
+                    of(whole_insns),
                 ),
             )
-            part.info.slices += len(group)
-            part.info.end = max(part.info.end, int(end[group].max()))
+            part.info.slices += len(of(start))
+            part.info.end = max(part.info.end, int(of(end).max()))
 
     def instant(self, pid: int, tid: int, instant: Instant) -> None:
         with self._writing():
