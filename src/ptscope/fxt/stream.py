@@ -276,7 +276,7 @@ class TraceStream:
         start = np.maximum(batch.start, self.time_base)
         end = np.maximum(batch.end, start)
         if not self.split:
-            self._write_rows(self._parts[0], batch, np.arange(len(batch)), start, end, None)
+            self._write_rows(self._parts[0], batch, None, start, end, None)
             return
         self._part_of(int(end.max()))  # time split: every part up to the latest end exists
         bounds = np.asarray(self._bounds, dtype=np.int64)
@@ -307,22 +307,23 @@ class TraceStream:
         self,
         part: _Part,
         batch: SliceBatch,
-        rows: npt.NDArray[np.intp],
+        rows: npt.NDArray[np.intp] | None,
         start: npt.NDArray[np.int64],
         end: npt.NDArray[np.int64],
         continued: npt.NDArray[np.uint8] | None,
     ) -> None:
-        every = len(rows) == len(batch)  # rows is then 0..n-1: columns used as they are
+        """Write the ``rows`` of ``batch`` (None: all of them, in order, and the batch's
+        columns are then written as they are, not copied) from ``start`` to ``end``."""
 
         def pick(column: npt.NDArray[Any]) -> npt.NDArray[Any]:
-            return column if every else column[rows]
+            return column if rows is None else column[rows]
 
         pid, tid = pick(batch.pid), pick(batch.tid)
         one_thread = bool(np.all(pid == pid[0]) and np.all(tid == tid[0]))
         if one_thread:  # the common case: no sort, one group
             order = cuts = np.zeros(0, dtype=np.intp)
         else:
-            order = np.lexsort((np.arange(len(rows)), tid, pid))  # stable: keeps close order
+            order = np.lexsort((np.arange(len(pid)), tid, pid))  # stable: keeps close order
             keys = (pid[order] << 32) | (tid[order] & 0xFFFFFFFF)
             cuts = np.flatnonzero(np.diff(keys)) + 1
         whole_insns = insns = pick(batch.instructions)
