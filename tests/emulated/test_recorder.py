@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,8 @@ from ptscope.record.emulated import record
 from ptscope.record.emulated.state import read_state
 from ptscope.recording import Recording
 from support import programs
-from support.emulated_corpus import needs_tools, perf_branches
+from support.emulated_corpus import needs_tools, perf_branch_stream, perf_branches
+from support.qemu_truth import Branch
 
 pytestmark = pytest.mark.slow
 
@@ -62,25 +64,40 @@ def test_a_handler_that_moves_the_resume_point(tmp_path: Path) -> None:
     needs_tools()
     exe = programs.build("preempt", extra=["-mno-red-zone"])
     truth = tmp_path / "interrupted.txt"
-    result = record([str(exe), "2000", str(truth)], tmp_path / "rec")
+    result = record([str(exe), "1000", str(truth)], tmp_path / "rec")
     assert result.exit_code == 0
-    got = perf_branches(tmp_path / "rec" / "perf.data")
-    assert not got.errors, got.errors[:3]
-    main = got.by_tid[min(got.by_tid)]
     handler = _symbol(exe, "on_urg") + 0x4000000000  # the PIE's load address
     stub = _symbol(exe, "preempt_stub") + 0x4000000000
-    # Each delivery: the handler starts right after the interruption (FUP: where the
-    # program was), or right after a system call (no interruption in the trace, as on
-    # Intel PT: tracing was off, in the kernel).
-    deliveries = [main[i - 1] for i, b in enumerate(main) if b.kind == "start" and b.dst == handler]
+    # Read as perf prints it, keeping only what is checked: how long the program spins
+    # between two preemptions depends on how the host schedules its two threads, and a
+    # busy host made a trace of tens of millions of branches (gigabytes as a list).
+    errors: list[str] = []
+    previous: dict[int, Branch] = {}  # per thread (the main one is the first, by tid)
+    deliveries: dict[int, list[Branch]] = defaultdict(list)
+    resumed: Counter[int] = Counter()
+    for item in perf_branch_stream(tmp_path / "rec" / "perf.data"):
+        if isinstance(item, str):
+            errors.append(item)
+            continue
+        tid, branch = item
+        # Each delivery: the handler starts right after the interruption (FUP: where the
+        # program was), or right after a system call (no interruption in the trace, as
+        # on Intel PT: tracing was off, in the kernel).
+        if branch.kind == "start" and branch.dst == handler and tid in previous:
+            deliveries[tid].append(previous[tid])
+        # and each handler's rt_sigreturn resumes the program in the stub
+        resumed[tid] += branch.kind == "start" and branch.dst == stub
+        previous[tid] = branch
+    assert not errors, errors[:3]
+    main = min(previous)
     logged = [int(x, 16) for x in truth.read_text().split()]
-    assert len(deliveries) == len(logged) >= 2000
-    interrupted = [(b.src, r) for b, r in zip(deliveries, logged, strict=True) if b.kind == "async"]
-    assert len(interrupted) > 1900
+    assert len(deliveries[main]) == len(logged) >= 1000
+    interrupted = [
+        (b.src, r) for b, r in zip(deliveries[main], logged, strict=True) if b.kind == "async"
+    ]
+    assert len(interrupted) > 950
     assert all(src == r for src, r in interrupted), interrupted[:5]
-    # and each handler's rt_sigreturn resumes the program in the stub
-    resumed = [b for b in main if b.kind == "start" and b.dst == stub]
-    assert len(resumed) == len(deliveries)
+    assert resumed[main] == len(deliveries[main])
 
 
 def test_thread_names_are_in_the_recording_and_the_trace(tmp_path: Path) -> None:

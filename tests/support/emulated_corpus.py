@@ -6,6 +6,8 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -171,34 +173,39 @@ def perf_text(perf_data: Path, fields: str) -> str:
     ).stdout
 
 
+def perf_branch_stream(perf_data: Path) -> Iterator[tuple[int, qemu_truth.Branch] | str]:
+    """``perf script --itrace=be`` of a recording, read as perf prints it (memory does not
+    grow with the trace): (tid, taken branch) for each branch, the line for each error."""
+    argv = [find_perf().path, "script", "-i", str(perf_data), "--itrace=be"]
+    argv += ["-F", "pid,tid,flags,ip,addr"]
+    with (
+        tempfile.TemporaryFile("w+") as stderr,  # (a pipe could fill while stdout is read)
+        subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=stderr, text=True, env=perf_env()
+        ) as proc,
+    ):
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if "instruction trace error" in line:
+                yield line.strip()
+                continue
+            m = _BRANCH_RE.match(line.rstrip("\n"))
+            assert m, f"unexpected perf script line: {line!r}"
+            kind = _KINDS.get(m.group(3).strip(), m.group(3).strip())
+            yield int(m.group(2)), qemu_truth.Branch(kind, int(m.group(4), 16), int(m.group(5), 16))
+        proc.wait()
+        stderr.seek(0)
+        assert proc.returncode == 0, stderr.read()
+
+
 def perf_branches(perf_data: Path) -> PerfBranches:
     """``perf script --itrace=be`` of a recording: taken branches per thread, and errors."""
-    out = subprocess.run(
-        [
-            find_perf().path,
-            "script",
-            "-i",
-            str(perf_data),
-            "--itrace=be",
-            "-F",
-            "pid,tid,flags,ip,addr",
-        ],
-        capture_output=True,
-        text=True,
-        env=perf_env(),
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr
     got = PerfBranches({}, [])
-    for line in out.stdout.splitlines():
-        if "instruction trace error" in line:
-            got.errors.append(line.strip())
-            continue
-        m = _BRANCH_RE.match(line)
-        assert m, f"unexpected perf script line: {line!r}"
-        kind = _KINDS.get(m.group(3).strip(), m.group(3).strip())
-        branch = qemu_truth.Branch(kind, int(m.group(4), 16), int(m.group(5), 16))
-        got.by_tid.setdefault(int(m.group(2)), []).append(branch)
+    for item in perf_branch_stream(perf_data):
+        if isinstance(item, str):
+            got.errors.append(item)
+        else:
+            got.by_tid.setdefault(item[0], []).append(item[1])
     return got
 
 
