@@ -22,6 +22,7 @@ Usage: ``python bench/fxt_writer.py [--slices N] [--repeat R]``
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import gzip
 import os
@@ -241,6 +242,7 @@ def main() -> None:
             row(label, secs, n, secs / floor, path.stat().st_size)
         extra = rss_mb() - rss_before
         print(f"\npeak RSS after writing: {rss_mb():.0f} MB (+{extra:.0f} MB over the timeline)")
+        encoders(d, [("address only", timeline), ("+instr, cycles", with_args)], args.repeat)
 
         t0 = time.perf_counter()
         trace = read_trace(d / "t.fxt")
@@ -251,6 +253,53 @@ def main() -> None:
             f"read_trace (strict, raw file): {secs:.2f} s, {n / secs / 1e3:.0f} k slices/s, "
             f"peak RSS {rss_mb():.0f} MB"
         )
+
+
+def encoders(d: Path, timelines: list[tuple[str, Timeline]], repeat: int) -> None:
+    """The slice encoder in C (fxt/_cfxt.c) against its numpy twin, the same timelines to
+    a raw .fxt, in interleaved rounds (best of ``repeat`` each), with and without every
+    slice's drill string (the default of a decode whose recording is kept)."""
+    from ptscope.fxt import writer as fxt_writer
+
+    c_encoder = fxt_writer._cfxt
+    if c_encoder is None:
+        print("\nslice encoder: the C one is not built (numpy only)")
+        return
+    print(f"\n{'slice encoder, raw .fxt':34} {'C s':>7} {'numpy s':>8} {'C/numpy':>8}")
+    for label, plain in timelines:
+        for drill in (None, Path("/tmp/a recording")):
+            tl = plain if drill is None else _drillable(plain)
+            times = {"c": float("inf"), "numpy": float("inf")}
+            for _ in range(repeat):
+                for which, encoder in (("c", c_encoder), ("numpy", None)):
+                    fxt_writer._cfxt = encoder
+                    t0 = time.process_time()
+                    write_timeline(tl, d / "e.fxt", drill=drill)
+                    times[which] = min(times[which], time.process_time() - t0)
+            fxt_writer._cfxt = c_encoder
+            name = label + (" + drill" if drill else "")
+            ratio = times["c"] / times["numpy"]
+            print(f"{name:34} {times['c']:7.2f} {times['numpy']:8.2f} {ratio:8.2f}")
+
+
+def _drillable(timeline: Timeline) -> Timeline:
+    """The timeline with perf times (its own) and, every other slice, an anchor: what a
+    drill string is made of."""
+    threads = []
+    for th in timeline.threads:
+        anchored = (np.arange(len(th)) % 2).astype(np.int64)
+        count = th.instructions if th.instructions is not None else th.end - th.start
+        threads.append(
+            dataclasses.replace(
+                th,
+                perf_start=th.start,
+                perf_end=th.end,
+                anchor_ip=th.address,
+                anchor_occurrence=anchored,
+                instructions=count,
+            )
+        )
+    return Timeline(timeline.names, threads, timeline.processes)
 
 
 if __name__ == "__main__":
