@@ -57,7 +57,7 @@ def test_non_pie_program_decodes_every_call(tmp_path: Path) -> None:
 
 
 def test_a_handler_that_moves_the_resume_point(tmp_path: Path) -> None:
-    """A SIGURG handler rewrites the saved RIP (Go's asynchronous preemption): the trace
+    """A signal handler rewrites the saved RIP (Go's asynchronous preemption): the trace
     says where each signal really interrupted the program (the program logs it), and perf
     decodes every preemption without an error. The old recorder took the point after
     rt_sigreturn for the interrupted one: about 50 "Trace doesn't match" per 3,800."""
@@ -68,9 +68,8 @@ def test_a_handler_that_moves_the_resume_point(tmp_path: Path) -> None:
     assert result.exit_code == 0
     handler = _symbol(exe, "on_urg") + 0x4000000000  # the PIE's load address
     stub = _symbol(exe, "preempt_stub") + 0x4000000000
-    # Read as perf prints it, keeping only what is checked: how long the program spins
-    # between two preemptions depends on how the host schedules its two threads, and a
-    # busy host made a trace of tens of millions of branches (gigabytes as a list).
+    # Read as perf prints it, keeping only what is checked (the trace holds millions of
+    # branches).
     errors: list[str] = []
     previous: dict[int, Branch] = {}  # per thread (the main one is the first, by tid)
     deliveries: dict[int, list[Branch]] = defaultdict(list)

@@ -1,25 +1,38 @@
-/* Asynchronous preemption the way Go does it: a second thread (Go's sysmon) sends SIGURG
- * to the main thread, whose handler rewrites the saved RIP so that, when the handler
- * returns, the thread "calls" preempt_stub, which saves the registers, runs preempted()
- * and returns to where the thread was interrupted. Every interrupted RIP is logged by the
- * handler (the program's own truth) and written to argv[2] at the end. argv[1]: how many
- * preemptions. Built with -mno-red-zone (the stub's return address goes below RSP). */
+/* Asynchronous preemption the way Go does it: a signal interrupts the main thread, whose
+ * handler rewrites the saved RIP so that, when the handler returns, the thread "calls"
+ * preempt_stub, which saves the registers, runs preempted() and returns to where the
+ * thread was interrupted. Go's sysmon thread sends SIGURG once the last preemption ran;
+ * here preempted() arms a one-shot timer (SIGALRM 100 us later), which bounds the work
+ * between two preemptions whatever the host's load (a second thread sending them waited
+ * for a core on a busy host while this one ran on, and the trace grew a hundredfold).
+ * Every interrupted RIP is logged by the handler (the program's own truth) and written to
+ * argv[2] at the end. argv[1]: how many preemptions. Built with -mno-red-zone (the stub's
+ * return address goes below RSP). */
 #define _GNU_SOURCE
-#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 #include <ucontext.h>
 
 #define MAX 20000
 static volatile int preemptions;
 static unsigned long interrupted[MAX];
 static volatile int wanted = 3000;
-static volatile int finished;
 
 void preempt_stub(void);
-__attribute__((noinline, used)) void preempted(void) { preemptions = preemptions + 1; }
+static void arm(void) {
+    struct itimerval once = {{0, 0}, {0, 100}};
+    setitimer(ITIMER_REAL, &once, NULL);
+}
+
+/* The next preemption is armed once this one has run: no signal comes while the handler
+ * or the stub runs (as with Go's sysmon, which waits for the last one). */
+__attribute__((noinline, used)) void preempted(void) {
+    preemptions = preemptions + 1;
+    if (preemptions < wanted) arm();
+}
 
 __asm__(".text\n"
         ".globl preempt_stub\n"
@@ -59,29 +72,16 @@ __attribute__((noinline)) static long work(long n) {
     return s;
 }
 
-/* Go's sysmon: once the last preemption happened, the next one, at once. */
-static void *sysmon(void *target) {
-    int sent = 0;
-    while (sent < wanted) {
-        while (preemptions < sent) sched_yield();
-        pthread_kill(*(pthread_t *)target, SIGURG);
-        sent++;
-    }
-    return NULL;
-}
-
 int main(int argc, char **argv) {
     if (argc > 1) wanted = atoi(argv[1]);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = on_urg;
     sa.sa_flags = SA_SIGINFO | SA_RESTART;
-    sigaction(SIGURG, &sa, NULL);
-    pthread_t self = pthread_self(), monitor;
-    pthread_create(&monitor, NULL, sysmon, &self);
+    sigaction(SIGALRM, &sa, NULL);
+    arm();
     long s = 0;
     while (preemptions < wanted) s += work(100);
-    pthread_join(monitor, NULL);
     FILE *out = argc > 2 ? fopen(argv[2], "w") : stdout;
     for (int i = 0; i < seen; i++) fprintf(out, "%lx\n", interrupted[i]);
     if (out != stdout) fclose(out);

@@ -83,7 +83,7 @@ def build(
             pytest.skip(f"{LINKERS[link]} is not installed (apt-get install {link} / binutils)")
         flags.append(f"-fuse-ld={link}")
     flags += list(extra)
-    libs = ["-lpthread"] if name in ("threads", "thread_names", "preempt") else []
+    libs = ["-lpthread"] if name in ("threads", "thread_names") else []
     key = hashlib.sha256(
         "\0".join([source.read_text(), _compiler_version(compiler), *flags, *libs]).encode()
     ).hexdigest()[:16]
