@@ -129,6 +129,10 @@ def test_scale_against_the_hooks(tmp_path: Path, name: str, args: tuple[str, ...
     if name == "threads_recurse":
         assert len(expected) == 5
     assert_same(expected, oracles.fxt_trees(trace, keep))
+    if name == "many_calls":
+        # The Python reference engine is judged on every other shape; on 100,000 calls it
+        # cost two thirds of this test's 35 s.
+        return
     (perf_data,) = rec.glob("perf.data*")
     assert_same(expected, fidelity.reference_timeline_trees(perf_data, keep))
 
