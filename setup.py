@@ -118,44 +118,43 @@ if not os.environ.get("PTSCOPE_NO_RECORDER"):
         )
     )
 
-if not os.environ.get("PTSCOPE_NO_CENGINE"):
-    # The C twin of the trace-segment engine. Optional: if it cannot be built, ptscope
-    # installs anyway and reconstructs with the Python engine (reconstruct/engine.py).
-    ext_modules.append(
-        Extension(
-            "ptscope.reconstruct._cengine",
-            sources=["src/ptscope/reconstruct/_cengine.c"],
-            extra_compile_args=["-O2", "-Wall", "-Werror", "-std=c11"],
-            optional=True,
-        )
-    )
 
-if not os.environ.get("PTSCOPE_NO_CRECORDS"):
-    # The dlfilter stream's branch runs read in C (the common case of the Python reader,
-    # which stays the reference). Optional: without it the reader uses numpy.
-    ext_modules.append(
-        Extension(
-            "ptscope.decode._crecords",
-            sources=["src/ptscope/decode/_crecords.c"],
-            include_dirs=["src/ptscope/_native"],
-            depends=["src/ptscope/_native/record_format.h"],
-            extra_compile_args=["-O2", "-Wall", "-Werror", "-std=c11"],
-            optional=True,
+def optional_extension(skip: str, name: str, sources: list[str], **kwargs: list[str]) -> None:
+    """An ordinary extension module that may fail to build: ptscope then installs anyway
+    and uses the module's Python (numpy) twin. Set the environment variable ``skip`` to
+    leave it out."""
+    if not os.environ.get(skip):
+        ext_modules.append(
+            Extension(
+                name,
+                sources=sources,
+                extra_compile_args=["-O2", "-Wall", "-Werror", "-std=c11"],
+                optional=True,
+                **kwargs,  # type: ignore[arg-type]
+            )
         )
-    )
 
-if not os.environ.get("PTSCOPE_NO_CFXT"):
-    # The FXT writer's slice encoder in C. Optional too: without it the writer encodes
-    # with numpy (fxt/writer.py), the reference the C encoder is tested against.
-    ext_modules.append(
-        Extension(
-            "ptscope.fxt._cfxt",
-            sources=["src/ptscope/fxt/_cfxt.c", "src/ptscope/_native/fxt_slices.c"],
-            include_dirs=["src/ptscope/_native"],
-            depends=["src/ptscope/_native/fxt_slices.h"],
-            extra_compile_args=["-O2", "-Wall", "-Werror", "-std=c11"],
-            optional=True,
-        )
-    )
+
+# The C twin of the trace-segment engine (reconstruct/engine.py is the Python one).
+optional_extension(
+    "PTSCOPE_NO_CENGINE", "ptscope.reconstruct._cengine", ["src/ptscope/reconstruct/_cengine.c"]
+)
+# The dlfilter stream's branch runs read in C (the common case of the numpy reader,
+# which stays the reference).
+optional_extension(
+    "PTSCOPE_NO_CRECORDS",
+    "ptscope.decode._crecords",
+    ["src/ptscope/decode/_crecords.c"],
+    include_dirs=["src/ptscope/_native"],
+    depends=["src/ptscope/_native/record_format.h"],
+)
+# The FXT writer's slice encoder in C (fxt/writer.py's numpy encoder is its reference).
+optional_extension(
+    "PTSCOPE_NO_CFXT",
+    "ptscope.fxt._cfxt",
+    ["src/ptscope/fxt/_cfxt.c", "src/ptscope/_native/fxt_slices.c"],
+    include_dirs=["src/ptscope/_native"],
+    depends=["src/ptscope/_native/fxt_slices.h"],
+)
 
 setup(ext_modules=ext_modules, cmdclass={"build_ext": BuildExt})

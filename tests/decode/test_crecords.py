@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from decode.test_dlfilter_insns_stream import insns_stream, plain_stream
+from decode.test_dlfilter_insns_stream import BRANCH_COLUMNS, insns_stream, plain_stream
 from decode.test_dlfilter_stream import stream
 from ptscope.decode import dlfilter_stream as ds
 from ptscope.decode import record_format as rf
@@ -29,20 +29,7 @@ from ptscope.decode import _crecords  # type: ignore[attr-defined]  # isort: ski
 
 __all__ = ["insns_stream", "plain_stream", "stream"]  # the fixtures
 
-COLUMNS = (
-    "pid",
-    "tid",
-    "time",
-    "flags",
-    "src",
-    "dst",
-    "insn_count",
-    "cycle_count",
-    "gap_delta",
-    "line_offsets",
-    "lines",
-    "gap_insns",
-)
+COLUMNS = (*BRANCH_COLUMNS, "line_offsets", "lines", "gap_insns")
 
 
 def _read(data: bytes, chunk: int, c_reader: Any, monkeypatch: pytest.MonkeyPatch) -> list[Any]:

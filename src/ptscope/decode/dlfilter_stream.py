@@ -540,6 +540,12 @@ class RecordStreamParser:
             else:
                 self._batch(rows, items)
 
+    def _table_id_column(self) -> np.ndarray[Any, np.dtype[np.int32]]:
+        """Stream location id -> id in ``locations``, as an array (rebuilt when it grew)."""
+        if len(self._table_id_array) != len(self._table_ids):
+            self._table_id_array = np.array(self._table_ids, dtype=np.int32)
+        return self._table_id_array
+
     def _fast_batch(self, buf: bytes, pos: int, n: int) -> BranchBatch | None:
         """The run of ``n`` branch records at ``pos`` read in C (``decode/_crecords.c``),
         as :meth:`_branch_records` and :meth:`_batch` would read it when nothing in it is
@@ -552,8 +558,6 @@ class RecordStreamParser:
         spent, nlines = checked
         self._count_budget -= spent
         self.stats.branches += n
-        if len(self._table_id_array) != len(self._table_ids):
-            self._table_id_array = np.array(self._table_ids, dtype=np.int32)
         pid, tid, src, dst = (np.empty(n, dtype=np.int32) for _ in range(4))
         time = np.empty(n, dtype=np.int64)
         flags, gap_delta = np.empty(n, dtype=np.uint32), np.empty(n, dtype=np.uint32)
@@ -562,7 +566,7 @@ class RecordStreamParser:
         offsets = np.empty(n + 1, dtype=np.int32)
         lines = np.empty(nlines, dtype=np.uint64)
         _crecords.fill_run(
-            buf, pos, n, size, self._table_id_array, pid, tid, time, flags, src, dst,
+            buf, pos, n, size, self._table_id_column(), pid, tid, time, flags, src, dst,
             insns, cycles, gap_delta, gap_insns, offsets, lines,
         )  # fmt: skip
         detail = self.stats.insns
@@ -584,9 +588,7 @@ class RecordStreamParser:
 
     def _batch(self, rows: _Rows, items: list[Any]) -> None:
         recs = rows.recs
-        if len(self._table_id_array) != len(self._table_ids):
-            self._table_id_array = np.array(self._table_ids, dtype=np.int32)
-        ids = self._table_id_array
+        ids = self._table_id_column()
         # Columns are views of the records where the type allows (no copy).
         items.append(
             BranchBatch(

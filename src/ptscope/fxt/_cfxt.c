@@ -200,9 +200,32 @@ done:
 	return result;
 }
 
+/* complete_bound(n, one_word_args, two_word_args, drill_prefix_len) -> int: the words an
+ * `out` buffer needs (fxt_complete_bound(); drill_prefix_len < 0: no drill string, and
+ * its anchor counted whenever there is one). */
+static PyObject *complete_bound(PyObject *Py_UNUSED(module), PyObject *args)
+{
+	Py_ssize_t n, one, two, prefix;
+	if (!PyArg_ParseTuple(args, "nnnn", &n, &one, &two, &prefix))
+		return NULL;
+	if (n < 0 || one < 0 || two < 0 || one + two > MAX_ARGS) {
+		PyErr_SetString(PyExc_ValueError, "bad counts");
+		return NULL;
+	}
+	static const uint64_t any_value;
+	struct fxt_arg_column cols[MAX_ARGS] = {{0}};
+	for (Py_ssize_t a = one; a < one + two; a++)
+		cols[a].values = &any_value;
+	struct fxt_drill_column drill = {.prefix_len = (size_t)prefix, .anchor_ip = &any_value};
+	return PyLong_FromSize_t(
+		fxt_complete_bound((size_t)n, cols, (size_t)(one + two), prefix < 0 ? NULL : &drill));
+}
+
 static PyMethodDef methods[] = {
 	{"encode_complete", (PyCFunction)(void (*)(void))encode_complete, METH_FASTCALL,
 	 "Duration-complete records for a chunk of slices, as little-endian words."},
+	{"complete_bound", complete_bound, METH_VARARGS,
+	 "The words encode_complete's `out` buffer needs for these slices and args."},
 	{NULL, NULL, 0, NULL},
 };
 

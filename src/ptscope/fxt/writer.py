@@ -864,14 +864,12 @@ class FxtWriter:
             h = rec.arg_header(rec.ArgType.STRING, 0, self._arg_drill)
             drill_arg = (h, what.prefix.encode(), *what.columns(i, j))
         slots = np.ascontiguousarray(name_slots, dtype=np.int32)
-        # fxt_complete_bound(): 3 words, an arg's 1 or 2, a drill string's header and at
-        # most 138 bytes beside its prefix (20-digit numbers).
-        per_slice = 3 + sum(1 if values is None else 2 for _, _, values in args)
-        if drill_arg is not None:
-            per_slice += 1 + (len(drill_arg[1]) + 138 + 7) // 8
-        if len(self._scratch) < len(slots) * per_slice:
+        two = sum(values is not None for _, _, values in args)
+        prefix = -1 if drill_arg is None else len(drill_arg[1])
+        most = _cfxt.complete_bound(len(slots), len(args) - two, two, prefix)
+        if len(self._scratch) < most:
             # reused: fresh pages for every chunk would cost more than the encoding
-            self._scratch = np.empty(len(slots) * per_slice, dtype=np.uint64)
+            self._scratch = np.empty(most, dtype=np.uint64)
         words = _cfxt.encode_complete(header, slots, c.start, c.end, args, drill_arg, self._scratch)
         return self._scratch[:words]
 
