@@ -6,6 +6,12 @@
 // written at exit to $PTSCOPE_GO_LOG after a line of function names (the format of
 // tests/support/oracles.py: self_log_activations), without fmt: under emulation every
 // instruction counts. Run with GOMAXPROCS=1: one thread runs both goroutines.
+//
+// Our functions and the two loggers are nosplit: a function's stack check is where Go
+// preempts a goroutine that ran long (sysmon asks after 10 ms, which a loaded emulator
+// reaches), and a switch there, between the call and its enter(), would log the other
+// goroutine's call first while the trace has this one's call first. Without the check,
+// a call and its log entry are one run of one goroutine.
 package main
 
 import (
@@ -22,6 +28,7 @@ var events = make([]uint64, 0, 1<<20)
 var nextID uint64
 
 //go:noinline
+//go:nosplit
 func enter(fn, g uint64) uint64 {
 	nextID++
 	events = append(events, nextID<<16|g<<8|fn<<2|1)
@@ -29,11 +36,13 @@ func enter(fn, g uint64) uint64 {
 }
 
 //go:noinline
+//go:nosplit
 func leave(id uint64) {
 	events = append(events, id<<16|2)
 }
 
 //go:noinline
+//go:nosplit
 func bounce(v int) int {
 	me := enter(4, 1)
 	defer leave(me)
@@ -41,6 +50,7 @@ func bounce(v int) int {
 }
 
 //go:noinline
+//go:nosplit
 func relay(v int) int {
 	me := enter(3, 1)
 	r := bounce(v)
@@ -49,6 +59,7 @@ func relay(v int) int {
 }
 
 //go:noinline
+//go:nosplit
 func pong(in <-chan int, out chan<- int) {
 	me := enter(2, 1)
 	for v := range in {
@@ -59,6 +70,7 @@ func pong(in <-chan int, out chan<- int) {
 }
 
 //go:noinline
+//go:nosplit
 func tally(sum, v int) int {
 	me := enter(5, 0)
 	leave(me)
@@ -66,6 +78,7 @@ func tally(sum, v int) int {
 }
 
 //go:noinline
+//go:nosplit
 func ping(n int, out chan<- int, in <-chan int) int {
 	me := enter(1, 0)
 	sum := 0
