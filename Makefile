@@ -17,6 +17,11 @@ TEST_APT_COMMANDS := chromium ocamlopt go
 BENCH_APT_PACKAGES := valgrind
 BENCH_APT_COMMANDS := valgrind
 PYTEST_ARGS ?=
+# Test workers (pytest-xdist): one per core, at most 4. Each test file runs whole on one
+# worker (--dist loadfile), so a module's fixtures are made once; build caches are shared
+# and written atomically. JOBS=1 runs the suite in this process.
+JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n < 4 ? n : 4 )))
+PYTEST_PARALLEL = $(if $(filter-out 1,$(JOBS)),-n $(JOBS) --dist loadfile)
 
 .PHONY: help deps system-deps test-system-deps bench-system-deps venv demo test lint format unit bench fuzz fuzz-parsers clean
 
@@ -67,11 +72,11 @@ format: venv ## apply ruff format and autofixes
 	$(BIN)/ruff format src tests bench
 	$(BIN)/ruff check --fix src tests bench
 
-unit: deps test-system-deps ## the test suite without lint
-	$(BIN)/pytest -q $(PYTEST_ARGS)
+unit: deps test-system-deps ## the test suite without lint (JOBS=N workers)
+	$(BIN)/pytest -q $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
-test: deps test-system-deps lint ## lint + the whole test suite
-	$(BIN)/pytest -q $(PYTEST_ARGS)
+test: deps test-system-deps lint ## lint + the whole test suite (JOBS=N workers)
+	$(BIN)/pytest -q $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 N ?= 500
 fuzz: deps ## generated programs vs every oracle: make fuzz N=500 (prints K/N identical)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import json
+import os
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -46,7 +47,7 @@ def compile_c(
     out = BUILD_DIR / f"{name}-{h.hexdigest()[:16]}{'.so' if shared else ''}"
     if not out.exists():
         BUILD_DIR.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(out.name + ".tmp")
+        tmp = out.with_name(f".{out.name}.{os.getpid()}")  # test workers build in parallel
         subprocess.run(
             ["gcc", *flags, f"-I{NATIVE_SRC}", "-o", str(tmp), *map(str, sources)],
             check=True,
@@ -91,7 +92,10 @@ def c_layout(includes: Sequence[str], members: dict[str, Sequence[str]]) -> dict
     digest = hashlib.sha256(source.encode()).hexdigest()[:16]
     BUILD_DIR.mkdir(parents=True, exist_ok=True)
     src = BUILD_DIR / f"layout-{digest}.c"
-    src.write_text(source)
+    if not src.exists():  # written whole under its name: a test worker may be reading it
+        tmp = src.with_name(f".{src.name}.{os.getpid()}")
+        tmp.write_text(source)
+        tmp.replace(src)
     exe = compile_c([src], "layout", shared=False)
     out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
     result: dict[str, object] = json.loads(out)

@@ -139,11 +139,17 @@ def build_source(
         return out
     BUILD.mkdir(parents=True, exist_ok=True)
     src = BUILD / f"prog-{key}{'.cpp' if cxx else '.c'}"
-    src.write_text(source)
+    _write_atomically(src, source)  # a test worker may be compiling the same program
     tmp = out.with_name(f".{out.name}.{os.getpid()}")
     _run([compiler, *flags, *link, "-o", str(tmp), str(src), *hooks, "-lpthread"])
     tmp.replace(out)
     return out
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(text)
+    tmp.replace(path)
 
 
 # ------------------------------------------------------------------------- tracing
