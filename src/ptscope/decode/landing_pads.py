@@ -33,10 +33,10 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from elftools.common.exceptions import ELFError
-from elftools.elf.elffile import ELFFile
+if TYPE_CHECKING:
+    from elftools.elf.elffile import ELFFile
 
 __all__ = ["LandingPads", "read_landing_pads"]
 
@@ -163,6 +163,8 @@ def _read_ocaml_traps(elf: ELFFile, tables: _Tables) -> None:
 def read_landing_pads(path: Path) -> _Tables:
     """The call sites of every function of ``path`` that has a landing pad (C++) or a
     trap handler (OCaml)."""
+    from elftools.elf.elffile import ELFFile  # on first use: 30 ms of start-up otherwise
+
     with open(path, "rb") as f:
         elf = ELFFile(f)
         tables = _Tables(fixed=elf["e_type"] == "ET_EXEC")
@@ -315,6 +317,8 @@ class LandingPads:
     def _tables_of(self, dso: str) -> _Tables | None:
         if dso in self._tables:
             return self._tables[dso]
+        from elftools.common.exceptions import ELFError
+
         path = self._resolve(dso)
         tables = None
         if path is not None:

@@ -22,15 +22,15 @@ import bisect
 import functools
 import logging
 from dataclasses import dataclass, field
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
-from elftools.common.exceptions import ELFError
-from elftools.elf.elffile import ELFFile
-from elftools.elf.relocation import RelocationSection
-from elftools.elf.sections import Section, SymbolTableSection
 
 from ptscope.decode.binary_files import local_binary
+
+if TYPE_CHECKING:
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import Section
 
 __all__ = ["PLT_HEADER_NAME", "PltEntries", "plt_entries", "plt_stub"]
 
@@ -96,6 +96,11 @@ def plt_entries(dso: str) -> PltEntries:
 
 @functools.lru_cache(maxsize=256)
 def _entries_in(path: str) -> PltEntries:
+    # pyelftools is imported on first use: most decodes never name a PLT entry, and it
+    # costs 40 ms of every decode's start-up.
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+
     try:
         with open(path, "rb") as f:
             elf = ELFFile(f)
@@ -167,6 +172,9 @@ def _entry_name(
 def _slot_names(section: Section | None) -> dict[int, str]:
     """GOT slot -> function name, from a relocation section (relocations without a
     symbol, such as IRELATIVE, are left out)."""
+    from elftools.elf.relocation import RelocationSection
+    from elftools.elf.sections import SymbolTableSection
+
     if not isinstance(section, RelocationSection):
         return {}
     symbols = section.elffile.get_section(section["sh_link"])
@@ -184,6 +192,8 @@ def _slot_names(section: Section | None) -> dict[int, str]:
 def _symbols_before(elf: ELFFile, low: int, high: int) -> dict[str, int]:
     """Name -> value of the symbols that start within :data:`_NEAR` before ``low`` (or
     inside [low, high)): the ones perf can have stretched over the PLT."""
+    from elftools.elf.sections import SymbolTableSection
+
     found: dict[str, int] = {}
     for name in (".dynsym", ".symtab"):
         section = elf.get_section_by_name(name)

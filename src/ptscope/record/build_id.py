@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import struct
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from elftools.common.exceptions import ELFError
-from elftools.elf.elffile import ELFFile
+if TYPE_CHECKING:
+    from elftools.elf.elffile import ELFFile
 
 __all__ = ["file_build_id", "gnu_build_id", "kernel_build_id"]
 
@@ -28,6 +29,9 @@ def gnu_build_id(elf: ELFFile) -> bytes | None:
 def file_build_id(path: str | Path) -> bytes | None:
     """The build-id of the ELF file at ``path``; None if it has none, is not ELF or
     cannot be read."""
+    from elftools.common.exceptions import ELFError  # on first use (start-up time)
+    from elftools.elf.elffile import ELFFile
+
     try:
         with open(path, "rb") as f:
             if f.read(4) != b"\x7fELF":

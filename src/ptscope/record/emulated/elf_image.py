@@ -11,9 +11,6 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from elftools.common.exceptions import ELFError
-from elftools.elf.elffile import ELFFile
-
 from ptscope.errors import BadInputError
 from ptscope.record.build_id import gnu_build_id
 
@@ -71,6 +68,10 @@ def _describe(machine: str, elf_class: int) -> str:
 @functools.lru_cache(maxsize=256)
 def read_elf(path: str) -> ElfImage:
     """Read an ELF file's facts; :class:`BadInputError` if it is not an ELF file at all."""
+    # pyelftools on first use: a decode imports this module and never reads an ELF here.
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+
     real = os.path.realpath(path)
     try:
         with open(real, "rb") as f:
