@@ -11,7 +11,8 @@ shared object (QEMU loads it with ``-plugin``); it needs only a C compiler. Set
 ``PTSCOPE_NO_RECORDER=1`` to skip it (the emulated backend then refuses to record).
 
 ``ptscope.reconstruct._cengine`` is an ordinary, optional extension module (the C twin of
-the reconstruction engine): when it cannot be built the install still succeeds and ptscope
+the reconstruction engine: the engine in ``_native/engine.c``, without Python, and its
+binding): when it cannot be built the install still succeeds and ptscope
 uses the Python engine. ``PTSCOPE_NO_CENGINE=1`` skips it.
 
 ``ptscope.fxt._cfxt`` is the FXT writer's slice encoder in C (``_native/fxt_slices.c``),
@@ -135,9 +136,14 @@ def optional_extension(skip: str, name: str, sources: list[str], **kwargs: list[
         )
 
 
-# The C twin of the trace-segment engine (reconstruct/engine.py is the Python one).
+# The C twin of the trace-segment engine (reconstruct/engine.py is the Python one): the
+# engine itself (_native/engine.c, no Python in it) and its Python binding.
 optional_extension(
-    "PTSCOPE_NO_CENGINE", "ptscope.reconstruct._cengine", ["src/ptscope/reconstruct/_cengine.c"]
+    "PTSCOPE_NO_CENGINE",
+    "ptscope.reconstruct._cengine",
+    ["src/ptscope/reconstruct/_cengine.c", "src/ptscope/_native/engine.c"],
+    include_dirs=["src/ptscope/_native"],
+    depends=["src/ptscope/_native/engine.h"],
 )
 # The dlfilter stream's branch runs read in C (the common case of the numpy reader,
 # which stays the reference).

@@ -3,7 +3,7 @@
 :class:`FastEngine` takes the events of :class:`~ptscope.reconstruct.engine.TraceSegmentEngine`
 (the readable reference) and gives the same slices (differential tests run both on the golden
 scripts, on random streams and on real recordings), but writes each slice as soon as it is
-known and keeps only what can still change (``_cengine.c`` explains how): its memory does not
+known and keeps only what can still change (``_native/engine.c`` explains how): its memory does not
 grow with the trace. :meth:`FastEngine.take_output` hands over what was written so far as a
 :class:`~ptscope.timeline.SliceBatch`; :meth:`FastEngine.finish` collects everything into a
 :class:`~ptscope.timeline.Timeline` for callers that want one (tests, small traces).

@@ -1,0 +1,2401 @@
+/* The trace-segment engine in C, streaming: columns of branch records in, finished slices
+ * out as soon as they are known, rule for rule the twin of src/ptscope/reconstruct/engine.py.
+ *
+ * engine.py is the reference: its module docstring explains the model (frames, contexts,
+ * landing, stitching, roots, slots) and every handler here carries the name of the Python
+ * method it ports. The reference keeps the whole history and computes times in a final
+ * pass; this engine gives the same slices but keeps only what can still change:
+ *
+ * - the open frames of every context (a frame lives in a per-thread arena and its arena
+ *   entry is reused once its slice is written);
+ * - the current run of equal timestamps (the slot window): a slot's time is known once a
+ *   slot with another timestamp arrives, so the run can be spread (engine.py: "Time");
+ *   what waits for a slot's time (a frame's start or end, a context's start or suspension,
+ *   an instant, a counter) is a *waiter*, served when the slot resolves;
+ * - frames that start where their context starts (the inferred roots and the first frame,
+ *   the *spine*): they share one start time, and Perfetto nests slices of equal start in
+ *   file order, so a spine is written outermost first once its context ends; likewise a
+ *   frame that starts at the same time as its caller is written after its caller.
+ *
+ * Stitching changes only parents, which the output does not carry (Perfetto nests slices
+ * by time), so this engine keeps no parent links; depth, where a caller wants it, is
+ * computed from the times (the binding's nest_depths()).
+ *
+ * Names are plain ints here: location ids index the location columns its caller registers
+ * (function name id, entry address, symbol offset, ip); the caller (for Python:
+ * reconstruct/_cengine.c and fast_engine.py) turns them back into strings.
+ *
+ * There is no Python here (engine.h is the interface): the Python extension and, in the
+ * design of decoding inside perf, the dlfilter link the same file.
+ *
+ * Errors: bad input is refused before anything changes (unknown location ids, times whose
+ * slot value does not fit in 64 bits); running out of memory, or a counter overflowing,
+ * longjmps back to the entry point that was called, which returns a PTSCOPE_ENGINE_* code
+ * with `message` set; the engine then refuses further work (its state is half-updated)
+ * but can be freed.
+ */
+#include "engine.h"
+
+#include <stdio.h>
+
+/* model._classify, as kind | state << 4 (a test compares all 32768 values). */
+static uint8_t classify(uint32_t flags)
+{
+	bool begin = flags & BF_TRACE_BEGIN, end = flags & BF_TRACE_END;
+	if (begin && end)
+		return K_NONE; /* `tr strt tr end`: nothing executed */
+	int state = begin ? S_START : end ? S_END : S_NONE;
+	uint32_t f = flags & ~(uint32_t)(BF_TRACE_BEGIN | BF_TRACE_END | BF_IN_TX |
+					 BF_INTR_DISABLE | BF_INTR_TOGGLE);
+	int kind;
+	if (f & BF_TX_ABORT)
+		kind = K_TX_ABORT;
+	else if (f & BF_VMENTRY)
+		kind = K_VMENTRY;
+	else if (f & BF_VMEXIT)
+		kind = K_VMEXIT;
+	else if (f & BF_SYSCALLRET)
+		kind = f & BF_CALL ? K_SYSCALL : K_SYSRET;
+	else if (f & BF_INTERRUPT)
+		kind = f & BF_RETURN ? K_IRET : f & BF_ASYNC ? K_HWINT : K_SWINT;
+	else if (f & BF_ASYNC)
+		kind = K_ASYNC;
+	else if (f & BF_CALL)
+		kind = K_CALL;
+	else if (f & BF_RETURN)
+		kind = K_RETURN;
+	else if (f & BF_CONDITIONAL)
+		kind = K_CJUMP;
+	else if (f & BF_BRANCH)
+		kind = K_JUMP;
+	else
+		kind = K_NONE;
+	return (uint8_t)(kind | state << 4);
+}
+
+uint8_t ptscope_kind_state[FLAG_TABLE_SIZE];
+
+void ptscope_engine_setup(void)
+{
+	for (uint32_t f = 0; f < FLAG_TABLE_SIZE; f++)
+		ptscope_kind_state[f] = classify(f);
+}
+
+/* ------------------------------------------------------------------ failures */
+
+static _Noreturn void fail(Engine *e)
+{
+	longjmp(e->jb, 1);
+}
+
+static _Noreturn void fail_with(Engine *e, int error, const char *message)
+{
+	e->error = error;
+	snprintf(e->message, sizeof(e->message), "%s", message);
+	fail(e);
+}
+
+static _Noreturn void fail_nomem(Engine *e)
+{
+	fail_with(e, PTSCOPE_ENGINE_NOMEM, "out of memory");
+}
+
+static _Noreturn void fail_internal(Engine *e, const char *what)
+{
+	char message[sizeof(e->message)];
+	snprintf(message, sizeof(message), "engine: internal inconsistency (%s)", what);
+	fail_with(e, PTSCOPE_ENGINE_INTERNAL, message);
+}
+
+static void *grow(Engine *e, void *p, size_t *cap, size_t need, size_t elem)
+{
+	if (need <= *cap)
+		return p;
+	size_t nc = *cap ? *cap : 8;
+	while (nc < need) {
+		if (nc > SIZE_MAX / 2 / elem)
+			fail_nomem(e);
+		nc += nc / 2 + 8; /* x1.5 */
+	}
+	void *np = realloc(p, nc * elem);
+	if (!np)
+		fail_nomem(e);
+	*cap = nc;
+	return np;
+}
+
+static inline void vec_push(Engine *e, Vec *a, int64_t x)
+{
+	if (a->n == a->cap)
+		a->v = grow(e, a->v, &a->cap, a->n + 1, sizeof(int64_t));
+	a->v[a->n++] = x;
+}
+
+/* ---------------------------------------------------------------- line sets */
+
+/* Up to SMALL_SET lines a set is a plain array (most frames run a few lines: no hashing,
+ * and emptying it costs nothing); beyond, an open-addressing table. */
+#define SMALL_SET 8
+
+static inline uint32_t line_hash(uint64_t key)
+{
+	key *= 0x9E3779B97F4A7C15u;
+	return (uint32_t)(key >> 32);
+}
+
+static inline void table_put(uint64_t *v, uint32_t cap, uint64_t key, uint32_t *n)
+{
+	uint32_t mask = cap - 1;
+	for (uint32_t i = line_hash(key) & mask;; i = (i + 1) & mask) {
+		if (v[i] == key)
+			return;
+		if (!v[i]) {
+			v[i] = key;
+			++*n;
+			return;
+		}
+	}
+}
+
+/* A bigger table (or the first one, from the small array) holding what s holds. */
+static void ls_rehash(Engine *e, LineSet *s)
+{
+	uint32_t cap = s->hashed ? s->cap * 2 : 4 * SMALL_SET;
+	if (cap < s->cap)
+		fail_nomem(e);
+	uint64_t *v = calloc(cap, sizeof(uint64_t));
+	if (!v)
+		fail_nomem(e);
+	uint32_t n = 0;
+	if (s->hashed) {
+		for (uint32_t i = 0; i < s->cap; i++)
+			if (s->v[i])
+				table_put(v, cap, s->v[i], &n);
+	} else {
+		for (uint32_t i = 0; i < s->n; i++)
+			table_put(v, cap, s->v[i], &n);
+	}
+	free(s->v);
+	s->v = v;
+	s->cap = cap;
+	s->n = n;
+	s->hashed = true;
+}
+
+static inline void ls_insert(Engine *e, LineSet *s, uint64_t key)
+{
+	if (!s->hashed) {
+		for (uint32_t i = 0; i < s->n; i++)
+			if (s->v[i] == key)
+				return;
+		if (s->n < SMALL_SET) {
+			if (!s->v) {
+				s->v = malloc(SMALL_SET * sizeof(uint64_t));
+				if (!s->v)
+					fail_nomem(e);
+				s->cap = SMALL_SET;
+			}
+			s->v[s->n++] = key;
+			return;
+		}
+		ls_rehash(e, s);
+	} else if ((s->n + 1) * 2 > s->cap) {
+		ls_rehash(e, s);
+	}
+	table_put(s->v, s->cap, key, &s->n);
+}
+
+/* Empty it: a small array just forgets; a table is given back (it was a big frame's). */
+static inline void ls_clear(LineSet *s)
+{
+	if (s->hashed) {
+		free(s->v);
+		s->v = NULL;
+		s->cap = 0;
+		s->hashed = false;
+	}
+	s->n = 0;
+}
+
+/* into |= from; from becomes empty. */
+static void ls_merge(Engine *e, LineSet *into, LineSet *from)
+{
+	if (!from->n)
+		return;
+	if (into->n == 0) { /* (an empty set is never a table: ls_clear gives tables back) */
+		LineSet t = *into;
+		*into = *from;
+		*from = t;
+		ls_clear(from);
+		return;
+	}
+	if (from->hashed) {
+		for (uint32_t i = 0; i < from->cap; i++)
+			if (from->v[i])
+				ls_insert(e, into, from->v[i]);
+	} else {
+		for (uint32_t i = 0; i < from->n; i++)
+			ls_insert(e, into, from->v[i]);
+	}
+	ls_clear(from);
+}
+
+/* ------------------------------------------------------------------- threads */
+
+static uint64_t key_hash(int64_t pid, int64_t tid)
+{
+	uint64_t h = (uint64_t)pid * 0x9E3779B97F4A7C15u ^ (uint64_t)tid * 0xC2B2AE3D27D4EB4Fu;
+	return h ^ (h >> 29);
+}
+
+static Thread *find_thread(Engine *e, int64_t pid, int64_t tid)
+{
+	if (!e->mapcap)
+		return NULL;
+	size_t mask = e->mapcap - 1;
+	for (size_t i = key_hash(pid, tid) & mask;; i = (i + 1) & mask) {
+		Slot *s = &e->map[i];
+		if (!s->index)
+			return NULL;
+		if (s->pid == pid && s->tid == tid)
+			return e->threads[s->index - 1];
+	}
+}
+
+static void map_insert(Slot *map, size_t cap, int64_t pid, int64_t tid, size_t index)
+{
+	size_t mask = cap - 1;
+	size_t i = key_hash(pid, tid) & mask;
+	while (map[i].index)
+		i = (i + 1) & mask;
+	map[i] = (Slot){pid, tid, index};
+}
+
+/* ------------------------------------------------------- contexts and frames */
+
+static inline Ctx *cur(Thread *th)
+{
+	return th->ctxs[th->nctx - 1];
+}
+
+static inline Frame *frame(Thread *th, int64_t ix)
+{
+	return &th->fr[ix];
+}
+
+static void retire_spine(Engine *e, Thread *th, Ctx *c);
+
+static Ctx *push_ctx(Engine *e, Thread *th, bool detached, int64_t start_slot)
+{
+	if (th->nctx == th->pool) {
+		th->ctxs = grow(e, th->ctxs, &th->capctx, th->pool + 1, sizeof(Ctx *));
+		Ctx *c = calloc(1, sizeof(Ctx));
+		if (!c)
+			fail_nomem(e);
+		th->ctxs[th->pool++] = c;
+	}
+	Ctx *c = th->ctxs[th->nctx++];
+	c->nframes = 0;
+	c->spine.n = 0;
+	c->detached = detached;
+	c->start_slot = start_slot;
+	c->start_known = false;
+	c->suspend_slot = -1;
+	c->suspend_known = false;
+	c->switched_in = false;
+	c->after_break = false;
+	c->interrupting = false;
+	ls_clear(&c->base);
+	ls_clear(&c->before);
+	return c;
+}
+
+/* Contexts [keep, nctx) end: their spines are written once known. */
+static void pop_ctxs(Engine *e, Thread *th, size_t keep)
+{
+	for (size_t j = th->nctx; j-- > keep;)
+		retire_spine(e, th, th->ctxs[j]);
+	th->nctx = keep;
+}
+
+/* ----------------------------------------------------------------- the slots */
+
+static void emit_slice(Engine *e, Thread *th, Frame *f, int64_t ix);
+static void flush_groups(Engine *e, Thread *th, bool force);
+
+static inline void free_frame(Engine *e, Thread *th, int64_t ix)
+{
+	Frame *f = frame(th, ix);
+	f->live = false;
+	f->gen++;
+	vec_push(e, &th->free_ix, ix);
+	e->live_frames--;
+}
+
+/* Write a finished frame, then the frames that waited for it. */
+static void write_frame(Engine *e, Thread *th, int64_t ix)
+{
+	while (ix >= 0) {
+		Frame *f = frame(th, ix);
+		emit_slice(e, th, f, ix);
+		int64_t follower = f->first_follower;
+		free_frame(e, th, ix);
+		/* followers of followers come right after theirs: walk the list depth first */
+		while (follower >= 0) {
+			Frame *g = frame(th, follower);
+			int64_t next = g->next_follower;
+			write_frame(e, th, follower);
+			follower = next;
+		}
+		ix = -1;
+	}
+}
+
+/* Both ends known: write it now, after its caller if they start at the same time (a
+ * viewer nests equal starts in file order), or (spine) with its context's group. */
+static inline void known_now(Engine *e, Thread *th, int64_t ix)
+{
+	Frame *f = frame(th, ix);
+	if (f->known != (KNOWN_START | KNOWN_END) || f->spine)
+		return;
+	if (f->parent >= 0) {
+		Frame *p = frame(th, f->parent);
+		if (p->live && p->gen == f->parent_gen && (p->known & KNOWN_START) &&
+		    p->start.time == f->start.time) {
+			f->next_follower = -1;
+			if (p->last_follower >= 0)
+				frame(th, p->last_follower)->next_follower = ix;
+			else
+				p->first_follower = ix;
+			p->last_follower = ix;
+			return;
+		}
+	}
+	write_frame(e, th, ix);
+}
+
+static inline void wait_for(Engine *e, Thread *th, int64_t slot, int32_t kind, int64_t a,
+			    int64_t b, int64_t c)
+{
+	if (th->nwait == th->capwait)
+		th->waiters = grow(e, th->waiters, &th->capwait, th->nwait + 1, sizeof(Waiter));
+	uint32_t gen = (kind == W_START || kind == W_END) ? frame(th, a)->gen : 0;
+	th->waiters[th->nwait++] = (Waiter){slot, kind, gen, a, b, c};
+}
+
+/* The value of a resolved slot that something still refers to: only a live context's
+ * start or suspension can be (frames copy theirs when their slot resolves). */
+static SlotValue known_slot(Engine *e, Thread *th, int64_t slot)
+{
+	for (size_t j = th->nctx; j-- > 0;) {
+		Ctx *c = th->ctxs[j];
+		if (c->start_slot == slot && c->start_known)
+			return c->start;
+		if (c->suspend_slot == slot && c->suspend_known)
+			return c->suspend;
+	}
+	fail_internal(e, "a resolved slot that no context holds");
+}
+
+/* engine._slot_times for the window: spread its run over `span` ns (calls take equal
+ * shares; on the count axes, in proportion to the instructions run since its first slot, up
+ * to the thread's count now, which the next slot takes, where it ran some), run the catch-up
+ * clock (every call and segment start lasts at least 1 ns, so that nesting by time is never
+ * ambiguous; time never goes backwards), then serve what waited for these slots. */
+static void resolve(Engine *e, Thread *th, int64_t span)
+{
+	size_t n = th->win_raw.n;
+	if (!n)
+		return;
+	const int64_t *raw = th->win_raw.v;
+	const int64_t *insn = th->win_insn.v;
+	if (n > th->capout)
+		th->win_out = grow(e, th->win_out, &th->capout, n, sizeof(SlotValue));
+	SlotValue *out = th->win_out;
+	int64_t value = raw[0] >> 2, calls = 0;
+	for (size_t k = 0; k < n; k++)
+		calls += raw[k] & CALL_SLOT;
+	/* the instructions from the run's first slot to the next slot */
+	int64_t ran = th->cum_insn - insn[0];
+	bool by_insns = (e->axis != AXIS_TIME || e->spread) && ran > 0;
+	int64_t div = by_insns ? ran : calls > 0 ? calls : 1, before = 0;
+	for (size_t k = 0; k < n; k++) {
+		/* numpy's floor division (span >= 0 here, so plain division) */
+		int64_t t = value + (int64_t)(((__int128)span * before) / div);
+		int64_t next_insn = k + 1 < n ? insn[k + 1] : th->cum_insn;
+		before = by_insns ? next_insn - insn[0] : before + (raw[k] & CALL_SLOT);
+		int64_t x = t - th->lasting;
+		if (!th->clock_started || x > th->top) {
+			th->top = x;
+			th->clock_started = true;
+		}
+		out[k] = (SlotValue){th->top + th->lasting,	  insn[k],
+				     th->win_cyc.v[k],		  th->win_real.v[k],
+				     th->win_anchor.v[k],	  th->win_occurrence.v[k]};
+		if (e->axis == AXIS_CYCLES)
+			out[k].cyc = out[k].time; /* the cycles a slice says are its length */
+		th->lasting += (raw[k] & (CALL_SLOT | START_SLOT)) != 0;
+	}
+	int64_t lo = th->done, hi = th->nslots;
+	for (size_t j = 0; j < th->nctx; j++) {
+		Ctx *c = th->ctxs[j];
+		if (!c->start_known && c->start_slot >= lo && c->start_slot < hi) {
+			c->start = out[c->start_slot - lo];
+			c->start_known = true;
+		}
+		if (c->suspend_slot >= lo && !c->suspend_known && c->suspend_slot < hi) {
+			c->suspend = out[c->suspend_slot - lo];
+			c->suspend_known = true;
+		}
+	}
+	th->done = hi;
+	th->win_raw.n = th->win_insn.n = th->win_cyc.n = th->win_real.n = 0;
+	th->win_anchor.n = th->win_occurrence.n = 0;
+	/* Every waiter waits for a slot of the window: all are served. Serving may not add
+	 * waiters (a frame is written, or freed, nothing more). */
+	size_t nw = th->nwait;
+	th->nwait = 0;
+	for (size_t k = 0; k < nw; k++) {
+		Waiter w = th->waiters[k];
+		SlotValue v = out[w.slot - lo];
+		switch (w.kind) {
+		case W_START:
+		case W_END: {
+			Frame *f = frame(th, w.a);
+			if (!f->live || f->gen != w.gen)
+				fail_internal(e, "a waiter outlived its frame");
+			if (w.kind == W_START) {
+				f->start = v;
+				f->known |= KNOWN_START;
+			} else {
+				f->end = v;
+				f->known |= KNOWN_END;
+			}
+			known_now(e, th, w.a);
+			break;
+		}
+		case W_INSTANT:
+			vec_push(e, &e->inst[I_PID], th->pid);
+			vec_push(e, &e->inst[I_TID], th->tid);
+			vec_push(e, &e->inst[I_TIME], v.time);
+			vec_push(e, &e->inst[I_MSG], w.a);
+			break;
+		case W_COUNTER:
+			vec_push(e, &e->ctr[N_PID], th->pid);
+			vec_push(e, &e->ctr[N_TID], th->tid);
+			vec_push(e, &e->ctr[N_TIME], v.time);
+			vec_push(e, &e->ctr[N_NAME], w.a);
+			vec_push(e, &e->ctr[N_VALUE], w.b);
+			break;
+		}
+	}
+	if (th->ngroups)
+		flush_groups(e, th, false);
+}
+
+static int64_t *resume_entry(Thread *th, int64_t ix);
+
+/* engine.py: _slot (a frame boundary at time t). The window holds one run of equal
+ * timestamps: a slot with another timestamp ends the run, which can then be spread. */
+static int64_t take_slot(Engine *e, Thread *th, int64_t t, int flags)
+{
+	int64_t real = t;
+	/* The anchor, if armed, holds only where the slot's perf time is the branch's own
+	 * (a time raised to keep the thread's times in order would not find it). */
+	int64_t anchor = 0, occurrence = 0;
+	if (th->anchor_next) {
+		th->anchor_next = false;
+		if (th->ev_occurrence && th->ev_time == real) {
+			anchor = (int64_t)th->ev_ip;
+			occurrence = th->ev_occurrence;
+		}
+	}
+	if (e->axis == AXIS_INSTRUCTIONS)
+		t = th->cum_insn;
+	else if (e->axis == AXIS_CYCLES)
+		t = th->cum_cyc;
+	if (th->win_raw.n) {
+		int64_t value = th->last_raw >> 2;
+		if (t != value)
+			resolve(e, th, t - value);
+		else if (th->win_raw.n >= MAX_RUN)
+			resolve(e, th, 0);
+	}
+	int64_t raw = t * 4 + flags;
+	vec_push(e, &th->win_raw, raw);
+	vec_push(e, &th->win_insn, th->cum_insn);
+	vec_push(e, &th->win_cyc, th->cum_cyc);
+	vec_push(e, &th->win_real, real);
+	vec_push(e, &th->win_anchor, anchor);
+	vec_push(e, &th->win_occurrence, occurrence);
+	th->last_raw = raw;
+	return th->nslots++;
+}
+
+static void set_start(Engine *e, Thread *th, int64_t ix, int64_t slot)
+{
+	Frame *f = frame(th, ix);
+	f->start_slot = slot;
+	if (slot >= th->done) {
+		wait_for(e, th, slot, W_START, ix, 0, 0);
+	} else {
+		f->start = known_slot(e, th, slot);
+		f->known |= KNOWN_START;
+	}
+}
+
+static inline int64_t new_frame(Engine *e, Thread *th, Ctx *c, int64_t parent, int32_t name,
+				int64_t start, int64_t addr, int64_t flags, int64_t callsite)
+{
+	int64_t ix;
+	if (th->free_ix.n) {
+		ix = th->free_ix.v[--th->free_ix.n];
+	} else {
+		if (th->nfr == th->capfr)
+			th->fr = grow(e, th->fr, &th->capfr, th->nfr + 1, sizeof(Frame));
+		ix = (int64_t)th->nfr++;
+		th->fr[ix].gen = 0;
+		th->fr[ix].lines = (LineSet){0};
+	}
+	Frame *f = &th->fr[ix];
+	f->end_slot = -1;
+	f->addr = addr;
+	f->flags = ((int64_t)name << NAME_SHIFT) | flags;
+	f->callsite = callsite;
+	f->seq = th->seq++;
+	f->parent = parent;
+	f->parent_gen = parent >= 0 ? th->fr[parent].gen : 0;
+	f->first_follower = f->last_follower = f->next_follower = -1;
+	f->known = 0;
+	f->icache = -1;
+	ls_clear(&f->lines);
+	f->live = true;
+	f->spine = start == c->start_slot;
+	if (callsite && parent >= 0 && (th->fr[parent].flags & FL_ARMED)) {
+		/* the first call after a setjmp returned: the call it protects */
+		th->fr[parent].flags &= ~(int64_t)FL_ARMED;
+		int64_t *r = resume_entry(th, parent);
+		if (r)
+			r[3] = callsite;
+	}
+	if (f->spine)
+		vec_push(e, &c->spine, ix);
+	if (++e->live_frames > e->peak_frames)
+		e->peak_frames = e->live_frames;
+	set_start(e, th, ix, start);
+	return ix;
+}
+
+static inline void push_handle(Engine *e, Ctx *c, int32_t fn, int64_t ix)
+{
+	if (c->nframes == c->capframes)
+		c->frames = grow(e, c->frames, &c->capframes, c->nframes + 1, sizeof(Handle));
+	c->frames[c->nframes++] = (Handle){ix, fn};
+}
+
+/* engine.py: _close */
+static inline void close_frame(Engine *e, Thread *th, int64_t ix, int64_t slot, int64_t flags)
+{
+	Frame *f = frame(th, ix);
+	f->end_slot = slot;
+	f->flags |= flags;
+	if (slot >= th->done) {
+		wait_for(e, th, slot, W_END, ix, 0, 0);
+	} else {
+		f->end = known_slot(e, th, slot);
+		f->known |= KNOWN_END;
+		known_now(e, th, ix);
+	}
+}
+
+/* ------------------------------------------------------- i-cache footprint */
+
+/* A slice's icache_lines are the distinct code lines its thread executed between its start
+ * and end slots (engine.py computes exactly that from the events' lines). Streaming, the
+ * lines of an event go to the innermost open frame (the current context's top frame, or
+ * the context's base when it has none); a frame that ends gives its lines to the frame
+ * that encloses it in time (the one below it in its context, or the context's base), and
+ * its count is taken then. Contexts hand theirs on as they end (stitch_lines). */
+
+static inline LineSet *line_sink(Thread *th)
+{
+	Ctx *c = cur(th);
+	return c->nframes ? &frame(th, c->frames[c->nframes - 1].ix)->lines : &c->base;
+}
+
+static void add_lines(Engine *e, Thread *th, const uint64_t *lines, size_t n)
+{
+	if (!n)
+		return;
+	LineSet *s = line_sink(th);
+	for (size_t k = 0; k < n; k++)
+		ls_insert(e, s, lines[k] + 1);
+	if (th->first_line_slot < 0)
+		th->first_line_slot = th->nslots;
+}
+
+/* Frames [from, nframes) of c end: top down, each counts its lines and gives them to the
+ * frame below, the lowest to `into` (NULL: frame from-1, or c's base when from is 0). */
+static void lines_down(Engine *e, Thread *th, Ctx *c, size_t from, LineSet *into)
+{
+	if (!e->lines_on)
+		return;
+	for (size_t k = c->nframes; k-- > from;) {
+		Frame *f = frame(th, c->frames[k].ix);
+		f->icache = f->lines.n;
+		LineSet *below = k > from || !into
+				     ? (k ? &frame(th, c->frames[k - 1].ix)->lines : &c->base)
+				     : into;
+		ls_merge(e, below, &f->lines);
+	}
+}
+
+/* Contexts above ci end (ci = -1: all of them) and their frames with them, at the slots
+ * land_on and end_every_frame use: a context's frames end where it does, an older
+ * context's where the detached context above it began. Lines flow into the frames that
+ * end later (a nested context's into the context below); those after a detached start go
+ * to `landed` only (the frame a landing resumes, which spans them), or nowhere. */
+static void stitch_lines(Engine *e, Thread *th, ptrdiff_t ci, LineSet *landed)
+{
+	if (!e->lines_on)
+		return;
+	LineSet late = {0};
+	for (ptrdiff_t j = (ptrdiff_t)th->nctx - 1; j > ci; j--) {
+		Ctx *c = th->ctxs[j];
+		lines_down(e, th, c, 0, NULL);
+		ls_merge(e, &c->base, &c->before);
+		if (c->interrupting) {
+			/* A handler: into the frame it interrupted (below the [syscall] frame that
+			 * ended where the handler began). */
+			Ctx *b = th->ctxs[j - 1];
+			ls_merge(e, &frame(th, b->frames[b->nframes - 2].ix)->lines, &c->base);
+		} else if (c->detached || j == 0) {
+			ls_merge(e, &late, &c->base);
+		} else {
+			Ctx *b = th->ctxs[j - 1];
+			ls_merge(e, b->nframes ? &frame(th, b->frames[b->nframes - 1].ix)->lines
+					       : &b->base,
+				 &c->base);
+		}
+	}
+	if (landed)
+		ls_merge(e, landed, &late);
+	free(late.v);
+}
+
+/* engine.py: _close_above */
+static void close_above(Engine *e, Thread *th, Ctx *c, size_t index, int64_t slot, int64_t flags)
+{
+	lines_down(e, th, c, index + 1, NULL);
+	for (size_t k = index + 1; k < c->nframes; k++)
+		close_frame(e, th, c->frames[k].ix, slot, flags);
+	c->nframes = index + 1;
+}
+
+/* ------------------------------------------------------------------ writing */
+
+static void emit_slice(Engine *e, Thread *th, Frame *f, int64_t ix)
+{
+	(void)ix;
+	bool counted = th->first_update_slot >= 0 && f->end_slot >= th->first_update_slot;
+	vec_push(e, &e->out[O_PID], th->pid);
+	vec_push(e, &e->out[O_TID], th->tid);
+	vec_push(e, &e->out[O_START], f->start.time);
+	vec_push(e, &e->out[O_END], f->end.time);
+	vec_push(e, &e->out[O_NAME], f->flags >> NAME_SHIFT);
+	vec_push(e, &e->out[O_ADDR], f->addr);
+	vec_push(e, &e->out[O_INSN], counted ? f->end.insn - f->start.insn : -1);
+	vec_push(e, &e->out[O_CYC], counted ? f->end.cyc - f->start.cyc : -1);
+	vec_push(e, &e->out[O_FLAGS], f->flags & 0xFF);
+	if (e->keep_slots) {
+		vec_push(e, &e->out[O_SSLOT], f->start_slot);
+		vec_push(e, &e->out[O_ESLOT], f->end_slot);
+	}
+	vec_push(e, &e->out[O_RSTART], f->start.real);
+	vec_push(e, &e->out[O_REND], f->end.real);
+	bool lined = th->first_line_slot >= 0 && f->end_slot >= th->first_line_slot;
+	vec_push(e, &e->out[O_LINES], lined ? f->icache : -1);
+	vec_push(e, &e->out[O_ANCHOR], f->start.anchor);
+	vec_push(e, &e->out[O_OCCURRENCE], f->start.occurrence);
+	ls_clear(&f->lines);
+	e->slices_out++;
+}
+
+/* A context ends (or starts over): its spine, outermost first, once all of it is known. */
+static void retire_spine(Engine *e, Thread *th, Ctx *c)
+{
+	if (!c->spine.n)
+		return;
+	if (th->ngroups == th->capgroups)
+		th->groups = grow(e, th->groups, &th->capgroups, th->ngroups + 1, sizeof(Group));
+	int64_t *ix = malloc(c->spine.n * sizeof(int64_t));
+	if (!ix)
+		fail_nomem(e);
+	memcpy(ix, c->spine.v, c->spine.n * sizeof(int64_t));
+	th->groups[th->ngroups++] = (Group){ix, c->spine.n};
+	c->spine.n = 0;
+	flush_groups(e, th, false);
+}
+
+/* Outermost first: the one that ends last, or was found last (a root found by returning
+ * into it holds everything found before). */
+static int spine_cmp(const void *pa, const void *pb, void *arg)
+{
+	Thread *th = arg;
+	const Frame *a = frame(th, *(const int64_t *)pa), *b = frame(th, *(const int64_t *)pb);
+	if (a->end.time != b->end.time)
+		return a->end.time > b->end.time ? -1 : 1;
+	return a->seq > b->seq ? -1 : a->seq < b->seq;
+}
+
+static void sort_spine(Thread *th, int64_t *ix, size_t n)
+{
+	/* insertion sort: spines are short, and mostly in order already */
+	for (size_t i = 1; i < n; i++) {
+		int64_t x = ix[i];
+		size_t j = i;
+		while (j > 0 && spine_cmp(&ix[j - 1], &x, th) > 0) {
+			ix[j] = ix[j - 1];
+			j--;
+		}
+		ix[j] = x;
+	}
+}
+
+static void flush_groups(Engine *e, Thread *th, bool force)
+{
+	size_t kept = 0;
+	for (size_t g = 0; g < th->ngroups; g++) {
+		Group grp = th->groups[g];
+		bool ready = true;
+		for (size_t k = 0; k < grp.n && ready; k++)
+			ready = frame(th, grp.ix[k])->known == (KNOWN_START | KNOWN_END);
+		if (!ready && !force) {
+			th->groups[kept++] = grp;
+			continue;
+		}
+		sort_spine(th, grp.ix, grp.n);
+		for (size_t k = 0; k < grp.n; k++) {
+			Frame *f = frame(th, grp.ix[k]);
+			if (f->known == (KNOWN_START | KNOWN_END)) {
+				write_frame(e, th, grp.ix[k]);
+			} else {
+				/* (only when forced at the end: cannot happen once all resolved) */
+				free_frame(e, th, grp.ix[k]);
+			}
+		}
+		free(grp.ix);
+	}
+	th->ngroups = kept;
+}
+
+/* --------------------------------------------------------------- new threads */
+
+/* engine.py: _Thread.__init__ */
+static Thread *new_thread(Engine *e, int64_t pid, int64_t tid, int64_t time)
+{
+	if ((e->nthreads + 1) * 2 > e->mapcap) {
+		size_t cap = e->mapcap ? e->mapcap * 2 : 64;
+		Slot *map = calloc(cap, sizeof(Slot));
+		if (!map)
+			fail_nomem(e);
+		for (size_t i = 0; i < e->nthreads; i++)
+			map_insert(map, cap, e->threads[i]->pid, e->threads[i]->tid, i + 1);
+		free(e->map);
+		e->map = map;
+		e->mapcap = cap;
+	}
+	e->threads = grow(e, e->threads, &e->capthreads, e->nthreads + 1, sizeof(Thread *));
+	Thread *th = calloc(1, sizeof(Thread));
+	if (!th)
+		fail_nomem(e);
+	e->threads[e->nthreads++] = th;
+	map_insert(e->map, e->mapcap, pid, tid, e->nthreads);
+	th->pid = pid;
+	th->tid = tid;
+	th->last_time = time;
+	th->first_update_slot = -1;
+	th->first_line_slot = -1;
+	if (e->nthreads == 1 || time < e->first_time)
+		e->first_time = time;
+	/* The first slot starts the thread's first segment; the first context starts there. */
+	take_slot(e, th, time, START_SLOT);
+	push_ctx(e, th, true, 0);
+	return th;
+}
+
+/* engine.py: TraceSegmentEngine._thread */
+static Thread *thread_of(Engine *e, int64_t pid, int64_t tid, int64_t time)
+{
+	Thread *th = e->last;
+	if (th && th->pid == pid && th->tid == tid)
+		return th;
+	th = find_thread(e, pid, tid);
+	if (!th)
+		th = new_thread(e, pid, tid, time);
+	e->last = th;
+	return th;
+}
+
+/* engine.py: _count */
+static void count(Engine *e, Thread *th, uint64_t insns, uint64_t cycles)
+{
+	int64_t ci, cc;
+	if (insns > (uint64_t)INT64_MAX || cycles > (uint64_t)INT64_MAX ||
+	    __builtin_add_overflow(th->cum_insn, (int64_t)insns, &ci) ||
+	    __builtin_add_overflow(th->cum_cyc, (int64_t)cycles, &cc)) {
+		fail_with(e, PTSCOPE_ENGINE_OVERFLOW,
+			  "instruction or cycle counts do not fit in 64 bits");
+	}
+	th->cum_insn = ci;
+	th->cum_cyc = cc;
+	/* They hold from the next slot on. */
+	if (th->first_update_slot < 0)
+		th->first_update_slot = th->nslots;
+}
+
+/* engine.py: _unexpected (the message is formatted in Python) */
+static void unexpected(Engine *e, Thread *th, int what, int32_t fn, int32_t fn2)
+{
+	e->unexpected++;
+	if (e->nexamples < e->max_examples)
+		e->examples[e->nexamples++] = (Example){what, th->tid, th->last_time, fn, fn2};
+}
+
+/* ------------------------------------------------------------- stack surgery */
+
+static void break_segment(Engine *e, Thread *th, int64_t slot);
+
+/* engine.py: _first_frame (a context begun by a segment break starts its segment here) */
+static void first_frame(Engine *e, Thread *th, Ctx *c, int32_t loc, int64_t flags, int64_t t)
+{
+	if (c->after_break)
+		break_segment(e, th, take_slot(e, th, t, START_SLOT));
+	int32_t fn = e->loc_fn[loc];
+	int64_t ix = new_frame(e, th, c, -1, fn, c->start_slot, e->loc_entry[loc], flags, 0);
+	ls_merge(e, &frame(th, ix)->lines, &c->base); /* it began where the context did */
+	push_handle(e, c, fn, ix);
+}
+
+/* engine.py: _break */
+static void break_segment(Engine *e, Thread *th, int64_t slot)
+{
+	Ctx *c = cur(th);
+	if (!c->nframes && c->detached) {
+		ls_merge(e, &c->before, &c->base);
+		retire_spine(e, th, c);
+		c->start_slot = slot;
+		c->start_known = false;
+		c->after_break = false;
+		return;
+	}
+	c->suspend_slot = slot;
+	c->suspend_known = false;
+	push_ctx(e, th, true, slot);
+	e->segments_started++;
+}
+
+/* engine.py: _push_detached */
+static Ctx *push_detached(Engine *e, Thread *th, int64_t t)
+{
+	break_segment(e, th, take_slot(e, th, t, START_SLOT));
+	return cur(th);
+}
+
+/* engine.py: _add_root */
+static void add_root(Engine *e, Thread *th, Ctx *c, int32_t loc, int64_t t)
+{
+	int64_t slot = take_slot(e, th, t, 0);
+	int32_t fn = e->loc_fn[loc];
+	int64_t root =
+	    new_frame(e, th, c, -1, fn, c->start_slot, e->loc_entry[loc], FL_INFERRED, 0);
+	LineSet *held = &frame(th, root)->lines;
+	ls_merge(e, held, &c->base);
+	lines_down(e, th, c, 0, held);
+	for (size_t k = 0; k < c->nframes; k++)
+		close_frame(e, th, c->frames[k].ix, slot, 0);
+	c->nframes = 0;
+	push_handle(e, c, fn, root);
+	e->roots_inferred++;
+}
+
+
+static inline int fn_flags(Engine *e, int32_t fn)
+{
+	return (size_t)fn < e->nfn_flags ? e->fn_flags[fn] : 0;
+}
+
+static inline bool switches_stack(Engine *e, int32_t fn)
+{
+	return fn_flags(e, fn) & FN_SWITCHES;
+}
+
+/* The call-site ranges whose exceptions land at location `loc` (engine.py: the
+ * landing_pads lookup), asked once per location through the caller's function. */
+static void landing_ranges(Engine *e, int32_t loc, const int64_t **ranges, size_t *n)
+{
+	*ranges = NULL;
+	*n = 0;
+	if (!e->landing_pads)
+		return;
+	for (size_t k = 0; k < e->pad_index.n; k += 3) {
+		if (e->pad_index.v[k] == loc) {
+			*ranges = e->pad_ranges.v + e->pad_index.v[k + 1];
+			*n = (size_t)e->pad_index.v[k + 2];
+			return;
+		}
+	}
+	int64_t first = (int64_t)e->pad_ranges.n;
+	const int64_t *pairs = NULL;
+	size_t count = e->landing_pads(e->landing_ctx, loc, &pairs);
+	for (size_t i = 0; pairs && i < 2 * count; i++)
+		vec_push(e, &e->pad_ranges, pairs[i]);
+	if (!pairs)
+		count = 0;
+	vec_push(e, &e->pad_index, loc);
+	vec_push(e, &e->pad_index, first);
+	vec_push(e, &e->pad_index, (int64_t)count);
+	*ranges = e->pad_ranges.v + first;
+	*n = count;
+}
+
+/* A setjmp returned to `ip` in frame `ix` (engine.py: _Thread.resume). */
+static void set_resume_point(Engine *e, Thread *th, int64_t ix, uint64_t ip)
+{
+	Vec *r = &th->resume;
+	if (r->n >= 4 * 64 && r->n == r->cap) {
+		/* forget the points of frames that are gone */
+		size_t kept = 0;
+		for (size_t k = 0; k < r->n; k += 4) {
+			Frame *f = frame(th, r->v[k]);
+			if (f->live && f->gen == (uint32_t)r->v[k + 1]) {
+				memmove(&r->v[kept], &r->v[k], 4 * sizeof(int64_t));
+				kept += 4;
+			}
+		}
+		r->n = kept;
+	}
+	vec_push(e, r, ix);
+	vec_push(e, r, frame(th, ix)->gen);
+	vec_push(e, r, (int64_t)ip);
+	vec_push(e, r, 0);
+	frame(th, ix)->flags |= FL_ARMED;
+}
+
+/* The newest resume entry of frame ix (its last four values), or NULL. */
+static int64_t *resume_entry(Thread *th, int64_t ix)
+{
+	uint32_t gen = frame(th, ix)->gen;
+	for (size_t k = th->resume.n; k >= 4; k -= 4) {
+		if (th->resume.v[k - 4] == ix && (uint32_t)th->resume.v[k - 3] == gen)
+			return &th->resume.v[k - 4];
+	}
+	return NULL;
+}
+
+static bool resumes_at(Thread *th, int64_t ix, uint64_t ip)
+{
+	const int64_t *r = resume_entry(th, ix);
+	return r && (uint64_t)r[2] == ip;
+}
+
+/* engine.py: _inside_guard (frame j of c is inside the first call it made after its setjmp
+ * returned) */
+static bool inside_guard(Thread *th, Ctx *c, size_t j)
+{
+	if (j + 1 >= c->nframes)
+		return false;
+	const int64_t *r = resume_entry(th, c->frames[j].ix);
+	return r && r[3] && r[3] == frame(th, c->frames[j + 1].ix)->callsite;
+}
+
+/* engine.py: _resumed_frame (top may be -1) */
+static ptrdiff_t resumed_frame(Engine *e, Thread *th, Ctx *c, ptrdiff_t top, int32_t fn,
+			       int32_t dst)
+{
+	ptrdiff_t first = -1, i;
+	for (i = top; i >= 0; i--) {
+		if (c->frames[i].fn == fn) {
+			if (first >= 0)
+				break;
+			first = i;
+		}
+	}
+	if (i < 0)
+		return first;
+	uint64_t ip = e->loc_ip[dst];
+	const int64_t *ranges = NULL;
+	size_t nranges = 0;
+	bool asked = false;
+	for (i = first; i >= 0; i--) {
+		if (c->frames[i].fn != fn)
+			continue;
+		if (resumes_at(th, c->frames[i].ix, ip))
+			return i;
+		if (e->landing_pads && (size_t)i + 1 < c->nframes) {
+			if (!asked) {
+				landing_ranges(e, dst, &ranges, &nranges);
+				asked = true;
+			}
+			uint64_t site = (uint64_t)frame(th, c->frames[i + 1].ix)->callsite;
+			for (size_t k = 0; k < nranges; k++)
+				if ((uint64_t)ranges[2 * k] <= site && site < (uint64_t)ranges[2 * k + 1])
+					return i;
+		}
+	}
+	return first;
+}
+
+/* engine.py: _after_call */
+static inline bool after_call(Thread *th, int64_t ix, uint64_t ip)
+{
+	uint64_t site = (uint64_t)frame(th, ix)->callsite;
+	return !site || (ip > site && ip - site <= MAX_INSN);
+}
+
+/* engine.py: _look_ahead (a landing at dst in frame fi of context ci: held if farther
+ * activations armed the same resume point) */
+static bool look_ahead(Engine *e, Thread *th, size_t ci, size_t fi, int32_t dst, int64_t t)
+{
+	Ctx *c = th->ctxs[ci];
+	uint64_t ip = e->loc_ip[dst];
+	int32_t fn = e->loc_fn[dst];
+	if (!resumes_at(th, c->frames[fi].ix, ip))
+		return false;
+	Lookahead *l = &th->look;
+	l->ncand = 0;
+	for (size_t j = fi + 1; j-- > 0;) {
+		if (j != fi && (c->frames[j].fn != fn || !resumes_at(th, c->frames[j].ix, ip)))
+			continue;
+		if (l->ncand == l->capcand)
+			l->cand = grow(e, l->cand, &l->capcand, l->ncand + 1, sizeof(ptrdiff_t));
+		l->cand[l->ncand++] = (ptrdiff_t)j;
+	}
+	if (l->ncand < 2)
+		return false;
+	/* Those still inside the call their setjmp protects first (a stable partition). */
+	size_t inside = 0;
+	for (size_t k = 0; k < l->ncand; k++) {
+		if (inside_guard(th, c, (size_t)l->cand[k])) {
+			ptrdiff_t j = l->cand[k];
+			memmove(&l->cand[inside + 1], &l->cand[inside], (k - inside) * sizeof(ptrdiff_t));
+			l->cand[inside++] = j;
+		}
+	}
+	l->hyp = grow(e, l->hyp, &l->caphyp, l->ncand, sizeof(Hypothesis));
+	for (size_t k = 0; k < l->ncand; k++)
+		l->hyp[k] = (Hypothesis){k, l->cand[k], NULL, 0, 0};
+	l->nhyp = l->ncand;
+	l->nearest = 0;
+	l->on = true;
+	l->ci = ci;
+	l->t = t;
+	l->nev = l->nlines = 0;
+	return true;
+}
+
+/* engine.py: _stopped_in */
+static bool stopped_in(Thread *th, Ctx *c, size_t i)
+{
+	size_t n = c->nframes;
+	return i + 1 == n || (i + 2 == n && (frame(th, c->frames[n - 1].ix)->flags & FL_SYNTHETIC));
+}
+
+/* engine.py: _end_frames (lines are the caller's business) */
+static void end_frames(Engine *e, Thread *th, Ctx *c, size_t index, int64_t end, int64_t flags,
+		       bool interrupted)
+{
+	size_t top = c->nframes;
+	if (interrupted && top-- > index)
+		close_frame(e, th, c->frames[top].ix, c->suspend_slot, FL_OPEN_AT_END);
+	for (size_t k = index; k < top; k++)
+		close_frame(e, th, c->frames[k].ix, end, flags);
+}
+
+/* engine.py: _land_on */
+static void land_on(Engine *e, Thread *th, size_t ci, size_t fi, int64_t t)
+{
+	Ctx *target = th->ctxs[ci];
+	int64_t end = take_slot(e, th, t, 0);
+	stitch_lines(e, th, (ptrdiff_t)ci, &frame(th, target->frames[fi].ix)->lines);
+	bool interrupted = false; /* the context above interrupts the one being closed */
+	for (size_t j = th->nctx - 1; j > ci; j--) {
+		Ctx *c = th->ctxs[j];
+		end_frames(e, th, c, 0, end, 0, interrupted);
+		c->nframes = 0;
+		interrupted = false;
+		if (c->detached) {
+			e->stitched++;
+			if (c->interrupting)
+				interrupted = true; /* siglongjmp: the interrupted frame ends now */
+			else
+				end = th->ctxs[j - 1]->suspend_slot;
+		}
+	}
+	lines_down(e, th, target, fi + 1, NULL);
+	end_frames(e, th, target, fi + 1, end, interrupted ? 0 : FL_OPEN_AT_END, interrupted);
+	target->nframes = fi + 1;
+	pop_ctxs(e, th, ci + 1);
+	target->suspend_slot = -1;
+	target->suspend_known = false;
+}
+
+/* engine.py: _land (at: the location landed at, -1 for none) */
+static bool land(Engine *e, Thread *th, int32_t fn, int64_t t, bool entry, int32_t at)
+{
+	for (size_t ci = th->nctx - 1; ci-- > 0;) {
+		if (th->ctxs[ci + 1]->switched_in)
+			break; /* older contexts are other stacks */
+		Ctx *target = th->ctxs[ci];
+		size_t fi;
+		if (at >= 0) {
+			ptrdiff_t k = resumed_frame(e, th, target, (ptrdiff_t)target->nframes - 1, fn, at);
+			if (k < 0)
+				continue;
+			fi = (size_t)k;
+		} else {
+			fi = target->nframes;
+			while (fi > 0 && target->frames[fi - 1].fn != fn)
+				fi--;
+			if (!fi)
+				continue;
+			fi--;
+		}
+		if (entry && !stopped_in(th, target, fi))
+			continue;
+		if (at >= 0 && look_ahead(e, th, ci, fi, at, t))
+			return true;
+		land_on(e, th, ci, fi, t);
+		return true;
+	}
+	return false;
+}
+
+/* engine.py: _sync_source */
+static Ctx *sync_source(Engine *e, Thread *th, int32_t src, int64_t t)
+{
+	Ctx *c = cur(th);
+	int32_t fn = e->loc_fn[src];
+	size_t n = c->nframes;
+	if (n && c->frames[n - 1].fn == fn)
+		return c;
+	/* A stub's jump to PLT0 that the decoders dropped (engine.py: _sync_source). */
+	if (n && (fn_flags(e, fn) & FN_PLT0) && (fn_flags(e, c->frames[n - 1].fn) & FN_PLT_STUB))
+		return c;
+	for (size_t i = n >= 2 ? n - 1 : 0; i-- > 0;) {
+		if (c->frames[i].fn == fn) {
+			/* Frames above returned without us seeing it (lost data). */
+			unexpected(e, th, 0, fn, c->frames[n - 1].fn);
+			close_above(e, th, c, i, take_slot(e, th, t, 0), FL_OPEN_AT_END);
+			return c;
+		}
+	}
+	if (land(e, th, fn, t, false, -1))
+		return cur(th);
+	if (n) {
+		unexpected(e, th, 1, fn, -1);
+		c = push_detached(e, th, t);
+	}
+	first_frame(e, th, c, src, FL_INFERRED, t);
+	return c;
+}
+
+/* ------------------------------------------------------------------ handlers */
+
+/* engine.py: _stack_switch */
+static void stack_switch(Engine *e, Thread *th, int32_t dst, int64_t t)
+{
+	uint64_t ip = e->loc_ip[dst];
+	size_t found = SIZE_MAX;
+	for (size_t ci = th->nctx - 1; ci-- > 0;) {
+		Ctx *c = th->ctxs[ci];
+		if (!c->nframes || !switches_stack(e, c->frames[c->nframes - 1].fn))
+			continue;
+		uint64_t site = (uint64_t)frame(th, c->frames[c->nframes - 1].ix)->callsite;
+		if (site && ip > site && ip - site <= MAX_INSN) {
+			if (found != SIZE_MAX) {
+				found = SIZE_MAX; /* two stacks wait there: unknown which resumes */
+				break;
+			}
+			found = ci;
+		}
+	}
+	if (found != SIZE_MAX) {
+		Ctx *target = th->ctxs[found];
+		land_on(e, th, found, target->nframes - 1, t);
+		lines_down(e, th, target, target->nframes - 1, NULL);
+		close_frame(e, th, target->frames[target->nframes - 1].ix, take_slot(e, th, t, 0), 0);
+		target->nframes--;
+		return;
+	}
+	Ctx *c = push_detached(e, th, t);
+	c->switched_in = true;
+	first_frame(e, th, c, dst, e->loc_off[dst] == 0 ? 0 : FL_INFERRED, t);
+}
+
+/* engine.py: _return_slow */
+static void return_slow(Engine *e, Thread *th, int32_t src, int32_t dst, int64_t t)
+{
+	if (switches_stack(e, e->loc_fn[src])) {
+		stack_switch(e, th, dst, t);
+		return;
+	}
+	Ctx *c = cur(th);
+	int32_t fn = e->loc_fn[dst];
+	if ((fn_flags(e, e->loc_fn[src]) & FN_SETJMP) && c->nframes >= 2 &&
+	    c->frames[c->nframes - 2].fn == fn) {
+		lines_down(e, th, c, c->nframes - 1, NULL);
+		close_frame(e, th, c->frames[--c->nframes].ix, take_slot(e, th, t, 0), 0);
+		set_resume_point(e, th, c->frames[c->nframes - 1].ix, e->loc_ip[dst]);
+		return;
+	}
+	if (!c->nframes) {
+		c = sync_source(e, th, src, t);
+		size_t n = c->nframes;
+		if (n >= 2 && c->frames[n - 2].fn == fn) {
+			lines_down(e, th, c, n - 1, NULL);
+			close_frame(e, th, c->frames[n - 1].ix, take_slot(e, th, t, 0), 0);
+			c->nframes--;
+			return;
+		}
+	}
+	size_t n = c->nframes;
+	/* Right after the call: past the caller; elsewhere: an exception's way out (engine.py) */
+	ptrdiff_t below = after_call(th, c->frames[n - 1].ix, e->loc_ip[dst]) ? 3 : 2;
+	ptrdiff_t i = resumed_frame(e, th, c, (ptrdiff_t)n - below, fn, dst);
+	if (i >= 0) {
+		if (look_ahead(e, th, th->nctx - 1, (size_t)i, dst, t))
+			return;
+		/* A return past several frames (exception unwinding, longjmp via ret). */
+		close_above(e, th, c, (size_t)i, take_slot(e, th, t, 0), 0);
+		return;
+	}
+	Handle top = c->frames[n - 1];
+	uint64_t callsite = (uint64_t)frame(th, top.ix)->callsite;
+	uint64_t ip = e->loc_ip[dst];
+	if (callsite && ip > callsite && ip - callsite <= MAX_INSN && n > 1) {
+		/* An assembly label right after the call: the caller carries on under it. */
+		lines_down(e, th, c, n - 1, NULL);
+		close_frame(e, th, top.ix, take_slot(e, th, t, 0), 0);
+		c->nframes--;
+		c->frames[n - 2].fn = fn;
+		return;
+	}
+	if (land(e, th, fn, t, false, dst))
+		return;
+	if (n == 1) {
+		add_root(e, th, c, dst, t);
+		return;
+	}
+	unexpected(e, th, 2, fn, -1);
+	c = push_detached(e, th, t);
+	first_frame(e, th, c, dst, FL_INFERRED, t);
+}
+
+/* engine.py: _end_every_frame (then no context is left) */
+static void end_every_frame(Engine *e, Thread *th, int64_t end)
+{
+	stitch_lines(e, th, -1, NULL);
+	bool interrupted = false;
+	for (size_t j = th->nctx; j-- > 0;) {
+		Ctx *c = th->ctxs[j];
+		end_frames(e, th, c, 0, end, FL_OPEN_AT_END, interrupted);
+		c->nframes = 0;
+		interrupted = j > 0 && c->detached && c->interrupting;
+		if (j > 0 && c->detached && !c->interrupting)
+			end = th->ctxs[j - 1]->suspend_slot;
+	}
+	pop_ctxs(e, th, 0);
+}
+
+/* engine.py: _goroutine_switch */
+static void goroutine_switch(Engine *e, Thread *th, int32_t src, int32_t dst, int64_t t)
+{
+	int32_t fn = e->loc_fn[dst];
+	Ctx *c = sync_source(e, th, src, t);
+	if (e->loc_off[dst] > 0) {
+		for (size_t i = c->nframes - 1; i-- > 0;) {
+			if (c->frames[i].fn != fn)
+				continue;
+			if (fn_flags(e, c->frames[i + 1].fn) & FN_PARKS)
+				break; /* where every parked goroutine waits: which one is unknown */
+			close_above(e, th, c, i, take_slot(e, th, t, 0), 0);
+			return;
+		}
+	}
+	/* Another goroutine, or a new one: every frame of the thread ends here. */
+	int64_t slot = take_slot(e, th, t, START_SLOT);
+	end_every_frame(e, th, slot);
+	c = push_ctx(e, th, true, slot);
+	e->segments_started++;
+	first_frame(e, th, c, dst, e->loc_off[dst] == 0 ? 0 : FL_INFERRED, t);
+}
+
+/* engine.py: _jump */
+static void jump(Engine *e, Thread *th, int32_t src, int32_t dst, int64_t t)
+{
+	int32_t fn = e->loc_fn[dst];
+	if ((fn_flags(e, e->loc_fn[src]) & FN_GOGO) && !(fn_flags(e, fn) & FN_GOGO)) {
+		goroutine_switch(e, th, src, dst, t);
+		return;
+	}
+	Ctx *c = cur(th);
+	/* Only a known symbol has boundaries (engine.py: the same comment). */
+	if (e->loc_off[dst] > 0) {
+		ptrdiff_t i = resumed_frame(e, th, c, (ptrdiff_t)c->nframes - 2, fn, dst);
+		if (i >= 0) {
+			if (look_ahead(e, th, th->nctx - 1, (size_t)i, dst, t))
+				return;
+			/* Into the middle of a caller: longjmp, landing pad, OCaml raise. */
+			close_above(e, th, c, (size_t)i, take_slot(e, th, t, 0), 0);
+			return;
+		}
+		if (land(e, th, fn, t, false, dst))
+			return;
+	}
+	c = sync_source(e, th, src, t);
+	if (c->frames[c->nframes - 1].fn == fn)
+		return;
+	/* A tail call, or a jump into an unrelated function: the leaf is replaced. The new
+	 * frame's first instruction follows the jump (an asynchronous branch has no anchor). */
+	th->anchor_next = true;
+	int64_t slot = take_slot(e, th, t, CALL_SLOT);
+	lines_down(e, th, c, c->nframes - 1, NULL);
+	int64_t old = c->frames[--c->nframes].ix;
+	close_frame(e, th, old, slot, 0);
+	/* The new function returns where the old one would have: same call site. */
+	int64_t below = c->nframes ? c->frames[c->nframes - 1].ix : -1;
+	int64_t ix =
+	    new_frame(e, th, c, below, fn, slot, e->loc_entry[dst], 0, frame(th, old)->callsite);
+	push_handle(e, c, fn, ix);
+}
+
+/* engine.py: _enter_nested */
+static void enter_nested(Engine *e, Thread *th, int32_t src, int32_t dst, int64_t t)
+{
+	Ctx *c = sync_source(e, th, src, t);
+	int64_t interrupted = c->frames[c->nframes - 1].ix;
+	int64_t slot = take_slot(e, th, t, CALL_SLOT);
+	Ctx *nested = push_ctx(e, th, false, slot);
+	int32_t fn = e->loc_fn[dst];
+	int64_t ix = new_frame(e, th, nested, interrupted, fn, slot, e->loc_entry[dst], 0, 0);
+	push_handle(e, nested, fn, ix);
+}
+
+/* engine.py: _long_return */
+static void long_return(Engine *e, Thread *th, int32_t dst, int64_t t)
+{
+	int32_t fn = e->loc_fn[dst];
+	Ctx *c = cur(th);
+	size_t n = c->nframes;
+	for (size_t i = n >= 2 ? n - 1 : 0; i-- > 0;) {
+		if (c->frames[i].fn == fn) {
+			close_above(e, th, c, i, take_slot(e, th, t, 0), 0);
+			return;
+		}
+	}
+	if (land(e, th, fn, t, false, -1))
+		return;
+	if (!n) {
+		first_frame(e, th, c, dst, FL_INFERRED, t);
+		return;
+	}
+	add_root(e, th, c, dst, t);
+}
+
+/* engine.py: _trace_end */
+static void trace_end(Engine *e, Thread *th, int kind, int32_t src, int64_t t)
+{
+	Ctx *c = sync_source(e, th, src, t);
+	if (kind == K_RETURN && c->nframes >= 2) {
+		lines_down(e, th, c, c->nframes - 1, NULL);
+		close_frame(e, th, c->frames[c->nframes - 1].ix, take_slot(e, th, t, 0), 0);
+		c->nframes--;
+	} else if ((kind == K_SYSRET || kind == K_IRET) && th->nctx > 1 && !c->detached) {
+		int64_t slot = take_slot(e, th, t, 0);
+		stitch_lines(e, th, (ptrdiff_t)th->nctx - 2, NULL);
+		for (size_t k = 0; k < c->nframes; k++)
+			close_frame(e, th, c->frames[k].ix, slot, 0);
+		c->nframes = 0;
+		pop_ctxs(e, th, th->nctx - 1);
+		c = cur(th);
+		if (!c->nframes)
+			return;
+	}
+	int32_t name = kind == K_SYSCALL ? NAME_SYSCALL : NAME_UNTRACED;
+	int64_t flags = FL_SYNTHETIC | (kind == K_CALL ? FL_AFTER_CALL : 0);
+	if (kind == K_SYSCALL || kind == K_HWINT || kind == K_SWINT || kind == K_ASYNC)
+		flags |= FL_KERNEL_ENTRY;
+	int64_t slot = take_slot(e, th, t, CALL_SLOT);
+	int64_t ix = new_frame(e, th, c, c->frames[c->nframes - 1].ix, name, slot, 0, flags, 0);
+	push_handle(e, c, name, ix);
+}
+
+/* engine.py: _trace_start */
+static void trace_start(Engine *e, Thread *th, int32_t dst, int64_t t)
+{
+	int32_t fn = e->loc_fn[dst];
+	bool entry = e->loc_off[dst] == 0; /* only the frame it stopped in resumes there */
+	Ctx *c = cur(th);
+	size_t n = c->nframes;
+	if (!n) {
+		if (!land(e, th, fn, t, entry, -1))
+			first_frame(e, th, c, dst, FL_INFERRED, t);
+		return;
+	}
+	Handle *top = &c->frames[n - 1];
+	if (top->fn == fn)
+		return;
+	for (size_t i = n - 1; i-- > 0;) {
+		if (c->frames[i].fn == fn) {
+			if (entry && !stopped_in(th, c, i))
+				break;
+			close_above(e, th, c, i, take_slot(e, th, t, 0), 0);
+			return;
+		}
+	}
+	Frame *f = frame(th, top->ix);
+	if (f->flags & FL_AFTER_CALL) {
+		/* `tr end  call` then resume in a new function: that is the callee. */
+		top->fn = fn;
+		f->flags = (int64_t)fn << NAME_SHIFT;
+		f->addr = e->loc_entry[dst];
+		return;
+	}
+	if (land(e, th, fn, t, entry, -1))
+		return;
+	/* Right after a kernel entry: a signal handler, on top of the frame below (engine.py) */
+	bool interrupts = (frame(th, c->frames[n - 1].ix)->flags & FL_KERNEL_ENTRY) && n >= 2;
+	c = push_detached(e, th, t);
+	c->interrupting = interrupts;
+	first_frame(e, th, c, dst, entry ? 0 : FL_INFERRED, t);
+}
+
+/* engine.py: _apply */
+static void apply(Engine *e, Thread *th, int kind, int state, int32_t src, int32_t dst,
+		  int64_t t)
+{
+	if (state == S_END) {
+		trace_end(e, th, kind, src, t);
+		return;
+	}
+	if (state == S_START) {
+		trace_start(e, th, dst, t);
+		return;
+	}
+	if (state != S_NONE) {
+		e->ignored++;
+		return;
+	}
+	switch (kind) {
+	case K_CALL: {
+		int32_t fn = e->loc_fn[dst];
+		int32_t sfn = e->loc_fn[src];
+		uint64_t sip = e->loc_ip[src], dip = e->loc_ip[dst];
+		if (fn == sfn && dip > sip && dip - sip <= MAX_INSN)
+			return; /* `call next; pop` inside one function (engine.py) */
+		Ctx *c = cur(th);
+		if (!c->nframes || c->frames[c->nframes - 1].fn != sfn)
+			c = sync_source(e, th, src, t);
+		th->anchor_next = true; /* the callee's first instruction follows this call */
+		int64_t slot = take_slot(e, th, t, CALL_SLOT);
+		int64_t ix = new_frame(e, th, c, c->frames[c->nframes - 1].ix, fn, slot,
+				       e->loc_entry[dst], 0, (int64_t)sip);
+		push_handle(e, c, fn, ix);
+		return;
+	}
+	case K_RETURN: {
+		Ctx *c = cur(th);
+		size_t n = c->nframes;
+		if (n >= 2 && c->frames[n - 2].fn == e->loc_fn[dst] &&
+		    !(fn_flags(e, e->loc_fn[src]) & FN_SPECIAL_RETURN) &&
+		    after_call(th, c->frames[n - 1].ix, e->loc_ip[dst])) {
+			lines_down(e, th, c, n - 1, NULL);
+			close_frame(e, th, c->frames[n - 1].ix, take_slot(e, th, t, 0), 0);
+			c->nframes--;
+		} else {
+			return_slow(e, th, src, dst, t);
+		}
+		return;
+	}
+	case K_JUMP:
+	case K_CJUMP:
+		if (e->loc_fn[dst] != e->loc_fn[src])
+			jump(e, th, src, dst, t);
+		else if (!cur(th)->nframes)
+			sync_source(e, th, src, t);
+		return;
+	case K_SYSCALL:
+	case K_HWINT:
+	case K_SWINT:
+		enter_nested(e, th, src, dst, t);
+		return;
+	case K_SYSRET:
+	case K_IRET:
+		long_return(e, th, dst, t);
+		return;
+	case K_ASYNC:
+	case K_TX_ABORT:
+		if (e->loc_fn[dst] != e->loc_fn[src])
+			jump(e, th, src, dst, t);
+		return;
+	default:
+		e->ignored++;
+	}
+}
+
+/* ------------------------------------------------------------------ anchors */
+
+/* A slice's drill command (`ptscope insns --after IP:K --count N`) lists exactly its call:
+ * perf's instruction listing gives each executed instruction once, in order, and a call or
+ * jump instruction's sample has the perf time of that branch's sample. So the call (or
+ * tail-call jump) that started a frame is found in the listing as the K-th instruction at
+ * its address among those at the branch's perf time, and the frame's instructions are the
+ * N that follow. Per thread the engine counts, within one perf time, the branches from
+ * each address that can start a frame: calls, and jumps into another function. Not an
+ * asynchronous branch (its source is where it interrupted, which runs later), a return
+ * (it starts no frame), nor a jump inside one function: the dlfilter drops those, and
+ * the same instruction may jump elsewhere another time (a PLT slot's jump goes to the
+ * slot's lazy-binding code once, then to the function; a conditional tail call falls
+ * through), so `ptscope insns` counts the same way: the calls at that address, and the
+ * instructions there followed by one in another function. The call and tail-call handlers
+ * arm the slot they take with the count of the branch being applied. */
+
+static void occurrences_grow(Engine *e, Occurrences *o)
+{
+	uint32_t cap = o->cap ? o->cap * 2 : 16;
+	Occurrence *v = calloc(cap, sizeof(Occurrence));
+	if (!v)
+		fail_nomem(e);
+	for (uint32_t k = 0; k < o->cap; k++) {
+		Occurrence x = o->v[k];
+		if (x.stamp != o->gen)
+			continue;
+		uint32_t h = line_hash(x.ip) & (cap - 1);
+		while (v[h].stamp == o->gen)
+			h = (h + 1) & (cap - 1);
+		v[h] = x;
+	}
+	free(o->v);
+	o->v = v;
+	o->cap = cap;
+}
+
+/* Which branch from `ip` at perf time `time` of this thread this one is (1-based). */
+static uint32_t occurrence_of(Engine *e, Occurrences *o, uint64_t ip, int64_t time)
+{
+	if (time != o->time || !o->gen) {
+		o->time = time;
+		o->n = 0;
+		if (++o->gen == 0) { /* the stamps wrapped: forget them all */
+			if (o->v)
+				memset(o->v, 0, o->cap * sizeof(Occurrence));
+			o->gen = 1;
+		}
+	}
+	if (2 * (o->n + 1) > o->cap)
+		occurrences_grow(e, o);
+	uint32_t mask = o->cap - 1, h = line_hash(ip) & mask;
+	for (; o->v[h].stamp == o->gen; h = (h + 1) & mask)
+		if (o->v[h].ip == ip)
+			return ++o->v[h].count;
+	o->v[h] = (Occurrence){ip, 1, o->gen};
+	o->n++;
+	return 1;
+}
+
+/* Before a branch is applied: what its slot's anchor would be. */
+static inline void note_branch(Engine *e, Thread *th, int kind, int32_t src, int32_t dst,
+			       int64_t time)
+{
+	th->ev_time = time;
+	if (kind == K_CALL ||
+	    ((kind == K_JUMP || kind == K_CJUMP) && e->loc_fn[src] != e->loc_fn[dst])) {
+		th->ev_ip = e->loc_ip[src];
+		th->ev_occurrence = occurrence_of(e, &th->seen, th->ev_ip, time);
+	} else {
+		th->ev_occurrence = 0;
+	}
+}
+
+/* engine.py: _gap_and_count (the instructions up to the dropped jump
+ * (gap_insns of the event's insns, when known) count before the gap slot, the rest after) */
+static inline void gap_and_count(Engine *e, Thread *th, int64_t gap_time, uint64_t gap_insns,
+				 int64_t t, uint64_t insns, uint64_t cycles)
+{
+	if (gap_time && e->axis == AXIS_TIME && (th->last_raw >> 2) < gap_time && gap_time < t) {
+		if (gap_insns && gap_insns <= insns) {
+			count(e, th, gap_insns, 0);
+			insns -= gap_insns;
+		}
+		take_slot(e, th, gap_time, 0);
+	}
+	if (insns || cycles)
+		count(e, th, insns, cycles);
+}
+
+/* engine.py: TraceSegmentEngine._branch_body (in-transaction events and what follows
+ * them; held events as they are run) */
+static void branch_body(Engine *e, Thread *th, int kind, int state, bool in_tx, int32_t src,
+			int32_t dst, int64_t time, uint64_t insns, uint64_t cycles,
+			int64_t gap_time, uint64_t gap_insns, const uint64_t *lines,
+			size_t nlines)
+{
+	int64_t t = time < th->last_time ? th->last_time : time;
+	th->last_time = t;
+	gap_and_count(e, th, gap_time, gap_insns, t, insns, cycles);
+	add_lines(e, th, lines, nlines);
+	note_branch(e, th, kind, src, dst, time);
+	if (in_tx) {
+		if (th->ntx == th->captx)
+			th->txq = grow(e, th->txq, &th->captx, th->ntx + 1, sizeof(TxEvent));
+		th->txq[th->ntx++] =
+		    (TxEvent){kind, state, src, dst, time, th->ev_ip, th->ev_occurrence};
+		return;
+	}
+	if (th->ntx) {
+		size_t queued = th->ntx;
+		th->ntx = 0;
+		if (kind != K_TX_ABORT) {
+			uint64_t ip = th->ev_ip;
+			uint32_t occurrence = th->ev_occurrence;
+			/* apply() never queues, so the buffer stays as it is while we walk it. */
+			for (size_t k = 0; k < queued; k++) {
+				TxEvent q = th->txq[k];
+				/* engine.py: never before what the thread logged since, nor after now. */
+				int64_t logged = th->last_raw >> 2;
+				int64_t tq = q.time > logged ? q.time : logged;
+				th->ev_ip = q.ip;
+				th->ev_time = q.time;
+				th->ev_occurrence = q.occurrence;
+				apply(e, th, q.kind, q.state, q.src, q.dst, tq <= t ? tq : t);
+			}
+			th->ev_ip = ip;
+			th->ev_time = time;
+			th->ev_occurrence = occurrence;
+		}
+	}
+	apply(e, th, kind, state, src, dst, t);
+}
+
+static void push_above(Engine *e, Hypothesis *h, int32_t fn, uint64_t resume)
+{
+	if (h->nabove == h->capabove)
+		h->above = grow(e, h->above, &h->capabove, h->nabove + 1, sizeof(Pushed));
+	h->above[h->nabove++] = (Pushed){fn, resume};
+}
+
+/* Adds a hypothesis to the list being built (taking over its frames). */
+static void keep_hypothesis(Engine *e, Lookahead *l, Hypothesis h)
+{
+	if (l->nnext == l->capnext)
+		l->next = grow(e, l->next, &l->capnext, l->nnext + 1, sizeof(Hypothesis));
+	l->next[l->nnext++] = h;
+}
+
+/* A new hypothesis: h's candidate with top, and the first nabove frames h pushed. */
+static void fork_hypothesis(Engine *e, Lookahead *l, const Hypothesis *h, ptrdiff_t top,
+			    size_t nabove)
+{
+	Hypothesis n = {h->cand, top, NULL, 0, 0};
+	if (nabove) {
+		n.above = grow(e, NULL, &n.capabove, nabove, sizeof(Pushed));
+		memcpy(n.above, h->above, nabove * sizeof(Pushed));
+		n.nabove = nabove;
+	}
+	keep_hypothesis(e, l, n);
+}
+
+/* engine.py: _follow_jump (a jump into the middle of a function among the held events: to
+ * every frame armed at dst, pushed since the landing or below it; if none is, to the frame
+ * resumed_frame picks; if none is of its function, the frame on top is replaced). Adds what
+ * h becomes to l->next; false: past an untraced gap, or replacing the landed frame. */
+static bool follow_jump(Engine *e, Thread *th, Lookahead *l, Hypothesis *h, int32_t dst)
+{
+	int32_t fn = e->loc_fn[dst];
+	uint64_t ip = e->loc_ip[dst];
+	ptrdiff_t nearest = -1;
+	size_t armed = 0;
+	bool gap = false;
+	for (size_t a = h->nabove; a-- > 0;) {
+		if (h->above[a].fn < 0) {
+			if (nearest < 0)
+				return false; /* past an untraced gap: what ran there is unknown */
+			gap = true;
+			break;
+		}
+		if (h->above[a].fn == fn) {
+			if (nearest < 0)
+				nearest = (ptrdiff_t)a;
+			if (h->above[a].resume == ip) {
+				fork_hypothesis(e, l, h, h->top, a + 1);
+				armed++;
+			}
+		}
+	}
+	Ctx *c = th->ctxs[l->ci];
+	if (!gap) {
+		for (ptrdiff_t j = h->top; j >= 0; j--) {
+			if (c->frames[j].fn == fn && resumes_at(th, c->frames[j].ix, ip)) {
+				fork_hypothesis(e, l, h, j, 0);
+				armed++;
+			}
+		}
+	}
+	if (armed) {
+		free(h->above);
+		return true;
+	}
+	if (nearest >= 0) {
+		h->nabove = (size_t)nearest + 1;
+		keep_hypothesis(e, l, *h);
+		return true;
+	}
+	ptrdiff_t j = resumed_frame(e, th, c, h->top, fn, dst);
+	if (j >= 0) {
+		h->top = j;
+		h->nabove = 0;
+	} else if (h->nabove) {
+		h->above[h->nabove - 1] = (Pushed){fn, 0}; /* into an unrelated function */
+	} else {
+		return false; /* it replaces the landed frame */
+	}
+	keep_hypothesis(e, l, *h);
+	return true;
+}
+
+/* engine.py: _follow_on. Adds what h becomes after the event to l->next (nothing if the event
+ * does not fit it); false: an event this cannot follow (h is then left as it was). */
+static bool follow_on(Engine *e, Thread *th, Lookahead *l, Hypothesis *h, const HeldEvent *ev)
+{
+	if (ev->state == S_END) {
+		push_above(e, h, -1, 0); /* an untraced gap: tracing resumes on top of it */
+		keep_hypothesis(e, l, *h);
+		return true;
+	}
+	if (ev->state == S_START) {
+		if (!h->nabove || h->above[h->nabove - 1].fn >= 0)
+			return false;
+		h->nabove--;
+		keep_hypothesis(e, l, *h);
+		return true;
+	}
+	int32_t fn = e->loc_fn[ev->dst], sfn = e->loc_fn[ev->src];
+	uint64_t dip = e->loc_ip[ev->dst], sip = e->loc_ip[ev->src];
+	switch (ev->kind) {
+	case K_CALL:
+		if (!(fn == sfn && dip > sip && dip - sip <= MAX_INSN))
+			push_above(e, h, fn, 0);
+		keep_hypothesis(e, l, *h);
+		return true;
+	case K_RETURN: {
+		if (h->nabove) {
+			if (h->above[h->nabove - 1].fn < 0)
+				return false;
+			h->nabove--;
+			int32_t caller = h->nabove ? h->above[h->nabove - 1].fn
+						   : th->ctxs[l->ci]->frames[h->top].fn;
+			if (caller >= 0 && caller != fn) {
+				free(h->above); /* not to its caller: not this stack */
+				return true;
+			}
+			if ((fn_flags(e, sfn) & FN_SETJMP) && h->nabove && caller >= 0)
+				h->above[h->nabove - 1].resume = dip; /* a resume point armed since */
+			keep_hypothesis(e, l, *h);
+			return true;
+		}
+		if (fn_flags(e, sfn) & FN_SPECIAL_RETURN)
+			return false;
+		Ctx *c = th->ctxs[l->ci];
+		ptrdiff_t top = h->top;
+		if (top >= 1 && c->frames[top - 1].fn == fn && after_call(th, c->frames[top].ix, dip)) {
+			h->top = top - 1;
+			keep_hypothesis(e, l, *h);
+		} else {
+			free(h->above);
+		}
+		return true;
+	}
+	case K_JUMP:
+	case K_CJUMP:
+		if (fn == sfn) {
+			keep_hypothesis(e, l, *h);
+			return true;
+		}
+		if (h->nabove && h->above[h->nabove - 1].fn >= 0 && e->loc_off[ev->dst] == 0) {
+			h->above[h->nabove - 1] = (Pushed){fn, 0}; /* a tail call above the landing */
+			keep_hypothesis(e, l, *h);
+			return true;
+		}
+		if (e->loc_off[ev->dst] > 0)
+			return follow_jump(e, th, l, h, ev->dst);
+		return false;
+	default:
+		return false;
+	}
+}
+
+static bool same_stack(const Hypothesis *a, const Hypothesis *b)
+{
+	if (a->top != b->top || a->nabove != b->nabove)
+		return false;
+	for (size_t k = 0; k < a->nabove; k++) /* (not memcmp: Pushed has padding) */
+		if (a->above[k].fn != b->above[k].fn || a->above[k].resume != b->above[k].resume)
+			return false;
+	return true;
+}
+
+/* engine.py: _follow (false: an event the stacks cannot follow; the landing is then settled on
+ * l->nearest, as the events before it left it) */
+static bool follow(Engine *e, Thread *th, const HeldEvent *ev)
+{
+	Lookahead *l = &th->look;
+	if (ev->kind == K_HELD_COUNTER || ev->kind == K_HELD_BREAK)
+		return true; /* no branch: every stack as it was */
+	if (ev->in_tx || (ev->state != S_NONE && ev->state != S_START && ev->state != S_END))
+		return false;
+	bool ok = true;
+	l->nnext = 0;
+	for (size_t i = 0; i < l->nhyp; i++) {
+		if (ok)
+			ok = follow_on(e, th, l, &l->hyp[i], ev);
+		if (!ok)
+			free(l->hyp[i].above);
+	}
+	Hypothesis *tmp = l->hyp;
+	size_t cap = l->caphyp;
+	l->hyp = l->next;
+	l->caphyp = l->capnext;
+	l->nhyp = l->nnext;
+	l->next = tmp;
+	l->capnext = cap;
+	l->nnext = 0;
+	if (!ok || !l->nhyp)
+		return false; /* (nothing fits: a jump into a cold part) */
+	if (l->nhyp > 1 && (ev->kind == K_JUMP || ev->kind == K_CJUMP) && e->loc_off[ev->dst] > 0) {
+		/* A longjmp may leave the same stack twice: what follows fits both alike, so only
+		 * the nearer candidate's can be the one chosen. */
+		size_t n = 0;
+		for (size_t i = 0; i < l->nhyp; i++) {
+			size_t k = 0;
+			while (k < n && !same_stack(&l->hyp[k], &l->hyp[i]))
+				k++;
+			if (k == n) {
+				l->hyp[n++] = l->hyp[i];
+				continue;
+			}
+			if (l->hyp[i].cand < l->hyp[k].cand) {
+				Hypothesis t = l->hyp[k];
+				l->hyp[k] = l->hyp[i];
+				l->hyp[i] = t;
+			}
+			free(l->hyp[i].above);
+		}
+		l->nhyp = n;
+		if (n > MAX_HYPOTHESES)
+			return false;
+	}
+	l->nearest = l->hyp[0].cand;
+	for (size_t i = 1; i < l->nhyp; i++)
+		if (l->hyp[i].cand < l->nearest)
+			l->nearest = l->hyp[i].cand;
+	return true;
+}
+
+/* engine.py: _Lookahead.decided (the stacks come from one candidate, or are the same) */
+static bool decided(const Lookahead *l)
+{
+	bool one = true, same = true;
+	for (size_t i = 1; i < l->nhyp; i++) {
+		one = one && l->hyp[i].cand == l->hyp[0].cand;
+		same = same && same_stack(&l->hyp[i], &l->hyp[0]);
+	}
+	return one || same;
+}
+
+static void hold(Engine *e, Thread *th, int kind, int state, bool in_tx, int32_t src,
+		 int32_t dst, int64_t time, uint64_t insns, uint64_t cycles, int64_t gap_time,
+		 uint64_t gap_insns, const uint64_t *lines, size_t nlines);
+
+static void break_segment(Engine *e, Thread *th, int64_t slot);
+
+/* engine.py: TraceSegmentEngine._break_body (a segment break on one thread) */
+static void break_body(Engine *e, Thread *th)
+{
+	Ctx *c = cur(th);
+	if (!c->nframes && c->detached)
+		return; /* no open frame: nothing to stitch to */
+	int64_t slot = take_slot(e, th, th->last_time, 0);
+	break_segment(e, th, slot);
+	cur(th)->after_break = true;
+}
+
+/* engine.py: TraceSegmentEngine._power_body (a counter sample, its name and value) */
+static void counter_body(Engine *e, Thread *th, int64_t time, int64_t name, int64_t value)
+{
+	int64_t t = time > th->last_time ? time : th->last_time;
+	th->last_time = t;
+	int64_t slot = take_slot(e, th, t, 0);
+	wait_for(e, th, slot, W_COUNTER, name, value, 0);
+}
+
+/* engine.py: _settle */
+static void settle(Engine *e, Thread *th)
+{
+	Lookahead *l = &th->look;
+	if (!l->on)
+		return;
+	l->on = false;
+	ptrdiff_t fi = l->cand[l->nearest];
+	for (size_t i = 0; i < l->nhyp; i++)
+		free(l->hyp[i].above);
+	l->nhyp = 0;
+	if (l->ci + 1 == th->nctx) /* in the current context (else land_on) */
+		close_above(e, th, th->ctxs[l->ci], (size_t)fi, take_slot(e, th, l->t, 0), 0);
+	else
+		land_on(e, th, l->ci, (size_t)fi, l->t);
+	/* The held events run now; one may begin another lookahead, which needs the buffers:
+	 * take them. */
+	HeldEvent *ev = l->ev;
+	uint64_t *lines = l->lines;
+	size_t nev = l->nev;
+	l->ev = NULL;
+	l->lines = NULL;
+	l->nev = l->capev = l->nlines = l->caplines = 0;
+	for (size_t k = 0; k < nev; k++) {
+		const HeldEvent *h = &ev[k];
+		if (h->kind == K_HELD_COUNTER && !l->on) {
+			counter_body(e, th, h->time, (int64_t)h->insns, (int64_t)h->cycles);
+			continue;
+		}
+		if (h->kind == K_HELD_BREAK && !l->on) {
+			break_body(e, th);
+			continue;
+		}
+		if (l->on)
+			hold(e, th, h->kind, h->state, h->in_tx, h->src, h->dst, h->time, h->insns,
+			     h->cycles, h->gap_time, h->gap_insns, lines + h->line0, h->nlines);
+		else
+			branch_body(e, th, h->kind, h->state, h->in_tx, h->src, h->dst, h->time,
+				    h->insns, h->cycles, h->gap_time, h->gap_insns,
+				    lines + h->line0, h->nlines);
+	}
+	free(ev);
+	free(lines);
+}
+
+/* engine.py: _settle_all */
+static void settle_all(Engine *e, Thread *th)
+{
+	while (th->look.on)
+		settle(e, th);
+}
+
+/* engine.py: _hold */
+static void hold(Engine *e, Thread *th, int kind, int state, bool in_tx, int32_t src,
+		 int32_t dst, int64_t time, uint64_t insns, uint64_t cycles, int64_t gap_time,
+		 uint64_t gap_insns, const uint64_t *lines, size_t nlines)
+{
+	Lookahead *l = &th->look;
+	if (l->nev == l->capev)
+		l->ev = grow(e, l->ev, &l->capev, l->nev + 1, sizeof(HeldEvent));
+	if (nlines) {
+		if (l->nlines + nlines > l->caplines)
+			l->lines =
+			    grow(e, l->lines, &l->caplines, l->nlines + nlines, sizeof(uint64_t));
+		memcpy(l->lines + l->nlines, lines, nlines * sizeof(uint64_t));
+	}
+	HeldEvent *h = &l->ev[l->nev++];
+	*h = (HeldEvent){kind,	 state,	 src,	     dst,	in_tx, time,
+			 gap_time, insns, cycles, gap_insns, l->nlines, nlines};
+	l->nlines += nlines;
+	bool followed = follow(e, th, h);
+	if (!followed || l->nev >= LOOKAHEAD_EVENTS || decided(l))
+		settle(e, th);
+}
+
+/* engine.py: TraceSegmentEngine._branch */
+static void branch_slow(Engine *e, Thread *th, int kind, int state, bool in_tx, int32_t src,
+			int32_t dst, int64_t time, uint64_t insns, uint64_t cycles,
+			int64_t gap_time, uint64_t gap_insns, const uint64_t *lines,
+			size_t nlines)
+{
+	e->events++;
+	e->branches++;
+	if (th->look.on)
+		hold(e, th, kind, state, in_tx, src, dst, time, insns, cycles, gap_time, gap_insns,
+		     lines, nlines);
+	else
+		branch_body(e, th, kind, state, in_tx, src, dst, time, insns, cycles, gap_time,
+			    gap_insns, lines, nlines);
+}
+
+/* engine.py: TraceSegmentEngine._close_all, then every slot resolves and every slice is
+ * written. */
+static void close_all(Engine *e, Thread *th)
+{
+	settle_all(e, th);
+	end_every_frame(e, th, take_slot(e, th, th->last_time, 0));
+	resolve(e, th, 0);
+	flush_groups(e, th, true);
+	th->closed = true;
+}
+
+/* ------------------------------------------------------------ entry points */
+
+/* Each entry point that changes the engine: refused once it is broken or finished. */
+static int refuse(Engine *e, int error, const char *message)
+{
+	e->error = error;
+	snprintf(e->message, sizeof(e->message), "%s", message);
+	return error;
+}
+
+#define GUARD(e)                                                                          \
+	do {                                                                              \
+		if ((e)->broken)                                                          \
+			return refuse((e), PTSCOPE_ENGINE_BROKEN,                         \
+				      "the engine failed earlier and cannot continue");   \
+	} while (0)
+
+#define OPEN(e)                                                                           \
+	do {                                                                              \
+		GUARD(e);                                                                 \
+		if ((e)->closed)                                                          \
+			return refuse((e), PTSCOPE_ENGINE_FINISHED, "the engine is finished"); \
+	} while (0)
+
+/* Where a failure deep in the rules lands (fail() longjmps here): the engine is broken. */
+#define CATCH(e)                                                                          \
+	do {                                                                              \
+		if (setjmp((e)->jb)) {                                                    \
+			(e)->broken = true;                                               \
+			return (e)->error;                                                \
+		}                                                                         \
+	} while (0)
+
+int ptscope_engine_init(Engine *e, size_t max_examples, bool keep_slots, int axis, bool spread)
+{
+	if (axis < AXIS_TIME || axis > AXIS_CYCLES)
+		return refuse(e, PTSCOPE_ENGINE_BAD_INPUT, "axis: 0 time, 1 instructions, 2 cycles");
+	if (e->threads || e->nloc)
+		return refuse(e, PTSCOPE_ENGINE_INTERNAL, "the engine is already initialised");
+	free(e->examples);
+	e->examples = calloc(max_examples + 1, sizeof(Example));
+	if (!e->examples)
+		return refuse(e, PTSCOPE_ENGINE_NOMEM, "out of memory");
+	e->max_examples = max_examples;
+	e->keep_slots = keep_slots;
+	e->axis = axis;
+	e->spread = spread;
+	return PTSCOPE_ENGINE_OK;
+}
+
+static void free_thread(Thread *th)
+{
+	for (size_t i = 0; i < th->nfr; i++)
+		free(th->fr[i].lines.v);
+	free(th->fr);
+	free(th->free_ix.v);
+	free(th->win_raw.v);
+	free(th->win_insn.v);
+	free(th->win_cyc.v);
+	free(th->win_real.v);
+	free(th->win_anchor.v);
+	free(th->win_occurrence.v);
+	free(th->seen.v);
+	free(th->win_out);
+	free(th->waiters);
+	for (size_t g = 0; g < th->ngroups; g++)
+		free(th->groups[g].ix);
+	free(th->groups);
+	free(th->resume.v);
+	for (size_t i = 0; i < th->pool; i++) {
+		free(th->ctxs[i]->frames);
+		free(th->ctxs[i]->spine.v);
+		free(th->ctxs[i]->base.v);
+		free(th->ctxs[i]->before.v);
+		free(th->ctxs[i]);
+	}
+	free(th->ctxs);
+	free(th->txq);
+	free(th->look.cand);
+	for (size_t i = 0; i < th->look.nhyp; i++)
+		free(th->look.hyp[i].above);
+	free(th->look.hyp);
+	free(th->look.next);
+	free(th->look.ev);
+	free(th->look.lines);
+	free(th);
+}
+
+void ptscope_engine_free(Engine *e)
+{
+	for (size_t i = 0; i < e->nthreads; i++)
+		free_thread(e->threads[i]);
+	free(e->threads);
+	free(e->map);
+	free(e->loc_fn);
+	free(e->loc_entry);
+	free(e->loc_off);
+	free(e->loc_ip);
+	free(e->fn_flags);
+	free(e->pad_index.v);
+	free(e->pad_ranges.v);
+	free(e->examples);
+	for (int i = 0; i < NOUT; i++)
+		free(e->out[i].v);
+	for (int i = 0; i < NINST; i++)
+		free(e->inst[i].v);
+	for (int i = 0; i < NCTR; i++)
+		free(e->ctr[i].v);
+}
+
+int ptscope_engine_add_locations(Engine *e, ptscope_column fn, ptscope_column entry,
+				 ptscope_column offset, ptscope_column ip, size_t n)
+{
+	GUARD(e);
+	for (size_t i = 0; i < n; i++)
+		if (PTSCOPE_AT(fn, int32_t, i) < 0)
+			return refuse(e, PTSCOPE_ENGINE_BAD_INPUT, "negative function id");
+	if (n > (size_t)INT32_MAX - e->nloc)
+		return refuse(e, PTSCOPE_ENGINE_OVERFLOW, "too many locations");
+	size_t need = e->nloc + n;
+	if (need > e->caploc) {
+		size_t cap = e->caploc ? e->caploc : 256;
+		while (cap < need)
+			cap *= 2;
+		int32_t *f = realloc(e->loc_fn, cap * sizeof(int32_t));
+		if (f)
+			e->loc_fn = f;
+		int64_t *en = realloc(e->loc_entry, cap * sizeof(int64_t));
+		if (en)
+			e->loc_entry = en;
+		int64_t *off = realloc(e->loc_off, cap * sizeof(int64_t));
+		if (off)
+			e->loc_off = off;
+		uint64_t *p = realloc(e->loc_ip, cap * sizeof(uint64_t));
+		if (p)
+			e->loc_ip = p;
+		if (!f || !en || !off || !p)
+			return refuse(e, PTSCOPE_ENGINE_NOMEM, "out of memory");
+		e->caploc = cap;
+	}
+	for (size_t i = 0; i < n; i++) {
+		size_t k = e->nloc + i;
+		e->loc_fn[k] = PTSCOPE_AT(fn, int32_t, i);
+		e->loc_entry[k] = PTSCOPE_AT(entry, int64_t, i);
+		e->loc_off[k] = PTSCOPE_AT(offset, int64_t, i);
+		e->loc_ip[k] = PTSCOPE_AT(ip, uint64_t, i);
+	}
+	e->nloc = need;
+	return PTSCOPE_ENGINE_OK;
+}
+
+int ptscope_engine_mark_function(Engine *e, int fn, int flags)
+{
+	GUARD(e);
+	if (fn < 0 || flags < 0 || flags > FN_ALL)
+		return refuse(e, PTSCOPE_ENGINE_BAD_INPUT, "bad function id or flags");
+	if ((size_t)fn >= e->nfn_flags) {
+		size_t cap = (size_t)fn + 64;
+		uint8_t *v = realloc(e->fn_flags, cap);
+		if (!v)
+			return refuse(e, PTSCOPE_ENGINE_NOMEM, "out of memory");
+		memset(v + e->nfn_flags, 0, cap - e->nfn_flags);
+		e->fn_flags = v;
+		e->nfn_flags = cap;
+	}
+	e->fn_flags[fn] = (uint8_t)flags;
+	return PTSCOPE_ENGINE_OK;
+}
+
+void ptscope_engine_set_landing_pads(Engine *e, ptscope_landing_pads_fn fn, void *ctx)
+{
+	e->landing_pads = fn;
+	e->landing_ctx = ctx;
+	e->pad_index.n = e->pad_ranges.n = 0;
+}
+
+int ptscope_engine_feed(Engine *e, const ptscope_column *cols, size_t n,
+			const ptscope_column *line_offsets, const uint64_t *all_lines,
+			const ptscope_column *gap_insns_col)
+{
+	OPEN(e);
+	bool has_lines = line_offsets != NULL;
+	if (has_lines)
+		e->lines_on = true;
+	/* Refuse bad rows before changing anything. */
+	int64_t nloc = (int64_t)e->nloc;
+	for (size_t i = 0; i < n; i++) {
+		int32_t src = PTSCOPE_AT(cols[C_SRC], int32_t, i);
+		int32_t dst = PTSCOPE_AT(cols[C_DST], int32_t, i);
+		int64_t time = PTSCOPE_AT(cols[C_TIME], int64_t, i);
+		if (src < 0 || src >= nloc || dst < 0 || dst >= nloc) {
+			e->error = PTSCOPE_ENGINE_BAD_INPUT;
+			snprintf(e->message, sizeof(e->message),
+				 "branch %zu names location %d, not in the table (%lld locations)", i,
+				 src < 0 || src >= nloc ? src : dst, (long long)nloc);
+			return e->error;
+		}
+		if (time >= TIME_LIMIT || time <= -TIME_LIMIT) {
+			e->error = PTSCOPE_ENGINE_OVERFLOW;
+			snprintf(e->message, sizeof(e->message),
+				 "branch %zu has an out-of-range time %lld", i, (long long)time);
+			return e->error;
+		}
+	}
+	CATCH(e);
+	Thread *th = NULL;
+	int64_t cur_pid = 0, cur_tid = 0;
+	for (size_t i = 0; i < n; i++) {
+		int32_t pid = PTSCOPE_AT(cols[C_PID], int32_t, i);
+		int32_t tid = PTSCOPE_AT(cols[C_TID], int32_t, i);
+		int64_t time = PTSCOPE_AT(cols[C_TIME], int64_t, i);
+		uint32_t flags = PTSCOPE_AT(cols[C_FLAGS], uint32_t, i);
+		int32_t src = PTSCOPE_AT(cols[C_SRC], int32_t, i);
+		int32_t dst = PTSCOPE_AT(cols[C_DST], int32_t, i);
+		uint64_t insns = PTSCOPE_AT(cols[C_INSN], uint64_t, i);
+		uint64_t cycles = PTSCOPE_AT(cols[C_CYC], uint64_t, i);
+		uint32_t gap_delta = PTSCOPE_AT(cols[C_GAP], uint32_t, i);
+		uint64_t gap_insns = gap_insns_col ? PTSCOPE_AT(*gap_insns_col, uint16_t, i) : 0;
+		int64_t gap_time = gap_delta ? time - (int64_t)gap_delta : 0;
+		uint8_t ks = ptscope_kind_state[flags & (FLAG_TABLE_SIZE - 1)];
+		int kind = ks & 15, state = ks >> 4;
+		if (!th || tid != cur_tid || pid != cur_pid) {
+			cur_pid = pid;
+			cur_tid = tid;
+			/* A first branch's gap time is when the thread's history starts
+			 * (engine.py: _branch). */
+			th = thread_of(e, pid, tid, gap_time ? gap_time : time);
+		}
+		if ((flags & IN_TX_FLAG) || th->ntx || th->look.on) {
+			size_t l0 = has_lines ? (size_t)PTSCOPE_AT(*line_offsets, int32_t, i) : 0;
+			size_t l1 = has_lines ? (size_t)PTSCOPE_AT(*line_offsets, int32_t, i + 1) : 0;
+			branch_slow(e, th, kind, state, flags & IN_TX_FLAG, src, dst, time, insns,
+				    cycles, gap_time, gap_insns, all_lines + l0, l1 - l0);
+			continue;
+		}
+		e->events++;
+		e->branches++;
+		int64_t t = time;
+		if (t < th->last_time)
+			t = th->last_time;
+		else
+			th->last_time = t;
+		gap_and_count(e, th, gap_time, gap_insns, t, insns, cycles);
+		if (has_lines) {
+			int32_t l0 = PTSCOPE_AT(*line_offsets, int32_t, i);
+			int32_t l1 = PTSCOPE_AT(*line_offsets, int32_t, i + 1);
+			add_lines(e, th, all_lines + l0, (size_t)(l1 - l0));
+		}
+		note_branch(e, th, kind, src, dst, time);
+		apply(e, th, kind, state, src, dst, t);
+	}
+	return PTSCOPE_ENGINE_OK;
+}
+
+static int check_time(Engine *e, int64_t time)
+{
+	if (time >= TIME_LIMIT || time <= -TIME_LIMIT) {
+		e->error = PTSCOPE_ENGINE_OVERFLOW;
+		snprintf(e->message, sizeof(e->message), "out-of-range time %lld",
+			 (long long)time);
+		return e->error;
+	}
+	return PTSCOPE_ENGINE_OK;
+}
+
+/* engine.py: TraceSegmentEngine.decode_error. */
+int ptscope_engine_decode_error(Engine *e, int64_t pid, int64_t tid, bool has_time,
+				int64_t time, int64_t message, bool *attributed)
+{
+	OPEN(e);
+	*attributed = false;
+	if (has_time && check_time(e, time))
+		return e->error;
+	CATCH(e);
+	e->events++;
+	e->decode_errors++;
+	Thread *th;
+	if (tid >= 0) {
+		if (pid < 0) {
+			pid = tid;
+			for (size_t i = 0; i < e->nthreads; i++) {
+				if (e->threads[i]->tid == tid) {
+					pid = e->threads[i]->pid;
+					break;
+				}
+			}
+		}
+		th = thread_of(e, pid, tid, has_time ? time : 0);
+	} else {
+		/* perf could not say which thread: the one decoded last is the best guess. */
+		th = e->last;
+	}
+	if (!th)
+		return PTSCOPE_ENGINE_OK;
+	settle_all(e, th);
+	int64_t t = has_time ? time : th->last_time;
+	if (t < th->last_time)
+		t = th->last_time;
+	th->last_time = t;
+	/* engine.py: whether a pending transaction committed is unknowable now: drop it. */
+	th->ntx = 0;
+	int64_t slot = take_slot(e, th, t, START_SLOT);
+	wait_for(e, th, slot, W_INSTANT, message, 0, 0);
+	break_segment(e, th, slot);
+	*attributed = true;
+	return PTSCOPE_ENGINE_OK;
+}
+
+/* engine.py: TraceSegmentEngine._power (a counter sample) */
+int ptscope_engine_counter(Engine *e, int64_t pid, int64_t tid, int64_t time, int64_t name,
+			   int64_t value)
+{
+	OPEN(e);
+	if (check_time(e, time))
+		return e->error;
+	CATCH(e);
+	e->events++;
+	Thread *th = thread_of(e, pid, tid, time);
+	if (th->look.on) /* engine.py: held with the branches (it says nothing of the stack) */
+		hold(e, th, K_HELD_COUNTER, S_NONE, false, 0, 0, time, (uint64_t)name,
+		     (uint64_t)value, 0, 0, NULL, 0);
+	else
+		counter_body(e, th, time, name, value);
+	return PTSCOPE_ENGINE_OK;
+}
+
+/* engine.py: TraceSegmentEngine.end_segment */
+int ptscope_engine_end_segment(Engine *e)
+{
+	OPEN(e);
+	CATCH(e);
+	for (size_t i = 0; i < e->nthreads; i++) {
+		Thread *th = e->threads[i];
+		if (th->look.on) /* engine.py: held with the branches (the break takes no time) */
+			hold(e, th, K_HELD_BREAK, S_NONE, false, 0, 0, th->last_time, 0, 0, 0, 0,
+			     NULL, 0);
+		else
+			break_body(e, th);
+	}
+	return PTSCOPE_ENGINE_OK;
+}
+
+/* The end of the input: close every thread's open frames (engine.py: _close_all), resolve
+ * every slot and write everything still held. */
+int ptscope_engine_close_all(Engine *e)
+{
+	OPEN(e);
+	CATCH(e);
+	for (size_t i = 0; i < e->nthreads; i++)
+		close_all(e, e->threads[i]);
+	e->closed = true;
+	return PTSCOPE_ENGINE_OK;
+}
+
+Thread *ptscope_engine_find_thread(Engine *e, int64_t pid, int64_t tid)
+{
+	return find_thread(e, pid, tid);
+}
