@@ -345,6 +345,12 @@ def _pipeline(
         return {"events": summary.events, "slices": summary.slices, "trace_bytes": size}
 
 
+def _without_ring(measure: Callable[[], dict[str, float]]) -> dict[str, float]:
+    """The records through perf's stdout pipe, as before ring mode (decode/record_ring.py)."""
+    os.environ["PTSCOPE_NO_RING"] = "1"
+    return measure()
+
+
 def _child_pipeline_dlfilter(perf_data: Path, _jobs: int) -> dict[str, float]:
     return _pipeline(perf_data, "dlfilter", 1)
 
@@ -442,6 +448,7 @@ PEERS_SET = [
     "perf2perfetto",
     "ptscope --no-insn-detail -j1",
     "ptscope -j1",
+    "ptscope -j1 pipe",
     "ptscope --jobs 2",
     "ptscope default",
 ]
@@ -473,6 +480,7 @@ CHILDREN: dict[str, Callable[[Path, int], dict[str, float]]] = {
     "perf2perfetto": _child_perf2perfetto,
     "ptscope --no-insn-detail -j1": lambda p, _j: _pipeline(p, "dlfilter", 1, insns=False),
     "ptscope -j1": lambda p, _j: _pipeline(p, "dlfilter", 1),
+    "ptscope -j1 pipe": lambda p, _j: _without_ring(lambda: _pipeline(p, "dlfilter", 1)),
     "ptscope --jobs 2": lambda p, _j: _pipeline(p, "dlfilter", 2),
     "ptscope default": lambda p, _j: _pipeline(p, "dlfilter", None),
     "perf i0ns text": _child_perf_i0ns_text,

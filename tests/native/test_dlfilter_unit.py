@@ -299,6 +299,11 @@ def test_bad_arguments_fail_start(lib: Path, tmp_path: Path) -> None:
     assert FakePerf(lib, [str(tmp_path / "x"), "bogus"]).start() < 0
     assert FakePerf(lib, [str(tmp_path / "no" / "such" / "dir")]).start() < 0
     assert FakePerf(lib, ["fd:x"]).start() < 0
+    # ring=MEMFD,FREEFD,CHUNKS,BYTES: malformed, out of range, or with an output file
+    for ring in ("ring=", "ring=1,2,3", "ring=1,2,3,4096,5", "ring=a,2,3,4096", "ring=1,2,1,4096",
+                 "ring=1,2,16,100", "ring=-1,2,16,4096", "ring=1,2,2000,4096"):  # fmt: skip
+        assert FakePerf(lib, ["-", ring]).start() < 0, ring
+    assert FakePerf(lib, [str(tmp_path / "x"), "ring=0,1,16,4096"]).start() < 0
 
 
 def test_pure_helpers(lib: Path) -> None:

@@ -16,6 +16,11 @@
  *         basic blocks between the branches, see "Basic blocks" below), and its record
  *         (with lines records before it when there are several ranges) gives the 64-byte
  *         code lines those instructions touched.
+ *   ring=MEMFD,FREEFD,CHUNKS,BYTES: ring mode. The records go into CHUNKS chunks of BYTES
+ *         bytes each of the shared memory MEMFD (mapped here), and a chunk record on
+ *         stdout hands each chunk over when it is full, or earlier when perf printed text
+ *         (see "Ring mode" below); ptscope gives chunks back by writing their indices
+ *         (uint32) into the pipe FREEFD. OUT must then be stdout.
  *   beat=FD: write one byte into the inherited file descriptor FD (a non-blocking pipe)
  *         at start and every BEAT_SAMPLES samples, dropped ones included: ptscope's
  *         watchdog sees that perf works even while the stream is silent (a loop without
@@ -39,6 +44,15 @@
  * split with x86_length.c; the block cache keeps its count, keyed by (start, end, pid,
  * generation), the same identity of code as the location cache's.
  *
+ * Ring mode: a pipe costs a copy on each side, perf spinning on the pipe's lock while
+ * ptscope reads, and fresh pages for each buffer: a tenth of a decode's CPU. In ring mode
+ * the records are copied once, into memory ptscope reads in place, and only 16-byte chunk
+ * records cross stdout. perf's text must still come out in order: before each sample (and
+ * at the end) the filter checks whether stdout's buffer holds anything since its last
+ * chunk record; if so, perf printed it after the records written so far, and the current
+ * chunk is handed over at once (the reader takes a chunk, then the text before its chunk
+ * record). Each chunk record is flushed, so "nothing since" is "nothing pending".
+ *
  * The logic lives in functions that take plain values (ptscope_* below, also exported) so
  * that it can be unit-tested with fabricated samples and a fake perf_dlfilter_fns table.
  */
@@ -53,8 +67,10 @@
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdio_ext.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "record_format.h"
@@ -522,8 +538,21 @@ static int id_list_selects(const struct id_list *list, int32_t id)
 	return 0;
 }
 
+/* Ring mode: the shared chunks and the one being filled. */
+struct ring {
+	uint8_t *base; /* CHUNKS * BYTES shared bytes; NULL: not in ring mode */
+	uint32_t chunks, chunk_bytes;
+	int free_fd;	/* where ptscope gives chunks back */
+	uint32_t *free; /* chunks ready to fill */
+	uint32_t nfree;
+	uint32_t cur;	/* the chunk being filled */
+	uint32_t used;	/* bytes in it */
+	size_t pending; /* what stdout's buffer held after our last chunk record */
+};
+
 struct ptscope_filter {
 	FILE *out;
+	struct ring ring;
 	int own_out;  /* we opened it (close in stop) */
 	int keep_all; /* do not drop same-function jumps */
 	int to_end;   /* write each thread's trailing dropped jump at the end */
@@ -603,9 +632,70 @@ PTSCOPE_EXPORT int64_t ptscope_symbol_offset(const struct perf_dlfilter_al *al)
 
 /* --------------------------------------------------------------- writing */
 
+/* Ring mode: hand the current chunk over (a chunk record on stdout, flushed), and unless
+ * it is the last, take a free one to fill, waiting for ptscope to give one back if none
+ * is. An empty chunk is not handed over: the record then says "none" (it orders perf's
+ * text only). */
+static int ring_publish(struct ptscope_filter *f, int last)
+{
+	struct ring *r = &f->ring;
+	struct ptscope_chunk_rec c;
+	memset(&c, 0, sizeof(c));
+	c.tag = PTSCOPE_TAG_CHUNK;
+	c.chunk = r->used ? r->cur : PTSCOPE_NO_CHUNK;
+	c.length = r->used;
+	if (fwrite_unlocked(&c, sizeof(c), 1, f->out) != 1 || fflush(f->out) != 0)
+		return -1;
+	r->pending = __fpending(f->out);
+	if (!r->used || last)
+		return 0;
+	while (!r->nfree) {
+		ssize_t got = read(r->free_fd, r->free, r->chunks * sizeof(uint32_t));
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got <= 0 || got % sizeof(uint32_t))
+			return -1; /* ptscope went away, or wrote nonsense */
+		r->nfree = (uint32_t)(got / sizeof(uint32_t));
+		for (uint32_t i = 0; i < r->nfree; i++)
+			if (r->free[i] >= r->chunks)
+				return -1;
+	}
+	r->cur = r->free[--r->nfree];
+	r->used = 0;
+	return 0;
+}
+
+static void ring_write(struct ptscope_filter *f, const void *rec, size_t size)
+{
+	struct ring *r = &f->ring;
+	const uint8_t *p = rec;
+	while (size) {
+		if (r->used == r->chunk_bytes && ring_publish(f, 0) < 0) {
+			f->failed = 1;
+			return;
+		}
+		size_t room = r->chunk_bytes - r->used;
+		size_t n = size < room ? size : room;
+		memcpy(r->base + (size_t)r->cur * r->chunk_bytes + r->used, p, n);
+		r->used += (uint32_t)n;
+		p += n;
+		size -= n;
+	}
+}
+
+/* Ring mode: perf printed something since our last chunk record (after the records
+ * written so far): hand them over first. */
+static inline void ring_order_text(struct ptscope_filter *f)
+{
+	if (f->ring.base && __fpending(f->out) != f->ring.pending && ring_publish(f, 0) < 0)
+		f->failed = 1;
+}
+
 static inline void emit(struct ptscope_filter *f, const void *rec, size_t size)
 {
-	if (fwrite_unlocked(rec, size, 1, f->out) != 1)
+	if (f->ring.base)
+		ring_write(f, rec, size);
+	else if (fwrite_unlocked(rec, size, 1, f->out) != 1)
 		f->failed = 1;
 }
 
@@ -646,8 +736,8 @@ static uint32_t name_id(struct ptscope_filter *f, const char *s)
 		r.id = id;
 		r.length = (uint32_t)len;
 		emit(f, &r, sizeof(r));
-		if (len && fwrite_unlocked(s, len, 1, f->out) != 1)
-			f->failed = 1;
+		if (len)
+			emit(f, s, len);
 		f->counters.strings++;
 	}
 	return id;
@@ -1100,6 +1190,52 @@ static int open_output(struct ptscope_filter *f, const char *target)
 	return 0;
 }
 
+/* ring=MEMFD,FREEFD,CHUNKS,BYTES */
+static int ring_parse(const char *text, struct ring *r, int *memfd)
+{
+	long v[4];
+	for (int k = 0; k < 4; k++) {
+		char *end;
+		v[k] = strtol(text, &end, 10);
+		if (end == text || *end != (k < 3 ? ',' : '\0') || v[k] < 0)
+			return -EINVAL;
+		text = end + 1;
+	}
+	if (v[0] > 1 << 20 || v[1] > 1 << 20 || v[2] < 2 || v[2] > 1024 || v[3] < 4096 ||
+	    v[3] > 1 << 26)
+		return -EINVAL;
+	*memfd = (int)v[0];
+	r->free_fd = (int)v[1];
+	r->chunks = (uint32_t)v[2];
+	r->chunk_bytes = (uint32_t)v[3];
+	return 0;
+}
+
+static int ring_open(struct ptscope_filter *f, int memfd)
+{
+	struct ring *r = &f->ring;
+	if (f->own_out)
+		return -EINVAL; /* the chunk records go to perf's stdout, with perf's text */
+	size_t bytes = (size_t)r->chunks * r->chunk_bytes;
+	void *base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+	if (base == MAP_FAILED)
+		return -errno;
+	close(memfd);
+	r->free = malloc(r->chunks * sizeof(uint32_t));
+	if (!r->free) {
+		munmap(base, bytes);
+		return -ENOMEM;
+	}
+	r->base = base;
+	r->cur = 0;
+	r->nfree = r->chunks - 1;
+	for (uint32_t i = 0; i < r->nfree; i++)
+		r->free[i] = r->chunks - 1 - i;
+	/* Anything perf printed before us comes first. */
+	r->pending = __fpending(f->out);
+	return r->pending && ring_publish(f, 0) < 0 ? -EIO : 0;
+}
+
 PTSCOPE_EXPORT int start(void **data, void *ctx)
 {
 	struct ptscope_filter *f = calloc(1, sizeof(*f));
@@ -1107,6 +1243,8 @@ PTSCOPE_EXPORT int start(void **data, void *ctx)
 		return -ENOMEM;
 	f->last_thread = -1;
 	f->beat_fd = -1;
+	f->ring.free_fd = -1;
+	int ring_fd = -1;
 	int argc = 0;
 	char **argv = perf_dlfilter_fns.args ? perf_dlfilter_fns.args(ctx, &argc) : NULL;
 	const char *target = argc > 0 ? argv[0] : NULL;
@@ -1122,6 +1260,8 @@ PTSCOPE_EXPORT int start(void **data, void *ctx)
 			bad = id_list_parse(argv[i] + 4, &f->only_pids);
 		else if (strncmp(argv[i], "tid=", 4) == 0)
 			bad = id_list_parse(argv[i] + 4, &f->only_tids);
+		else if (strncmp(argv[i], "ring=", 5) == 0)
+			bad = ring_parse(argv[i] + 5, &f->ring, &ring_fd);
 		else if (strncmp(argv[i], "beat=", 5) == 0) {
 			char *end;
 			long fd = strtol(argv[i] + 5, &end, 10);
@@ -1146,6 +1286,16 @@ PTSCOPE_EXPORT int start(void **data, void *ctx)
 		free(f);
 		return err;
 	}
+	if (ring_fd >= 0) {
+		err = ring_open(f, ring_fd);
+		if (err) {
+			fprintf(stderr, "ptscope dlfilter: cannot map the ring: %s\n", strerror(-err));
+			if (f->own_out)
+				fclose(f->out);
+			free(f);
+			return err;
+		}
+	}
 	emit_header(f);
 	beat(f);
 	*data = f;
@@ -1158,6 +1308,7 @@ PTSCOPE_EXPORT int filter_event_early(void *data, const struct perf_dlfilter_sam
 	struct ptscope_filter *f = data;
 	if (f->failed)
 		return -EIO;
+	ring_order_text(f);
 	if ((++f->counters.samples & (BEAT_SAMPLES - 1)) == 0)
 		beat(f);
 	if (!id_list_selects(&f->only_pids, sample->pid) ||
@@ -1187,10 +1338,13 @@ PTSCOPE_EXPORT int stop(void *data, void *ctx)
 	int ret = 0;
 	if (!f)
 		return 0;
+	ring_order_text(f);
 	if (f->to_end && !f->failed)
 		keep_trailing_jumps(f);
 	f->counters.tag = PTSCOPE_TAG_TRAILER;
 	emit(f, &f->counters, sizeof(f->counters));
+	if (f->ring.base && !f->failed && ring_publish(f, 1) < 0)
+		f->failed = 1;
 	if (fflush(f->out) != 0 || ferror(f->out))
 		f->failed = 1;
 	if (f->own_out && fclose(f->out) != 0)
@@ -1212,6 +1366,9 @@ PTSCOPE_EXPORT int stop(void *data, void *ctx)
 	free(f->pid_gen);
 	free(f->only_pids.ids);
 	free(f->only_tids.ids);
+	if (f->ring.base)
+		munmap(f->ring.base, (size_t)f->ring.chunks * f->ring.chunk_bytes);
+	free(f->ring.free);
 	free(f);
 	return ret;
 }
@@ -1222,6 +1379,6 @@ PTSCOPE_EXPORT const char *filter_description(const char **long_description)
 		*long_description =
 			"Drops jumps inside one function and writes the other branches as binary "
 			"records for ptscope (args: OUT [keep-all] [to-end] [insns] [pid=P,...] "
-			"[tid=T,...] [beat=FD]; OUT = - | fd:N | PATH).";
+			"[tid=T,...] [beat=FD] [ring=MEMFD,FREEFD,CHUNKS,BYTES]; OUT = - | fd:N | PATH).";
 	return "ptscope: compact branch record stream";
 }

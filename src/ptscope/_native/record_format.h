@@ -18,6 +18,7 @@
 #define PTSCOPE_STREAM_VERSION 4u
 
 enum ptscope_tag {
+	PTSCOPE_TAG_CHUNK = 0xF7,    /* ring mode, on perf's stdout only: a chunk is ready */
 	PTSCOPE_TAG_HEADER = 0xF8,   /* first record of every stream */
 	PTSCOPE_TAG_STRING = 0xF9,   /* an interned symbol or DSO name (bytes follow) */
 	PTSCOPE_TAG_LOCATION = 0xFA, /* an address resolved once: symbol, offset, DSO */
@@ -152,6 +153,21 @@ struct ptscope_trailer_rec { /* 88 bytes */
 				    * branch): their instructions are missing from insn_cnt */
 };
 
+/* Ring mode (the `ring=` argument): the records go into chunks of a memory area shared with
+ * ptscope instead of through perf's stdout, and this 16-byte record, written into stdout,
+ * says that a chunk is full (or cut short) and may be read. perf's own text (decode
+ * errors, task events) printed before it came after the chunk's records: the reader
+ * takes the chunk, then that text. A record may continue in the next chunk. */
+struct ptscope_chunk_rec { /* 16 bytes */
+	uint8_t tag;       /* PTSCOPE_TAG_CHUNK */
+	uint8_t reserved[3];
+	uint32_t chunk;    /* index of the chunk; PTSCOPE_NO_CHUNK: none (only text before) */
+	uint32_t length;   /* bytes of records in it */
+	uint32_t reserved2;
+};
+
+#define PTSCOPE_NO_CHUNK UINT32_MAX
+
 #pragma pack(pop)
 
 _Static_assert(sizeof(struct ptscope_header_rec) == 32, "header layout");
@@ -163,5 +179,6 @@ _Static_assert(sizeof(struct ptscope_insns_branch_rec) == 88, "insns branch layo
 _Static_assert(sizeof(struct ptscope_lines_rec) == sizeof(struct ptscope_insns_branch_rec),
 	       "lines layout");
 _Static_assert(sizeof(struct ptscope_trailer_rec) == 88, "trailer layout");
+_Static_assert(sizeof(struct ptscope_chunk_rec) == 16, "chunk layout");
 
 #endif /* PTSCOPE_RECORD_FORMAT_H */

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import gc
+import logging
 import os
 import subprocess
 import tempfile
@@ -45,6 +46,7 @@ from ptscope.children import die_with_parent
 from ptscope.decode import record_format as rf
 from ptscope.decode.perf_script import perf_failure, perf_stalled
 from ptscope.decode.perf_text import PerfTextParser, TextStats, make_location
+from ptscope.decode.record_ring import RingReader, SharedRing, ring_supported
 from ptscope.errors import BadInputError, ToolMissingError
 from ptscope.model import (
     COUNT_BUDGET,
@@ -61,6 +63,8 @@ from ptscope.model import (
     classify_flags,
 )
 from ptscope.perftool import PerfTool, PerfWatch, beat_pipe, find_perf, perf_env, stall_limit
+
+log = logging.getLogger("ptscope")
 
 __all__ = [
     "DEFAULT_ITRACE",
@@ -891,6 +895,7 @@ def dlfilter_command(
     insns: bool = False,
     extra: Sequence[str] = (),
     beat: int | None = None,
+    ring: str | None = None,
 ) -> list[str]:
     """The ``perf script`` argv that decodes ``perf_data`` through the dlfilter to stdout.
 
@@ -900,7 +905,8 @@ def dlfilter_command(
     each thread's trailing dropped jump is written (as the text decoder does at its end).
     ``insns``: instruction detail (exact instruction counts and code lines, ``--dlarg
     insns``). ``beat``: the file descriptor of the watchdog's pipe (``--dlarg beat=FD``,
-    see :class:`~ptscope.perftool.PerfWatch`).
+    see :class:`~ptscope.perftool.PerfWatch`). ``ring``: ring mode's ``--dlarg``
+    (:meth:`~ptscope.decode.record_ring.SharedRing.argument`).
     """
     so = dlfilter if dlfilter is not None else _native.dlfilter_path()
     argv = [perf, "script", "-i", str(perf_data), f"--itrace={itrace}", "--ns"]
@@ -913,6 +919,8 @@ def dlfilter_command(
         argv += ["--dlarg", "insns"]
     if beat is not None:
         argv += ["--dlarg", f"beat={beat}"]
+    if ring is not None:
+        argv += ["--dlarg", ring]
     argv += list(extra)
     return argv
 
@@ -974,6 +982,8 @@ class DlfilterProcess:
         limit = stall_limit()
         self.perf_data = perf_data
         beat_read, beat_write = beat_pipe()
+        # Ring mode (decode/record_ring.py) when perf writes into a pipe we read.
+        self._ring = _shared_ring() if stdout_path is None and ring_supported() else None
         self.argv = dlfilter_command(
             perf_data,
             perf=tool.path,
@@ -983,6 +993,7 @@ class DlfilterProcess:
             insns=insns,
             extra=[*(["--show-task-events"] if task_events else []), *extra],
             beat=beat_write,
+            ring=self._ring.argument() if self._ring is not None else None,
         )
         self.parser = RecordStreamParser(
             f"dlfilter record stream of {perf_data}",
@@ -993,18 +1004,23 @@ class DlfilterProcess:
         self.stderr = ""
         # perf's stderr goes to a file: a pipe nobody reads could fill up and stall perf.
         self._err = tempfile.TemporaryFile()  # noqa: SIM115 (closed in _cleanup)
+        fds = (beat_write, *(self._ring.perf_fds if self._ring is not None else ()))
         try:
             if stdout_path is not None:
                 with open(stdout_path, "wb") as out:
-                    self._proc = _popen(self.argv, out, self._err, beat_write)
+                    self._proc = _popen(self.argv, out, self._err, fds)
             else:
-                self._proc = _popen(self.argv, subprocess.PIPE, self._err, beat_write)
+                self._proc = _popen(self.argv, subprocess.PIPE, self._err, fds)
         except BaseException:
             self._err.close()
             os.close(beat_read)
+            if self._ring is not None:
+                self._ring.close()
             raise
         finally:
             os.close(beat_write)
+            if self._ring is not None:
+                self._ring.started()
         self.watch = PerfWatch(self._proc, limit, beat_read)
 
     def batches(self) -> Iterator[list[Event]]:
@@ -1029,7 +1045,8 @@ class DlfilterProcess:
                             yield events
             else:
                 assert proc.stdout is not None
-                for chunk in _pipe_chunks(proc.stdout.fileno(), self.watch):
+                stdout = _pipe_chunks(proc.stdout.fileno(), self.watch, pause=self._ring is None)
+                for chunk in self._stream(stdout):
                     events = feed(chunk)
                     if events:
                         yield events
@@ -1049,6 +1066,17 @@ class DlfilterProcess:
             e.details = self.stderr
             raise
 
+    def _stream(self, stdout: Iterator[bytes]) -> Iterator[bytes]:
+        """The record stream from what perf writes into stdout: in ring mode, the chunks
+        and perf's text in order (:class:`~ptscope.decode.record_ring.RingReader`)."""
+        if self._ring is None:
+            yield from stdout
+            return
+        reader = RingReader(self._ring, self.parser.source)
+        for piece in stdout:
+            yield from reader.split(piece)
+        yield from reader.finish()
+
     def kill(self) -> int:
         """Stop perf (if still running) and return its exit status."""
         if self._proc.poll() is None:
@@ -1062,6 +1090,8 @@ class DlfilterProcess:
 
     def _cleanup(self) -> None:
         self.watch.close()
+        if self._ring is not None:
+            self._ring.close()
         if self._proc.stdout is not None and not self._proc.stdout.closed:
             self._proc.stdout.close()
         if not self._err.closed:
@@ -1168,15 +1198,17 @@ _JOIN: Final = 1 << 14
 _FILL_PAUSE: Final = 0.001  # seconds; perf writes ~250 MB/s at most: a quarter of the pipe
 
 
-def _pipe_chunks(fd: int, watch: PerfWatch | None = None) -> Iterator[bytes]:
+def _pipe_chunks(fd: int, watch: PerfWatch | None = None, *, pause: bool = True) -> Iterator[bytes]:
     """What perf writes into the pipe ``fd``, in chunks of up to :data:`CHUNK_SIZE`.
 
     perf flushes its stdio buffer every few KiB, and a reader that keeps up gets each flush
     on its own: one parse and one engine call per hundred records, which costs more than
     the records. So after a small read the pipe (1 MiB) is left to fill for a moment.
     ``watch`` is asked to wait for each read (it stops a perf that makes no progress).
+    ``pause=False``: never wait for more (ring mode: stdout carries 16-byte chunk records,
+    each the news of 256 KiB of records, and perf's few lines).
     """
-    pause = _grow_pipe(fd) >= CHUNK_SIZE
+    pause = _grow_pipe(fd) >= CHUNK_SIZE and pause
     while True:
         if watch is not None:
             watch.wait_readable(fd)
@@ -1188,14 +1220,26 @@ def _pipe_chunks(fd: int, watch: PerfWatch | None = None) -> Iterator[bytes]:
             sleep(_FILL_PAUSE)
 
 
-def _popen(argv: list[str], stdout: Any, stderr: Any, beat: int) -> subprocess.Popen[bytes]:
+def _shared_ring() -> SharedRing | None:
+    """The shared chunks of ring mode, or None (the pipe) when they cannot be made: a
+    memory file counts against the file size limit (``ulimit -f``), and may be refused."""
+    try:
+        return SharedRing()
+    except OSError as e:
+        log.debug("ring mode: %s; the records go through the pipe", e)
+        return None
+
+
+def _popen(
+    argv: list[str], stdout: Any, stderr: Any, fds: tuple[int, ...]
+) -> subprocess.Popen[bytes]:
     try:
         return subprocess.Popen(
             argv,
             stdout=stdout,
             stderr=stderr,
             env=perf_env(),
-            pass_fds=(beat,),
+            pass_fds=fds,
             preexec_fn=die_with_parent,  # no perf left running if ptscope is killed
         )
     except OSError as e:

@@ -16,6 +16,8 @@ import numpy as np
 __all__ = [
     "BRANCH",
     "BRANCH_DTYPE",
+    "CHUNK",
+    "CHUNK_DTYPE",
     "HEADER",
     "HEADER_DTYPE",
     "INSNS_BRANCH",
@@ -29,6 +31,7 @@ __all__ = [
     "LOCATION",
     "LOCATION_DTYPE",
     "MAGIC",
+    "NO_CHUNK",
     "NO_OFFSET",
     "NO_STRING",
     "OPT_INSNS",
@@ -39,6 +42,7 @@ __all__ = [
     "STRING",
     "STRING_DTYPE",
     "TAG_BRANCH",
+    "TAG_CHUNK",
     "TAG_HEADER",
     "TAG_LINES",
     "TAG_LOCATION",
@@ -54,6 +58,7 @@ MAGIC: Final = b"PTSCOPE"
 STREAM_VERSION: Final = 4
 
 # Tag bytes: never the first byte of a UTF-8 character, so no text line starts with one.
+TAG_CHUNK: Final = 0xF7  # ring mode, on perf's stdout only (decode/record_ring.py)
 TAG_HEADER: Final = 0xF8
 TAG_STRING: Final = 0xF9
 TAG_LOCATION: Final = 0xFA
@@ -191,6 +196,12 @@ TRAILER_DTYPE: Final = _dtype(
     88,
 )
 
+CHUNK_DTYPE: Final = _dtype(
+    [("tag", "u1"), ("_pad0", "V3"), ("chunk", "<u4"), ("length", "<u4"), ("_pad1", "V4")], 16
+)
+NO_CHUNK: Final = 0xFFFFFFFF
+"""A chunk record's ``chunk`` when it hands no chunk over (it orders perf's text only)."""
+
 LAYOUTS: Final[dict[str, np.dtype[np.void]]] = {
     "ptscope_header_rec": HEADER_DTYPE,
     "ptscope_string_rec": STRING_DTYPE,
@@ -201,6 +212,7 @@ LAYOUTS: Final[dict[str, np.dtype[np.void]]] = {
     "ptscope_line_range": LINE_RANGE_DTYPE,
     "ptscope_insns_branch_rec": INSNS_BRANCH_LAYOUT,
     "ptscope_lines_rec": LINES_DTYPE,
+    "ptscope_chunk_rec": CHUNK_DTYPE,
 }
 """C struct name -> its dtype (the layout test walks this)."""
 
@@ -213,6 +225,7 @@ POWER: Final = struct.Struct("<B3xiiiQII")
 LINES: Final = struct.Struct(f"<BB6x{2 * LINES_PER_RECORD}Q")
 INSNS_BRANCH: Final = struct.Struct(BRANCH.format + "QQ")
 TRAILER: Final = struct.Struct("<B7x10Q")
+CHUNK: Final = struct.Struct("<B3xII4x")
 
 for _codec, _dt in (
     (HEADER, HEADER_DTYPE),
@@ -223,6 +236,7 @@ for _codec, _dt in (
     (TRAILER, TRAILER_DTYPE),
     (LINES, LINES_DTYPE),
     (INSNS_BRANCH, INSNS_BRANCH_DTYPE),
+    (CHUNK, CHUNK_DTYPE),
 ):
     if _codec.size != _dt.itemsize:
         raise AssertionError(f"{_codec.format} is {_codec.size} bytes, dtype {_dt.itemsize}")

@@ -1,0 +1,151 @@
+"""Ring mode of the dlfilter record stream: the records cross in shared memory, not a pipe.
+
+Through a pipe every record is copied twice by the kernel (into the pipe, out of it), perf
+spins on the pipe's lock while ptscope reads, and each buffer takes fresh pages: about a
+tenth of a decode's CPU (``bench/decode.py --peers``: ``ptscope -j1`` against ``ptscope -j1
+pipe``). In ring mode the dlfilter copies its records into chunks of a memory file
+(``memfd``) that both processes map, and writes only a 16-byte *chunk record* into perf's
+stdout when a chunk is ready; ptscope copies the chunk out and gives it back through a pipe
+of chunk indices (``dlfilter.c``, "Ring mode").
+
+perf's own text (decode errors, task events) still goes through stdout, and must come out
+between the records where it happened: the dlfilter hands its current chunk over as soon
+as it sees that perf printed something, so the records before that text are the chunk
+named by the *next* chunk record. :class:`RingReader` therefore holds the text it reads
+until the next chunk record, and yields the chunk's records first, then the text. What it
+yields is the stream the pipe would have carried, in the same order, for the same parser.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+from collections.abc import Iterator
+from typing import Final
+
+from ptscope.decode import record_format as rf
+from ptscope.errors import BadInputError
+
+__all__ = ["RING_CHUNKS", "RING_CHUNK_BYTES", "RingReader", "SharedRing", "ring_supported"]
+
+RING_CHUNKS: Final = 16
+RING_CHUNK_BYTES: Final = 1 << 18
+"""16 chunks of 256 KiB: perf runs 4 MiB ahead of ptscope at most (a pipe held 1 MiB)."""
+
+
+def ring_supported() -> bool:
+    """Whether this system has memory files (Linux 3.17+) and ring mode is not turned off
+    (``PTSCOPE_NO_RING=1``: the records go through the pipe, as before)."""
+    return hasattr(os, "memfd_create") and not os.environ.get("PTSCOPE_NO_RING")
+
+
+class SharedRing:
+    """The chunks perf writes into and ptscope reads, and the pipe that gives them back.
+
+    Pass :attr:`perf_fds` to perf's process, :meth:`argument` to the dlfilter, then call
+    :meth:`started` (perf holds its own copies of the descriptors)."""
+
+    def __init__(self, chunks: int = RING_CHUNKS, chunk_bytes: int = RING_CHUNK_BYTES) -> None:
+        self.chunks = chunks
+        self.chunk_bytes = chunk_bytes
+        self._memfd = os.memfd_create("ptscope-records", os.MFD_CLOEXEC)
+        self._free_read = self._free_write = -1
+        try:
+            os.ftruncate(self._memfd, chunks * chunk_bytes)
+            self._map = mmap.mmap(self._memfd, chunks * chunk_bytes, access=mmap.ACCESS_READ)
+            self._free_read, self._free_write = os.pipe2(os.O_CLOEXEC)
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def perf_fds(self) -> tuple[int, int]:
+        return (self._memfd, self._free_read)
+
+    def argument(self) -> str:
+        """The dlfilter's ``--dlarg``."""
+        return f"ring={self._memfd},{self._free_read},{self.chunks},{self.chunk_bytes}"
+
+    def started(self) -> None:
+        """perf has started with its copies of :attr:`perf_fds`: close ours."""
+        for fd in (self._memfd, self._free_read):
+            if fd >= 0:
+                os.close(fd)
+        self._memfd = self._free_read = -1
+
+    def take(self, chunk: int, length: int) -> bytes:
+        """The records of a chunk perf handed over (copied out), and the chunk given back.
+
+        The copy is what makes giving the chunk back at once safe: the parser's numpy
+        views and the batches made from them may outlive this call."""
+        start = chunk * self.chunk_bytes
+        data = self._map[start : start + length]
+        with contextlib.suppress(BrokenPipeError):  # perf has ended: it takes no more
+            os.write(self._free_write, chunk.to_bytes(4, "little"))
+        return data
+
+    def close(self) -> None:
+        with_map = getattr(self, "_map", None)
+        if with_map is not None:
+            with_map.close()
+        self.started()
+        if self._free_write >= 0:
+            os.close(self._free_write)
+            self._free_write = -1
+
+
+class RingReader:
+    """Turns what perf writes into stdout in ring mode (chunk records and perf's text lines)
+    into the record stream the pipe would have carried, in order.
+
+    :meth:`split` takes each piece read from stdout and yields the stream's next pieces;
+    :meth:`finish` yields what is left at the end of stdout (text perf printed after the
+    dlfilter's last chunk record)."""
+
+    def __init__(self, ring: SharedRing, what: str) -> None:
+        self.ring = ring
+        self.what = what
+        self._rest = b""
+        self._text: list[bytes] = []  # perf's lines since the last chunk record
+
+    def split(self, data: bytes) -> Iterator[bytes]:
+        buf = self._rest + data if self._rest else data
+        at = 0
+        size = rf.CHUNK.size
+        while at < len(buf):
+            if buf[at] == rf.TAG_CHUNK:
+                if len(buf) - at < size:
+                    break
+                _, chunk, length = rf.CHUNK.unpack_from(buf, at)
+                self._check(buf, at, chunk, length)
+                at += size
+                if length:
+                    yield self.ring.take(chunk, length)
+                if self._text:
+                    yield b"".join(self._text)
+                    self._text.clear()
+            else:
+                end = buf.find(b"\n", at)
+                if end < 0:
+                    break
+                self._text.append(buf[at : end + 1])
+                at = end + 1
+        self._rest = buf[at:]
+
+    def finish(self) -> Iterator[bytes]:
+        if self._rest:
+            self._text.append(self._rest)
+            self._rest = b""
+        if self._text:
+            yield b"".join(self._text)
+            self._text.clear()
+
+    def _check(self, buf: bytes, at: int, chunk: int, length: int) -> None:
+        reserved = buf[at + 1 : at + 4] + buf[at + 12 : at + 16]
+        none = chunk == rf.NO_CHUNK and length == 0
+        some = chunk < self.ring.chunks and 0 < length <= self.ring.chunk_bytes
+        if any(reserved) or not (none or some):
+            raise BadInputError(
+                f"{self.what}: damaged chunk record (chunk {chunk}, {length} bytes)"
+            )

@@ -1,0 +1,186 @@
+"""Ring mode (decode/record_ring.py, dlfilter.c "Ring mode"): the records in shared memory,
+perf's text in order.
+
+The reader alone on crafted stdout (chunk records between text lines, cut anywhere); then
+the real perf with the real dlfilter, ring against pipe, on recordings whose decode prints
+text amid the records (decode errors of a damaged trace, task events of a forking program)
+and with chunks so small that records straddle them: the same events in the same order.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ptscope import _native
+from ptscope.decode import record_format as rf
+from ptscope.decode.dlfilter_stream import DlfilterProcess, decode_with_dlfilter
+from ptscope.decode.record_ring import RingReader, SharedRing
+from ptscope.errors import BadInputError
+from support.emulated_corpus import damaged_copy, decode_case_recording
+
+
+class FakeRing:
+    """Chunk k holds bytes "A" + k; records what was given back."""
+
+    chunks = 2
+    chunk_bytes = 64
+
+    def __init__(self) -> None:
+        self.returned: list[int] = []
+
+    def take(self, chunk: int, length: int) -> bytes:
+        self.returned.append(chunk)
+        return bytes([65 + chunk]) * length
+
+
+def marker(chunk: int, length: int) -> bytes:
+    return rf.CHUNK.pack(rf.TAG_CHUNK, chunk, length)
+
+
+def read_all(stdout: bytes, cuts: list[int], ring: FakeRing | None = None) -> list[bytes]:
+    """What the reader yields from ``stdout`` read in pieces cut at ``cuts``."""
+    reader = RingReader(ring or FakeRing(), "test")  # type: ignore[arg-type]
+    out: list[bytes] = []
+    at = 0
+    for cut in [*sorted(c % (len(stdout) + 1) for c in cuts), len(stdout)]:
+        out += reader.split(stdout[at:cut])
+        at = max(at, cut)
+    out += reader.finish()
+    return out
+
+
+STDOUT = (
+    marker(0, 5)  # records, no text
+    + b"error one\n"
+    + b"error two\n"
+    + marker(1, 3)  # perf printed these after chunk 1's records
+    + b"task event\n"
+    + marker(rf.NO_CHUNK, 0)  # text with no record before it
+    + marker(0, 4)
+    + b"printed after the last chunk\n"
+)
+EXPECTED = [
+    b"AAAAA",
+    b"BBB",
+    b"error one\nerror two\n",
+    b"task event\n",
+    b"AAAA",
+    b"printed after the last chunk\n",
+]
+
+
+@given(st.lists(st.integers(0, len(STDOUT)), max_size=6))
+def test_chunks_come_before_the_text_printed_after_them(cuts: list[int]) -> None:
+    ring = FakeRing()
+    assert read_all(STDOUT, cuts, ring) == EXPECTED
+    assert ring.returned == [0, 1, 0]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        marker(2, 1),  # no such chunk
+        marker(0, 65),  # longer than a chunk
+        marker(0, 0),  # an empty chunk handed over
+        marker(rf.NO_CHUNK, 3),
+        bytes([rf.TAG_CHUNK, 1]) + marker(0, 1)[2:],  # reserved bytes set
+    ],
+)
+def test_a_damaged_chunk_record_is_one_clear_error(bad: bytes) -> None:
+    with pytest.raises(BadInputError, match="damaged chunk record"):
+        read_all(b"text\n" + bad, [])
+
+
+@settings(max_examples=300)
+@given(st.binary(max_size=200), st.lists(st.integers(0, 200), max_size=4))
+def test_any_stdout_gives_pieces_or_a_clear_error(data: bytes, cuts: list[int]) -> None:
+    try:
+        pieces = read_all(data, cuts)
+    except BadInputError:
+        return
+    assert all(isinstance(p, bytes) for p in pieces)
+
+
+def test_the_shared_ring_hands_chunks_back_through_its_pipe() -> None:
+    ring = SharedRing(chunks=4, chunk_bytes=4096)
+    try:
+        memfd, free_read = ring.perf_fds
+        assert ring.argument() == f"ring={memfd},{free_read},4,4096"
+        with mmap.mmap(memfd, 4 * 4096) as writable:
+            writable[4096 : 4096 + 5] = b"hello"
+        assert ring.take(1, 5) == b"hello"
+        assert os.read(free_read, 16) == (1).to_bytes(4, "little")
+    finally:
+        ring.close()
+
+
+# ----------------------------------------------------------------- with the real perf
+
+real_perf = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not _native.is_available(), reason="the dlfilter is not built"),
+    pytest.mark.skipif(shutil.which("qemu-x86_64") is None, reason="qemu-x86_64 is missing"),
+]
+
+
+def _events(perf_data: Path, monkeypatch: pytest.MonkeyPatch, mode: str, **kw: Any) -> list[str]:
+    """The decoded events, as comparable text, with the records through ``mode``."""
+    monkeypatch.setattr(SharedRing.__init__, "__defaults__", (16, 1 << 18))
+    if mode == "pipe":
+        monkeypatch.setenv("PTSCOPE_NO_RING", "1")
+    else:
+        monkeypatch.delenv("PTSCOPE_NO_RING", raising=False)
+    if mode == "tiny chunks":  # records straddle chunks, perf waits for chunks back
+        monkeypatch.setattr(SharedRing.__init__, "__defaults__", (2, 4096))
+    events = [repr(e) for batch in decode_with_dlfilter(perf_data, **kw) for e in batch]
+    assert events
+    return events
+
+
+@pytest.mark.parametrize(
+    ("key", "damaged", "insns"),
+    [("fork-pie", False, False), ("basics-static", True, False), ("signals-static", True, True)],
+)
+@real_perf[0]
+@real_perf[1]
+@real_perf[2]
+def test_ring_and_pipe_give_the_same_events(
+    key: str,
+    damaged: bool,
+    insns: bool,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    perf_data = decode_case_recording(key, tmp_path_factory)
+    if damaged:
+        perf_data = damaged_copy(perf_data, tmp_path / "damaged.data")
+    kw = {"task_events": True, "insns": insns}
+    pipe = _events(perf_data, monkeypatch, "pipe", **kw)
+    text = [e for e in pipe if e.startswith(("DecodeError", "CommEvent"))]
+    assert text  # perf printed text amid the records: ring mode must keep its place
+    assert _events(perf_data, monkeypatch, "ring", **kw) == pipe
+    assert _events(perf_data, monkeypatch, "tiny chunks", **kw) == pipe
+
+
+@real_perf[0]
+@real_perf[1]
+@real_perf[2]
+def test_ring_mode_is_used_and_leaves_no_descriptor_open(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PTSCOPE_NO_RING", raising=False)
+    perf_data = decode_case_recording("basics-static", tmp_path_factory)
+    before = sorted(os.listdir("/proc/self/fd"))
+    process = DlfilterProcess(perf_data)
+    assert any(a.startswith("ring=") for a in process.argv)
+    assert sum(len(b) for b in process.batches()) > 100
+    assert sorted(os.listdir("/proc/self/fd")) == before
