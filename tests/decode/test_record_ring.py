@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from ptscope import _native
 from ptscope.decode import record_format as rf
 from ptscope.decode.dlfilter_stream import DlfilterProcess, decode_with_dlfilter
-from ptscope.decode.record_ring import RingReader, SharedRing
+from ptscope.decode.record_ring import RING_CHUNK_BYTES, RING_CHUNKS, RingReader, SharedRing
 from ptscope.errors import BadInputError
 from support.emulated_corpus import damaged_copy, decode_case_recording
 
@@ -133,7 +133,7 @@ real_perf = [
 
 def _events(perf_data: Path, monkeypatch: pytest.MonkeyPatch, mode: str, **kw: Any) -> list[str]:
     """The decoded events, as comparable text, with the records through ``mode``."""
-    monkeypatch.setattr(SharedRing.__init__, "__defaults__", (16, 1 << 18))
+    monkeypatch.setattr(SharedRing.__init__, "__defaults__", (RING_CHUNKS, RING_CHUNK_BYTES))
     if mode == "pipe":
         monkeypatch.setenv("PTSCOPE_NO_RING", "1")
     else:

@@ -46,7 +46,7 @@
  *
  * Ring mode: a pipe costs a copy on each side, perf spinning on the pipe's lock while
  * ptscope reads, and fresh pages for each buffer: a tenth of a decode's CPU. In ring mode
- * the records are copied once, into memory ptscope reads in place, and only 16-byte chunk
+ * the records are copied once, into memory ptscope maps, and only 16-byte chunk
  * records cross stdout. perf's text must still come out in order: before each sample (and
  * at the end) the filter checks whether stdout's buffer holds anything since its last
  * chunk record; if so, perf printed it after the records written so far, and the current

@@ -1206,7 +1206,7 @@ def _pipe_chunks(fd: int, watch: PerfWatch | None = None, *, pause: bool = True)
     the records. So after a small read the pipe (1 MiB) is left to fill for a moment.
     ``watch`` is asked to wait for each read (it stops a perf that makes no progress).
     ``pause=False``: never wait for more (ring mode: stdout carries 16-byte chunk records,
-    each the news of 256 KiB of records, and perf's few lines).
+    each the news of a chunk of records, and perf's few lines).
     """
     pause = _grow_pipe(fd) >= CHUNK_SIZE and pause
     while True:
