@@ -39,8 +39,12 @@ of Python and perf together: steadier than the wall time on a busy machine):
 
 ``--peers`` measures against perf2perfetto (its public source built offline with Debian's
 Rust crates, ../shared/docs/peers.md; skipped with a line saying why where it cannot be):
-the floor, perf2perfetto (time axis), ptscope ``--no-insn-detail -j1``, ``-j1``,
-``--jobs 2`` and with no ``--jobs`` (its default), in interleaved rounds.
+the floor, perf2perfetto (time axis), ptscope ``--no-insn-detail -j1``, ``-j1``, ``-j1``
+with the records through a pipe (``PTSCOPE_NO_RING=1``, the transport before ring mode),
+``--jobs 2`` and with no ``--jobs`` (its default), in interleaved rounds; those run the
+pipeline in the measuring process, after its imports. Last, ``ptscope decode -j1 (CLI)``:
+the command itself in a process of its own (Python's start-up, the CLI's process settings
+and every slice's ``drill`` arg, which the CLI always writes, included).
 
 ``--only`` picks measurements by name; ``--insns`` is a shortcut for the floor, the plain
 and instruction-detail dlfilter decodes and perf's i0ns paths.
@@ -443,6 +447,23 @@ def _child_perf2perfetto(perf_data: Path, _jobs: int) -> dict[str, float]:
         return {"events": 0, "trace_bytes": out.stat().st_size}
 
 
+def _cli_decode(perf_data: Path, _jobs: int) -> dict[str, float]:
+    """The command a user runs, ``ptscope decode -j1``, in a process of its own: Python's
+    start-up, the CLI's process settings and every slice's ``drill`` arg included."""
+    import re
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "trace.fxt.gz"
+        argv = [sys.executable, "-m", "ptscope", "decode", str(perf_data.parent)]
+        done = subprocess.run(
+            [*argv, "-o", str(out), "-j1"], capture_output=True, text=True, check=True
+        )
+        found = re.search(r"([\d,]+) slices", done.stdout + done.stderr)
+        slices = int(found.group(1).replace(",", "")) if found else 0
+        return {"events": 0, "slices": slices, "trace_bytes": out.stat().st_size}
+
+
 PEERS_SET = [
     "floor",
     "perf2perfetto",
@@ -451,6 +472,7 @@ PEERS_SET = [
     "ptscope -j1 pipe",
     "ptscope --jobs 2",
     "ptscope default",
+    "ptscope decode -j1 (CLI)",
 ]
 
 
@@ -483,6 +505,7 @@ CHILDREN: dict[str, Callable[[Path, int], dict[str, float]]] = {
     "ptscope -j1 pipe": lambda p, _j: _without_ring(lambda: _pipeline(p, "dlfilter", 1)),
     "ptscope --jobs 2": lambda p, _j: _pipeline(p, "dlfilter", 2),
     "ptscope default": lambda p, _j: _pipeline(p, "dlfilter", None),
+    "ptscope decode -j1 (CLI)": _cli_decode,
     "perf i0ns text": _child_perf_i0ns_text,
 }
 INSNS_SET = [

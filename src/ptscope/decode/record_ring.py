@@ -29,9 +29,9 @@ from ptscope.errors import BadInputError
 
 __all__ = ["RING_CHUNKS", "RING_CHUNK_BYTES", "RingReader", "SharedRing", "ring_supported"]
 
-RING_CHUNKS: Final = 8
+RING_CHUNKS: Final = 4
 RING_CHUNK_BYTES: Final = 1 << 20
-"""8 chunks of 1 MiB: perf runs 8 MiB ahead of ptscope at most (a pipe held 1 MiB). A chunk
+"""4 chunks of 1 MiB: perf runs 4 MiB ahead of ptscope at most (a pipe held 1 MiB). A chunk
 is what the parser takes at once: 1 MiB chunks took 8% less CPU than 256 KiB ones (fewer,
 larger batches), 4 MiB ones no less again."""
 

@@ -477,20 +477,9 @@ static PyObject *vec_block(Vec *a)
 		if (v)
 			a->v = v;
 	}
-	size_t taken = a->n;
 	PyObject *b = block_new(a->v, a->n * sizeof(int64_t));
 	a->v = NULL;
 	a->n = a->cap = 0;
-	/* The next batch writes about as much: room for it now, so that the engine does not
-	 * grow the vector from nothing again (each growth copies it; a fifth of the copies of a
-	 * decode went there). */
-	size_t room = taken + taken / 4; /* pipeline.py drains 64k slices at a time */
-	if (room > (1u << 17))
-		room = 1u << 17;
-	if (room) {
-		a->v = malloc(room * sizeof(int64_t));
-		a->cap = a->v ? room : 0;
-	}
 	return b;
 }
 
