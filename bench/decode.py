@@ -11,8 +11,9 @@ Usage::
 
 Every figure comes from one run, each measurement in a fresh child process (so that peak
 RSS is its own), and is reported as a ratio to the floor measured in the same run; the
-best of ``--repeat`` runs is kept, for the wall time and for the CPU time (user + system,
-of Python and perf together: steadier than the wall time on a busy machine):
+best of ``--repeat`` runs is kept (``--median``: their median), for the wall time and for
+the CPU time (user + system, of Python and perf together: steadier than the wall time on a
+busy machine):
 
 * floor: ``perf script --itrace=bep`` with a dlfilter that drops every sample and does
   nothing else (built here from ``bench/null_dlfilter.c``): no perf-based decoder can beat it
@@ -57,6 +58,7 @@ import hashlib
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -632,6 +634,12 @@ def main() -> None:
     ap.add_argument("--branches", type=int, default=5_000_000, help="size of the recording")
     ap.add_argument("--jobs", type=int, default=2, help="windows for the parallel decode")
     ap.add_argument("--repeat", type=int, default=2, help="runs per measurement (best kept)")
+    ap.add_argument(
+        "--median",
+        action="store_true",
+        help="report the median of the --repeat runs, not the best (on a machine whose speed"
+        " varies from minute to minute the best of a few runs can mislead; take >= 7)",
+    )
     ap.add_argument("--only", nargs="*", choices=list(CHILDREN), help="measure only these")
     ap.add_argument(
         "--insns",
@@ -686,7 +694,8 @@ def main() -> None:
         if isinstance(library, str):
             print(f"perf2perfetto: skipped: {library}")
             names = [n for n in names if n != "perf2perfetto"]
-    cpu: dict[str, float] = {}
+    cpus: dict[str, list[float]] = {}
+    walls: dict[str, list[float]] = {}
     for _ in range(args.repeat):  # interleaved: each round measures every one once
         for name in names:
             r = run_child(name, perf_data, args.jobs)
@@ -695,9 +704,13 @@ def main() -> None:
             best = results.get(name)
             if best is None or r["inner_wall"] < best["inner_wall"]:
                 results[name] = r
-            cpu[name] = min(cpu.get(name, float("inf")), r["cpu"])
+            cpus.setdefault(name, []).append(r["cpu"])
+            walls.setdefault(name, []).append(r["inner_wall"])
+    pick = statistics.median if args.median else min
     for name, r in results.items():
-        r["cpu"] = cpu[name]  # the least over the runs too: on a busy machine, both vary
+        # The least over the runs (or the median): on a busy machine, both vary.
+        r["cpu"] = pick(cpus[name])
+        r["inner_wall"] = pick(walls[name])
     if args.peers:
         peers_report(results)
         return
