@@ -20,7 +20,12 @@ PYTEST_ARGS ?=
 # Test workers (pytest-xdist): one per core, at most 4. Each test file runs whole on one
 # worker (--dist loadfile), so a module's fixtures are made once; build caches are shared
 # and written atomically. JOBS=1 runs the suite in this process.
-JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n < 4 ? n : 4 )))
+# The cores this process may use (affinity), fewer under a cgroup CPU quota (a container
+# limited to 2 CPUs on a big host), at most 4.
+JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); \
+	read q p < /sys/fs/cgroup/cpu.max 2>/dev/null && [ "$$q" != max ] && \
+	  [ $$(( q / p )) -lt $$n ] && n=$$(( q / p > 0 ? q / p : 1 )); \
+	echo $$(( n < 4 ? n : 4 )))
 PYTEST_PARALLEL = $(if $(filter-out 1,$(JOBS)),-n $(JOBS) --dist loadfile)
 
 .PHONY: help deps system-deps test-system-deps bench-system-deps venv demo test lint format unit bench fuzz fuzz-parsers clean
