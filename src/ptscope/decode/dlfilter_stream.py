@@ -3,7 +3,10 @@
 The dlfilter (``ptscope/_native/dlfilter.c``) writes fixed-size binary records into perf's
 own ``stdout`` (``--dlarg -``). perf prints its decode errors to that same stdio buffer, so
 error lines arrive between the records exactly where they happened, and the reader merges
-them in order (see "dlfilter record stream" in ``docs/file-formats.md``).
+them in order (see "dlfilter record stream" in ``docs/file-formats.md``). By default the
+records themselves cross in shared memory and stdout carries only small chunk records and
+perf's text (ring mode, :mod:`ptscope.decode.record_ring`), which gives the reader the same
+stream in the same order.
 
 The reader works on big chunks: runs of branch records are found with one vectorised check
 of their tag column and decoded with numpy; only string/location records and text lines are
