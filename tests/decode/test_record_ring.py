@@ -178,6 +178,10 @@ def test_ring_mode_is_used_and_leaves_no_descriptor_open(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("PTSCOPE_NO_RING", raising=False)
+    try:
+        SharedRing().close()
+    except OSError as e:  # (then decodes use the pipe, which the other tests cover)
+        pytest.skip(f"no memory files here: {e}")
     perf_data = decode_case_recording("basics-static", tmp_path_factory)
     before = sorted(os.listdir("/proc/self/fd"))
     process = DlfilterProcess(perf_data)
