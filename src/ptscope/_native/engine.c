@@ -115,7 +115,9 @@ static void *grow(Engine *e, void *p, size_t *cap, size_t need, size_t elem)
 	while (nc < need) {
 		if (nc > SIZE_MAX / 2 / elem)
 			fail_nomem(e);
-		nc += nc / 2 + 8; /* x1.5 */
+		/* x1.5, and x2 once big: the output columns grow from empty after every drain
+		 * (the pipeline takes them 64k slices at a time), and each growth copies them */
+		nc += nc >= 4096 ? nc : nc / 2 + 8;
 	}
 	void *np = realloc(p, nc * elem);
 	if (!np)
