@@ -56,6 +56,23 @@ def test_every_leaf_call_has_100_instructions_on_2_lines(
     }
 
 
+def test_no_drill_leaves_out_only_the_drill_arg(leaf: Recorded, tmp_path: Path) -> None:
+    """``--no-drill``: the same slices and args, without the ``drill`` command."""
+    with_drill = _decode(leaf, tmp_path / "a.fxt.gz")
+    without = _decode(leaf, tmp_path / "b.fxt.gz", "--no-drill")
+    assert all("drill" in s.args for thread in with_drill.values() for s in thread)
+
+    def stripped(s: TraceSlice) -> tuple[object, ...]:
+        args = {k: v for k, v in s.args.items() if k != "drill"}
+        return (s.name, s.start, s.end, s.depth, sorted(args.items()))
+
+    assert {k: [stripped(s) for s in v] for k, v in with_drill.items()} == {
+        k: [(s.name, s.start, s.end, s.depth, sorted(s.args.items())) for s in v]
+        for k, v in without.items()
+    }
+    assert (tmp_path / "b.fxt.gz").stat().st_size < (tmp_path / "a.fxt.gz").stat().st_size * 0.8
+
+
 @pytest.mark.parametrize(
     "case",
     [Case("leaf100"), Case("basics", static=True), Case("threads"), Case("signals")],

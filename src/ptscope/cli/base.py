@@ -118,6 +118,13 @@ def add_decoder_arguments(parser: argparse.ArgumentParser) -> argparse._Argument
         help="skip the basic-block cache: instruction counts are perf's (approximate) and "
         "slices have no icache_lines (a faster decode)",
     )
+    group.add_argument(
+        "--no-drill",
+        dest="drill",
+        action="store_false",
+        help="no `drill` arg on the slices (each call's `ptscope insns` command): a trace "
+        "about half the size, written with less CPU",
+    )
     split = group.add_mutually_exclusive_group()
     split.add_argument(
         "--split-size",

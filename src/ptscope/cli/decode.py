@@ -146,5 +146,5 @@ def decode_options(args: argparse.Namespace) -> DecodeOptions:
         split_time=args.split_time,
         time_axis=args.time_axis,
         insn_detail=args.insn_detail,
-        drill=drill_path(args),
+        drill=drill_path(args) if args.drill else None,
     )

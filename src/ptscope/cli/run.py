@@ -278,7 +278,7 @@ def decode_step(
         split_time=args.split_time,
         time_axis=args.time_axis,
         insn_detail=args.insn_detail,
-        drill=place.directory if place.keep else None,
+        drill=place.directory if place.keep and args.drill else None,
     )
     from ptscope.cli.output import print_summary, summary_of_incomplete
 
