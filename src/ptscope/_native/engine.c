@@ -36,6 +36,7 @@
  */
 #include "engine.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 
 /* model._classify, as kind | state << 4 (a test compares all 32768 values). */
@@ -88,23 +89,30 @@ static _Noreturn void fail(Engine *e)
 	longjmp(e->jb, 1);
 }
 
-static _Noreturn void fail_with(Engine *e, int error, const char *message)
+/* Set the engine's failure (`error`, and `message` from the format); returns `error`. An
+ * entry point returns it as it is (bad input, refused before anything changed); the rules
+ * fail() after it. */
+static __attribute__((format(printf, 3, 4))) int refuse(Engine *e, int error,
+							const char *format, ...)
 {
+	va_list args;
+	va_start(args, format);
+	vsnprintf(e->message, sizeof(e->message), format, args);
+	va_end(args);
 	e->error = error;
-	snprintf(e->message, sizeof(e->message), "%s", message);
-	fail(e);
+	return error;
 }
 
 static _Noreturn void fail_nomem(Engine *e)
 {
-	fail_with(e, PTSCOPE_ENGINE_NOMEM, "out of memory");
+	refuse(e, PTSCOPE_ENGINE_NOMEM, "out of memory");
+	fail(e);
 }
 
 static _Noreturn void fail_internal(Engine *e, const char *what)
 {
-	char message[sizeof(e->message)];
-	snprintf(message, sizeof(message), "engine: internal inconsistency (%s)", what);
-	fail_with(e, PTSCOPE_ENGINE_INTERNAL, message);
+	refuse(e, PTSCOPE_ENGINE_INTERNAL, "engine: internal inconsistency (%s)", what);
+	fail(e);
 }
 
 static void *grow(Engine *e, void *p, size_t *cap, size_t need, size_t elem)
@@ -846,8 +854,8 @@ static void count(Engine *e, Thread *th, uint64_t insns, uint64_t cycles)
 	if (insns > (uint64_t)INT64_MAX || cycles > (uint64_t)INT64_MAX ||
 	    __builtin_add_overflow(th->cum_insn, (int64_t)insns, &ci) ||
 	    __builtin_add_overflow(th->cum_cyc, (int64_t)cycles, &cc)) {
-		fail_with(e, PTSCOPE_ENGINE_OVERFLOW,
-			  "instruction or cycle counts do not fit in 64 bits");
+		refuse(e, PTSCOPE_ENGINE_OVERFLOW, "instruction or cycle counts do not fit in 64 bits");
+		fail(e);
 	}
 	th->cum_insn = ci;
 	th->cum_cyc = cc;
@@ -2045,26 +2053,29 @@ static void close_all(Engine *e, Thread *th)
 
 /* ------------------------------------------------------------ entry points */
 
-/* Each entry point that changes the engine: refused once it is broken or finished. */
-static int refuse(Engine *e, int error, const char *message)
+int ptscope_engine_usable(Engine *e, bool open)
 {
-	e->error = error;
-	snprintf(e->message, sizeof(e->message), "%s", message);
-	return error;
+	if (e->broken)
+		return refuse(e, PTSCOPE_ENGINE_BROKEN, "the engine failed earlier and cannot continue");
+	if (open && e->closed)
+		return refuse(e, PTSCOPE_ENGINE_FINISHED, "the engine is finished");
+	return PTSCOPE_ENGINE_OK;
 }
 
+/* Each entry point that changes the engine: refused once it is broken (GUARD) or, if it
+ * takes input, finished (OPEN). */
 #define GUARD(e)                                                                          \
 	do {                                                                              \
-		if ((e)->broken)                                                          \
-			return refuse((e), PTSCOPE_ENGINE_BROKEN,                         \
-				      "the engine failed earlier and cannot continue");   \
+		int refused = ptscope_engine_usable((e), false);                          \
+		if (refused)                                                              \
+			return refused;                                                   \
 	} while (0)
 
 #define OPEN(e)                                                                           \
 	do {                                                                              \
-		GUARD(e);                                                                 \
-		if ((e)->closed)                                                          \
-			return refuse((e), PTSCOPE_ENGINE_FINISHED, "the engine is finished"); \
+		int refused = ptscope_engine_usable((e), true);                           \
+		if (refused)                                                              \
+			return refused;                                                   \
 	} while (0)
 
 /* Where a failure deep in the rules lands (fail() longjmps here): the engine is broken. */
@@ -2233,19 +2244,13 @@ int ptscope_engine_feed(Engine *e, const ptscope_column *cols, size_t n,
 		int32_t src = PTSCOPE_AT(cols[C_SRC], int32_t, i);
 		int32_t dst = PTSCOPE_AT(cols[C_DST], int32_t, i);
 		int64_t time = PTSCOPE_AT(cols[C_TIME], int64_t, i);
-		if (src < 0 || src >= nloc || dst < 0 || dst >= nloc) {
-			e->error = PTSCOPE_ENGINE_BAD_INPUT;
-			snprintf(e->message, sizeof(e->message),
-				 "branch %zu names location %d, not in the table (%lld locations)", i,
-				 src < 0 || src >= nloc ? src : dst, (long long)nloc);
-			return e->error;
-		}
-		if (time >= TIME_LIMIT || time <= -TIME_LIMIT) {
-			e->error = PTSCOPE_ENGINE_OVERFLOW;
-			snprintf(e->message, sizeof(e->message),
-				 "branch %zu has an out-of-range time %lld", i, (long long)time);
-			return e->error;
-		}
+		if (src < 0 || src >= nloc || dst < 0 || dst >= nloc)
+			return refuse(e, PTSCOPE_ENGINE_BAD_INPUT,
+				      "branch %zu names location %d, not in the table (%lld locations)",
+				      i, src < 0 || src >= nloc ? src : dst, (long long)nloc);
+		if (time >= TIME_LIMIT || time <= -TIME_LIMIT)
+			return refuse(e, PTSCOPE_ENGINE_OVERFLOW,
+				      "branch %zu has an out-of-range time %lld", i, (long long)time);
 	}
 	CATCH(e);
 	Thread *th = NULL;
@@ -2299,12 +2304,8 @@ int ptscope_engine_feed(Engine *e, const ptscope_column *cols, size_t n,
 
 static int check_time(Engine *e, int64_t time)
 {
-	if (time >= TIME_LIMIT || time <= -TIME_LIMIT) {
-		e->error = PTSCOPE_ENGINE_OVERFLOW;
-		snprintf(e->message, sizeof(e->message), "out-of-range time %lld",
-			 (long long)time);
-		return e->error;
-	}
+	if (time >= TIME_LIMIT || time <= -TIME_LIMIT)
+		return refuse(e, PTSCOPE_ENGINE_OVERFLOW, "out-of-range time %lld", (long long)time);
 	return PTSCOPE_ENGINE_OK;
 }
 

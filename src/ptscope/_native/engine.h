@@ -379,6 +379,9 @@ typedef struct ptscope_engine Engine;
 extern uint8_t ptscope_kind_state[FLAG_TABLE_SIZE];
 void ptscope_engine_setup(void);
 
+/* PTSCOPE_ENGINE_OK, or why the engine takes no more: BROKEN, or with `open` FINISHED (a
+ * binding asks before it converts its arguments). */
+int ptscope_engine_usable(Engine *e, bool open);
 /* `e` zeroed: ready for locations and branches. */
 int ptscope_engine_init(Engine *e, size_t max_examples, bool keep_slots, int axis, bool spread);
 /* Everything the engine holds (not `e` itself). */

@@ -31,13 +31,7 @@ static PyObject *failed(EngineObject *self, int error)
 	case PTSCOPE_ENGINE_OVERFLOW:
 		PyErr_SetString(PyExc_OverflowError, message);
 		return NULL;
-	case PTSCOPE_ENGINE_BROKEN:
-		PyErr_SetString(PyExc_RuntimeError, "the engine failed earlier and cannot continue");
-		return NULL;
-	case PTSCOPE_ENGINE_FINISHED:
-		PyErr_SetString(PyExc_RuntimeError, "the engine is finished");
-		return NULL;
-	default:
+	default: /* broken, finished, an internal inconsistency */
 		PyErr_SetString(PyExc_RuntimeError, message);
 		return NULL;
 	}
@@ -80,6 +74,14 @@ static size_t python_landing_pads(void *ctx, int32_t loc, const int64_t **pairs)
 	return count;
 }
 
+/* NULL with the exception when the engine takes no more (see ptscope_engine_usable). */
+#define USABLE(self, open)                                                                \
+	do {                                                                              \
+		int refused = ptscope_engine_usable(&(self)->core, (open));               \
+		if (refused)                                                              \
+			return failed((self), refused);                                   \
+	} while (0)
+
 static int engine_init(EngineObject *self, PyObject *args, PyObject *kwds)
 {
 	static char *kwlist[] = {"max_examples", "keep_slots", "axis", "spread", NULL};
@@ -90,10 +92,6 @@ static int engine_init(EngineObject *self, PyObject *args, PyObject *kwds)
 		return -1;
 	int error = ptscope_engine_init(&self->core, max_examples < 0 ? 0 : (size_t)max_examples,
 					keep_slots, axis, spread);
-	if (error == PTSCOPE_ENGINE_INTERNAL) {
-		PyErr_SetString(PyExc_RuntimeError, self->core.message);
-		return -1;
-	}
 	return error ? (failed(self, error), -1) : 0;
 }
 
@@ -149,8 +147,7 @@ static PyObject *engine_add_locations(EngineObject *self, PyObject *args)
 	PyObject *objs[4];
 	if (!PyArg_ParseTuple(args, "OOOO", &objs[0], &objs[1], &objs[2], &objs[3]))
 		return NULL;
-	if (self->core.broken)
-		return failed(self, PTSCOPE_ENGINE_BROKEN);
+	USABLE(self, false);
 	static const char *names[] = {"function", "entry", "offset", "ip"};
 	static const Py_ssize_t sizes[] = {4, 8, 8, 8};
 	Column cols[4] = {0};
@@ -193,8 +190,7 @@ static PyObject *engine_set_landing_pads(EngineObject *self, PyObject *args)
 	PyObject *cb;
 	if (!PyArg_ParseTuple(args, "O", &cb))
 		return NULL;
-	if (self->core.broken)
-		return failed(self, PTSCOPE_ENGINE_BROKEN);
+	USABLE(self, false);
 	if (cb != Py_None && !PyCallable_Check(cb)) {
 		PyErr_SetString(PyExc_TypeError, "landing pads: a callable or None");
 		return NULL;
@@ -215,10 +211,7 @@ static PyObject *engine_feed_batch(EngineObject *self, PyObject *args)
 		return NULL;
 	bool has_lines = objs[9] && objs[9] != Py_None;
 	Engine *e = &self->core;
-	if (e->broken)
-		return failed(self, PTSCOPE_ENGINE_BROKEN);
-	if (e->closed)
-		return failed(self, PTSCOPE_ENGINE_FINISHED);
+	USABLE(self, true);
 	static const char *names[] = {"pid", "tid",	   "time",	  "flags",    "src",
 				      "dst", "insn_count", "cycle_count", "gap_delta"};
 	static const Py_ssize_t sizes[] = {4, 4, 8, 4, 4, 4, 8, 8, 4};
@@ -509,8 +502,7 @@ static PyObject *vecs_blocks(Vec *v, int n)
 static PyObject *engine_take_output(EngineObject *self, PyObject *Py_UNUSED(ignored))
 {
 	Engine *e = &self->core;
-	if (e->broken)
-		return failed(self, PTSCOPE_ENGINE_BROKEN);
+	USABLE(self, false);
 	PyObject *s = vecs_blocks(e->out, NOUT);
 	PyObject *i = s ? vecs_blocks(e->inst, NINST) : NULL;
 	PyObject *c = i ? vecs_blocks(e->ctr, NCTR) : NULL;
