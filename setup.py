@@ -120,18 +120,19 @@ if not os.environ.get("PTSCOPE_NO_RECORDER"):
     )
 
 
-def optional_extension(skip: str, name: str, sources: list[str], **kwargs: list[str]) -> None:
+def optional_extension(skip: str, name: str, sources: list[str], depends: list[str]) -> None:
     """An ordinary extension module that may fail to build: ptscope then installs anyway
     and uses the module's Python (numpy) twin. Set the environment variable ``skip`` to
-    leave it out."""
+    leave it out. Each shares code with the dlfilter: headers of ``_native``."""
     if not os.environ.get(skip):
         ext_modules.append(
             Extension(
                 name,
                 sources=sources,
+                include_dirs=["src/ptscope/_native"],
+                depends=depends,
                 extra_compile_args=["-O2", "-Wall", "-Werror", "-std=c11"],
                 optional=True,
-                **kwargs,  # type: ignore[arg-type]
             )
         )
 
@@ -142,8 +143,7 @@ optional_extension(
     "PTSCOPE_NO_CENGINE",
     "ptscope.reconstruct._cengine",
     ["src/ptscope/reconstruct/_cengine.c", "src/ptscope/_native/engine.c"],
-    include_dirs=["src/ptscope/_native"],
-    depends=["src/ptscope/_native/engine.h"],
+    ["src/ptscope/_native/engine.h"],
 )
 # The dlfilter stream's branch runs read in C (the common case of the numpy reader,
 # which stays the reference).
@@ -151,16 +151,14 @@ optional_extension(
     "PTSCOPE_NO_CRECORDS",
     "ptscope.decode._crecords",
     ["src/ptscope/decode/_crecords.c"],
-    include_dirs=["src/ptscope/_native"],
-    depends=["src/ptscope/_native/record_format.h"],
+    ["src/ptscope/_native/record_format.h"],
 )
 # The FXT writer's slice encoder in C (fxt/writer.py's numpy encoder is its reference).
 optional_extension(
     "PTSCOPE_NO_CFXT",
     "ptscope.fxt._cfxt",
     ["src/ptscope/fxt/_cfxt.c", "src/ptscope/_native/fxt_slices.c"],
-    include_dirs=["src/ptscope/_native"],
-    depends=["src/ptscope/_native/fxt_slices.h"],
+    ["src/ptscope/_native/fxt_slices.h"],
 )
 
 setup(ext_modules=ext_modules, cmdclass={"build_ext": BuildExt})
