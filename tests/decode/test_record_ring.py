@@ -133,13 +133,13 @@ real_perf = [
 
 def _events(perf_data: Path, monkeypatch: pytest.MonkeyPatch, mode: str, **kw: Any) -> list[str]:
     """The decoded events, as comparable text, with the records through ``mode``."""
-    monkeypatch.setattr(SharedRing.__init__, "__defaults__", (RING_CHUNKS, RING_CHUNK_BYTES))
     if mode == "pipe":
         monkeypatch.setenv("PTSCOPE_NO_RING", "1")
     else:
         monkeypatch.delenv("PTSCOPE_NO_RING", raising=False)
-    if mode == "tiny chunks":  # records straddle chunks, perf waits for chunks back
-        monkeypatch.setattr(SharedRing.__init__, "__defaults__", (2, 4096))
+    # tiny chunks: records straddle chunks, and perf waits for chunks to come back
+    size = (2, 4096) if mode == "tiny chunks" else (RING_CHUNKS, RING_CHUNK_BYTES)
+    monkeypatch.setattr(SharedRing.__init__, "__defaults__", size)
     events = [repr(e) for batch in decode_with_dlfilter(perf_data, **kw) for e in batch]
     assert events
     return events
