@@ -45,11 +45,11 @@ from ptscope.perftool import find_perf
 from ptscope.reconstruct import fast_engine
 from ptscope.reconstruct.engine import EngineStats, TraceSegmentEngine
 from ptscope.reconstruct.fast_engine import FastEngine, make_engine
-from ptscope.reconstruct.region_filter import filter_regions
+from ptscope.reconstruct.region_filter import StreamedRegions, filter_regions
 from ptscope.reconstruct.sampled import SampledStackBuilder
 from ptscope.record import emulated
 from ptscope.recording import Recording, TriggerHit
-from ptscope.timeline import Instant, ThreadTimeline, Timeline
+from ptscope.timeline import Instant, SliceBatch, ThreadTimeline, Timeline
 
 __all__ = [
     "HITS_PID",
@@ -385,16 +385,17 @@ def _branch_timeline(
 
 
 def _streams(options: DecodeOptions) -> bool:
-    """Decode straight into the file (flat memory), unless ``--filter`` needs the whole
-    trace first or the C engine is not built."""
+    """Decode straight into the file (flat memory), unless the C engine is not built."""
     if options.region is not None and (options.split_size or options.split_time):
+        # Parts read as one join a call's pieces after the calls that begin with them,
+        # while --filter begins many calls at one time (a region's begin).
         raise UsageError("--filter cannot be combined with --split-size or --split-time")
     if options.time_axis != "time" and not fast_engine.is_available():
         raise UsageError(
             f"--time-axis {options.time_axis} needs the C engine, which is not built here",
             hint="reinstall ptscope with a C compiler available",
         )
-    return options.region is None and fast_engine.is_available()
+    return fast_engine.is_available()
 
 
 def _stream(
@@ -412,10 +413,17 @@ def _stream(
         landing_pads=pads, axis=options.time_axis, spread_by_instructions=options.insn_detail
     )
     sink: TraceStream | None = None
+    # --filter: the batches wait on disk until the regions are known (at the end).
+    regions = (
+        None
+        if options.region is None
+        else StreamedRegions(*options.region, spill_dir=summary.output.parent)
+    )
 
-    def open_sink() -> TraceStream:
+    def open_sink(first: int | None) -> TraceStream:
         # Counts start at 0 on their axes; times at the first event.
-        first = engine.first_time() if options.time_axis == "time" else 0
+        if options.time_axis != "time":
+            first = 0
         return TraceStream(
             summary.output,
             first if first is not None else 0,
@@ -431,20 +439,31 @@ def _stream(
         # Big batches: each costs some Python work whatever its size.
         if not force and engine.pending() < _DRAIN_SLICES:
             return
-        batch = engine.take_output()
-        if len(batch) or batch.instants or batch.counters:
-            if sink is None:
-                sink = open_sink()
-            sink.write(batch)
-            tracker.slices(sink.slices)
+        write(engine.take_output())
+
+    def write(batch: SliceBatch) -> None:
+        nonlocal sink
+        if not (len(batch) or batch.instants or batch.counters):
+            return
+        if regions is not None:
+            regions.add(batch)
+            return
+        if sink is None:
+            sink = open_sink(engine.first_time())
+        sink.write(batch)
+        tracker.slices(sink.slices)
 
     try:
         feed(engine, drain)
         drain(force=True)
-        final = engine.close()
-        if sink is None:
-            sink = open_sink()
-        sink.write(final)
+        write(engine.close())
+        if regions is not None:
+            kept = regions.regions()
+            sink = open_sink(kept[0][0])
+            for batch in regions.clipped(kept):
+                sink.write(batch)
+        elif sink is None:
+            sink = open_sink(engine.first_time())
         for hit in recording.hits:
             sink.instant(HITS_PID, HITS_PID, _hit_instant(hit))
         names = engine.thread_names()
@@ -465,6 +484,9 @@ def _stream(
         if sink is not None:
             sink.abort()  # no partial trace is left behind
         raise
+    finally:
+        if regions is not None:
+            regions.close()
     tracker.slices(sink.slices)
     tracker.finished()
 
