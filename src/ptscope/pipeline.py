@@ -12,9 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, TypeVar
 
-import numpy as np
-import numpy.typing as npt
-
 from ptscope.decode.binary_files import reading_binaries
 from ptscope.decode.blocks import InstructionDetail
 from ptscope.decode.dlfilter_stream import DlfilterRun, choose_decoder, selection_arguments
@@ -23,21 +20,24 @@ from ptscope.decode.parallel import (
     SegmentBreak,
     decode_parallel,
     decode_parallel_columnar,
-    read_trace_layout,
 )
-from ptscope.decode.perf_map import PerfMap, perf_map_path, resolve_location
+from ptscope.decode.perf_map import MapResolver, load_perf_maps
 from ptscope.decode.perf_script import decode_perf_data_text, decode_text_file
 from ptscope.decode.perf_text import TextStats
+from ptscope.decode.progress import (
+    Progress,
+    ProgressTracker,
+    count_items,
+    counted,
+)
 from ptscope.errors import BadInputError, PtscopeError, UsageError
 from ptscope.fxt import WriteStats, write_timeline
 from ptscope.fxt.stream import PartInfo, TraceStream
+from ptscope.fxt.totals import FunctionStat, top_functions
 from ptscope.model import (
-    BranchBatch,
-    BranchEvent,
     CommEvent,
     DecodeError,
     Event,
-    Location,
     LocationTable,
     StackSample,
 )
@@ -96,15 +96,6 @@ class DecodeOptions:
 
 
 @dataclass
-class FunctionStat:
-    """How often a function was called and how long its calls took in total."""
-
-    name: str
-    calls: int
-    total_ns: int
-
-
-@dataclass
 class DecodeSummary:
     """What a decode produced (printed by the CLI)."""
 
@@ -152,72 +143,6 @@ class IncompleteDecode(PtscopeError):
         self.summary = summary
 
 
-@dataclass
-class DecodeProgress:
-    """Where a decode is, for a progress display."""
-
-    trace_bytes: int = 0
-    """Intel PT bytes in the recording's perf.data files (0 when unknown)."""
-    decoded_bytes: int = 0
-    """How many of them are decoded, estimated from the time of the latest event."""
-    events: int = 0
-    slices: int = 0
-    """Slices written so far."""
-
-
-Progress = Callable[[DecodeProgress], None]
-
-
-class _Tracker:
-    """Keeps a :class:`DecodeProgress` up to date and reports it (at most 20 times a
-    second: a display needs no more, and each report costs a little)."""
-
-    def __init__(self, progress: Progress | None, perf_data: Sequence[Path]) -> None:
-        self._progress = progress
-        self.state = DecodeProgress()
-        self._files: list[tuple[int, int, int]] = []  # (first time, last time, bytes)
-        if progress is not None:
-            for path in perf_data:
-                layout = read_trace_layout(path)
-                span = layout.time_range if layout is not None else None
-                size = layout.trace_bytes if layout is not None else 0
-                self._files.append((*(span or (0, 0)), size))
-            self.state.trace_bytes = sum(f[2] for f in self._files)
-        self._before = 0  # bytes of the files already done
-        self._file = -1
-        self._last = 0.0
-
-    def file(self, index: int) -> None:
-        if self._file >= 0 and self._file < len(self._files):
-            self._before += self._files[self._file][2]
-        self._file = index
-        self._report(force=True)
-
-    def events(self, count: int, last_time: int | None) -> None:
-        self.state.events += count
-        if last_time is not None and 0 <= self._file < len(self._files):
-            first, last, size = self._files[self._file]
-            done = size if last <= first else size * (last_time - first) // (last - first)
-            self.state.decoded_bytes = self._before + max(0, min(size, done))
-        self._report()
-
-    def slices(self, count: int) -> None:
-        self.state.slices = count
-        self._report()
-
-    def finished(self) -> None:
-        self.state.decoded_bytes = self.state.trace_bytes
-        self._report(force=True)
-
-    def _report(self, *, force: bool = False) -> None:
-        if self._progress is None:
-            return
-        now = time.monotonic()
-        if force or now - self._last >= 0.05:
-            self._last = now
-            self._progress(self.state)
-
-
 # ---------------------------------------------------------------------- entry points
 
 
@@ -260,7 +185,7 @@ def _decode_recording(
         log.info("decoder: %s (%s)", choice.name, choice.reason)
         summary = DecodeSummary(output, choice.name, choice.reason)
         if _streams(options):
-            tracker = _Tracker(progress, recording.perf_data_paths())
+            tracker = ProgressTracker(progress, recording.perf_data_paths())
             _stream(
                 recording,
                 options,
@@ -307,8 +232,8 @@ def decode_perf_script_text(
     stats: list[TextStats] = []
     batches = decode_text_file(source, on_stats=stats.append)
     recording = Recording(directory=Path("."), backend="text")
-    tracker = _Tracker(progress, [])
-    events = _filtered(_counted(batches, tracker), options)
+    tracker = ProgressTracker(progress, [])
+    events = _filtered(counted(batches, tracker), options)
     if _streams(options):
 
         def feed(engine: FastEngine, after: Callable[[], None]) -> None:
@@ -376,7 +301,7 @@ def _branch_timeline(
         if options.time_axis != "time"
         else make_engine(landing_pads=pads, spread_by_instructions=spread)
     )
-    tracker = _Tracker(progress, recording.perf_data_paths())
+    tracker = ProgressTracker(progress, recording.perf_data_paths())
     _feed_branches(engine, recording, options, summary, decoder, tracker, lambda: None)
     timeline = engine.finish()
     tracker.finished()
@@ -402,7 +327,7 @@ def _stream(
     recording: Recording,
     options: DecodeOptions,
     summary: DecodeSummary,
-    tracker: _Tracker,
+    tracker: ProgressTracker,
     feed: Callable[[FastEngine, Callable[[], None]], None],
 ) -> None:
     """Decode straight into the trace file(s): ``feed`` gives the engine its events and
@@ -479,7 +404,7 @@ def _stream(
         _take_engine_stats(summary, engine.stats)
         summary.threads = len(sink.threads)
         summary.slices = sink.slices
-        summary.top_functions = _top_from_totals(sink.names, sink.calls, sink.total_ns)
+        summary.top_functions = sink.totals.top(sink.names)
     except BaseException:
         if sink is not None:
             sink.abort()  # no partial trace is left behind
@@ -497,7 +422,7 @@ def _feed_branches(
     options: DecodeOptions,
     summary: DecodeSummary,
     decoder: str,
-    tracker: _Tracker,
+    tracker: ProgressTracker,
     after: Callable[[], None],
 ) -> None:
     """Decode every perf.data of ``recording`` into ``engine``, calling ``after`` after each
@@ -509,7 +434,7 @@ def _feed_branches(
         filters.append(f"--symfs={options.symfs}")
     filters += _kernel_symbols(options)
     locations = LocationTable()
-    maps = _perf_maps(recording)
+    maps = MapResolver(load_perf_maps(recording.directory, recording.processes))
     text_stats: list[TextStats] = []
     details: list[InstructionDetail] = []
     runs: list[DlfilterRun] = []
@@ -552,15 +477,16 @@ def _feed_branches(
         # Closed on every way out: its perf processes stop, its temporary files go.
         with _closing(stream), _closing(batches):
             if decoder == "dlfilter":
-                for item in _mapped_stream(_until_failure(stream, stopped), maps, tracker):
+                for item in _until_failure(stream, stopped):
                     if isinstance(item, SegmentBreak):
                         engine.end_segment()
                     else:
-                        engine.feed_all(item)
+                        count_items(item, tracker)
+                        engine.feed_all(maps.columnar(item))
                     after()
             else:
-                for batch in _counted(_with_maps(_until_failure(batches, stopped), maps), tracker):
-                    engine.feed_all(batch)
+                for batch in counted(_until_failure(batches, stopped), tracker):
+                    engine.feed_all(maps.events(batch))
                     after()
         if stopped:
             failure = stopped[0]
@@ -694,13 +620,6 @@ def _kernel_symbols(options: DecodeOptions) -> list[str]:
     return [] if options.kallsyms is None else [f"--kallsyms={options.kallsyms}"]
 
 
-def _counted(batches: Iterable[list[Event]], tracker: _Tracker) -> Iterator[list[Event]]:
-    for batch in batches:
-        last = next((e.time for e in reversed(batch) if isinstance(e, BranchEvent)), None)
-        tracker.events(len(batch), last)
-        yield batch
-
-
 def _filtered(batches: Iterable[list[Event]], options: DecodeOptions) -> Iterator[list[Event]]:
     """pid/tid filters for text that perf did not filter (``--perf-script`` input)."""
     if not options.pids and not options.tids:
@@ -714,93 +633,6 @@ def _filtered(batches: Iterable[list[Event]], options: DecodeOptions) -> Iterato
             if (not pids or getattr(e, "pid", None) in pids)
             and (not tids or getattr(e, "tid", None) in tids)
         ]
-
-
-def _perf_maps(recording: Recording) -> dict[int, PerfMap]:
-    """JIT perf maps (``perf-PID.map``) kept with the recording or still in /tmp."""
-    maps: dict[int, PerfMap] = {}
-    candidates = list(recording.directory.glob("perf-*.map"))
-    candidates += [perf_map_path(pid) for pid in recording.processes]
-    for path in candidates:
-        pid = PerfMap.pid_of(path)
-        if pid is not None and pid not in maps and path.is_file():
-            maps[pid] = PerfMap.load(path)
-            log.info("using perf map %s (%d symbols)", path, len(maps[pid]))
-    return maps
-
-
-def _with_maps(batches: Iterable[list[Event]], maps: dict[int, PerfMap]) -> Iterator[list[Event]]:
-    """Name JIT code that perf could not resolve, from the process's perf map."""
-    if not maps:
-        yield from batches
-        return
-    cache: dict[tuple[int, int], Location] = {}
-
-    def fix(pid: int, loc: Location) -> Location:
-        key = (pid, id(loc))
-        found = cache.get(key)
-        if found is None:
-            found = cache[key] = resolve_location(loc, maps[pid])
-        return found
-
-    for batch in batches:
-        for event in batch:
-            if isinstance(event, BranchEvent) and event.pid in maps:
-                event.src = fix(event.pid, event.src)
-                event.dst = fix(event.pid, event.dst)
-        yield batch
-
-
-def _mapped_stream(
-    stream: Iterable[list[Event] | list[Event | BranchBatch] | SegmentBreak],
-    maps: dict[int, PerfMap],
-    tracker: _Tracker | None = None,
-) -> Iterator[list[Event] | list[Event | BranchBatch] | SegmentBreak]:
-    """The parallel decoder's stream (batches and segment breaks) with maps and progress."""
-    cache: dict[tuple[int, int], int] = {}
-    for item in stream:
-        if isinstance(item, list):
-            if maps:
-                item = [_map_batch(e, maps, cache) if type(e) is BranchBatch else e for e in item]
-                (item,) = _with_maps([item], maps)  # type: ignore[list-item]
-            if tracker is None:
-                yield item
-                continue
-            count, last = 0, None
-            for e in item:
-                if type(e) is BranchBatch:
-                    count += len(e)
-                    if len(e):
-                        last = int(e.time[-1])
-                else:
-                    count += 1
-            tracker.events(count, last)
-        yield item
-
-
-def _map_batch(
-    batch: BranchBatch, maps: dict[int, PerfMap], cache: dict[tuple[int, int], int]
-) -> BranchBatch:
-    """:func:`_with_maps` for a batch: its rows of mapped processes get resolved locations."""
-    rows = np.flatnonzero(np.isin(batch.pid, np.array(list(maps), dtype=np.int32)))
-    if not len(rows):
-        return batch
-    table = batch.locations
-    pids = batch.pid[rows]
-    for column in ("src", "dst"):
-        ids = getattr(batch, column).copy()
-        keys = (pids.astype(np.int64) << 32) | ids[rows].astype(np.int64)
-        uniq, inverse = np.unique(keys, return_inverse=True)
-        new = np.empty(len(uniq), dtype=np.int32)
-        for i, key in enumerate(uniq.tolist()):
-            pid, loc = key >> 32, key & 0xFFFFFFFF
-            found = cache.get((pid, loc))
-            if found is None:
-                found = cache[(pid, loc)] = table.add(resolve_location(table[loc], maps[pid]))
-            new[i] = found
-        ids[rows] = new[inverse]
-        setattr(batch, column, ids)
-    return batch
 
 
 def _name_processes(timeline: Timeline, recording: Recording) -> None:
@@ -827,51 +659,8 @@ def _hits_track(hits: Sequence[TriggerHit]) -> ThreadTimeline:
     return track
 
 
-_SUMMARY_CHUNK: Final = 8192
 _DRAIN_SLICES: Final = 1 << 16
 """Slices a streaming engine collects before they are written (bounded memory: ~5 MB)."""
-
-
-def top_functions(timeline: Timeline, limit: int = 10) -> list[FunctionStat]:
-    """The functions with the most total time in their calls (inclusive), across threads."""
-    n = len(timeline.names)
-    if n == 0:
-        return []
-    calls = np.zeros(n, dtype=np.int64)
-    total = np.zeros(n, dtype=np.int64)
-    # In chunks: whole-column temporaries (durations, their float64 copy, bincount's intp
-    # copy of the ids) are fresh mmapped memory, and first-touch page faults made this
-    # summary cost more than writing the trace on a VM; small chunks reuse the heap.
-    step = _SUMMARY_CHUNK
-    for thread in timeline.threads:
-        for i in range(0, len(thread), step):
-            ids = thread.name_id[i : i + step]
-            calls += np.bincount(ids, minlength=n)
-            durations = thread.end[i : i + step] - thread.start[i : i + step]
-            total += np.bincount(ids, weights=durations, minlength=n).astype(np.int64)
-    order = np.argsort(-total, kind="stable")[:limit]
-    return [
-        FunctionStat(timeline.names[i], int(calls[i]), int(total[i]))
-        for i in order
-        if calls[i] and not timeline.names[i].startswith("[")
-    ]
-
-
-def _top_from_totals(
-    names: Sequence[str],
-    calls: npt.NDArray[np.int64],
-    total: npt.NDArray[np.int64],
-    limit: int = 10,
-) -> list[FunctionStat]:
-    """:func:`top_functions` from per-name totals (a streamed decode keeps only those)."""
-    order = np.argsort(-total, kind="stable")
-    out: list[FunctionStat] = []
-    for i in order.tolist():
-        if len(out) == limit:
-            break
-        if calls[i] and not names[i].startswith("["):
-            out.append(FunctionStat(names[i], int(calls[i]), int(total[i])))
-    return out
 
 
 def _take_engine_stats(summary: DecodeSummary, stats: EngineStats) -> None:

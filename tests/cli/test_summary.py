@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ptscope import pipeline
+from ptscope.fxt import totals
 from ptscope.timeline import ThreadTimeline, Timeline
 
 NAMES = ["main", "work", "leaf", "[untraced]"]
@@ -44,12 +44,12 @@ def test_top_functions_sums_every_slice(
         for _, d, n in slices:
             calls[NAMES[n]] += 1
             total[NAMES[n]] += d
-    saved = pipeline._SUMMARY_CHUNK
-    pipeline._SUMMARY_CHUNK = chunk  # type: ignore[misc]
+    saved = totals._CHUNK
+    totals._CHUNK = chunk  # type: ignore[misc]
     try:
-        stats = pipeline.top_functions(timeline)
+        stats = totals.top_functions(timeline)
     finally:
-        pipeline._SUMMARY_CHUNK = saved  # type: ignore[misc]
+        totals._CHUNK = saved  # type: ignore[misc]
     assert {s.name: (s.calls, s.total_ns) for s in stats} == {
         n: (calls[n], total[n]) for n in NAMES if calls[n] and not n.startswith("[")
     }

@@ -510,9 +510,8 @@ def test_instruction_length_boundaries() -> None:
 
 
 def test_perf_maps_name_jit_code_in_batches_too() -> None:
-    """The pipeline names JIT code from perf maps in batches exactly as in events."""
-    from ptscope import pipeline
-    from ptscope.decode.perf_map import PerfMap
+    """JIT code is named from perf maps in batches exactly as in events."""
+    from ptscope.decode.perf_map import MapResolver, PerfMap
 
     jit = PerfMap.parse("7f0000001000 40 jitted_a\n7f0000001040 40 jitted_b\n")
 
@@ -532,13 +531,9 @@ def test_perf_maps_name_jit_code_in_batches_too() -> None:
 
     maps = {5: jit}
     a = TraceSegmentEngine()
-    for item in pipeline._mapped_stream([script()], maps, None):
-        assert isinstance(item, list)
-        a.feed_all(item)
+    a.feed_all(MapResolver(maps).events(script()))
     b = FastEngine()
-    for item in pipeline._mapped_stream([to_items(script())], maps, None):
-        assert isinstance(item, list)
-        b.feed_all(item)
+    b.feed_all(MapResolver(maps).columnar(to_items(script())))
     ta, tb = a.finish(), b.finish()
     assert_same(a, ta, b, tb)
     assert {"jitted_a", "jitted_b", "[unknown] ([anon])"} <= set(tb.names)

@@ -19,7 +19,8 @@ from ptscope.cli.serve import add_serve_option, serve_in_perfetto
 from ptscope.errors import UsageError
 
 if TYPE_CHECKING:
-    from ptscope.pipeline import DecodeOptions, DecodeSummary, Progress
+    from ptscope.decode.progress import Progress
+    from ptscope.pipeline import DecodeOptions, DecodeSummary
 
 # The pipeline (numpy, every stage) is imported when a command runs, not when the CLI
 # starts: `ptscope run` must start the workload as soon as perf is ready.

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ptscope.pipeline import DecodeProgress, Progress
+    from ptscope.decode.progress import DecodeProgress, Progress
 
 __all__ = ["decode_progress"]
 

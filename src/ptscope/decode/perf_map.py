@@ -10,16 +10,28 @@ when regions overlap (code freed and reused), the line written last wins.
 from __future__ import annotations
 
 import bisect
+import logging
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
 from typing import Final
 
-from ptscope.errors import BadInputError
-from ptscope.model import UNKNOWN_SYMBOL, Location
+import numpy as np
 
-__all__ = ["PerfMap", "perf_map_path", "resolve_location"]
+from ptscope.errors import BadInputError
+from ptscope.model import UNKNOWN_SYMBOL, BranchBatch, BranchEvent, Event, Location
+
+__all__ = [
+    "MapResolver",
+    "PerfMap",
+    "load_perf_maps",
+    "perf_map_path",
+    "resolve_location",
+]
+
+log = logging.getLogger("ptscope")
 
 _PID_RE: Final = re.compile(r"perf-(\d+)\.map$")
 
@@ -127,3 +139,81 @@ def resolve_location(location: Location, perf_map: PerfMap) -> Location:
         return location
     name, start = found
     return Location(location.ip, name, location.ip - start, location.dso)
+
+
+def load_perf_maps(directory: Path, pids: Iterable[int]) -> dict[int, PerfMap]:
+    """JIT perf maps (``perf-PID.map``) kept in a recording's ``directory``, or still in
+    /tmp for its processes ``pids``."""
+    maps: dict[int, PerfMap] = {}
+    candidates = list(directory.glob("perf-*.map"))
+    candidates += [perf_map_path(pid) for pid in pids]
+    for path in candidates:
+        pid = PerfMap.pid_of(path)
+        if pid is not None and pid not in maps and path.is_file():
+            maps[pid] = PerfMap.load(path)
+            log.info("using perf map %s (%d symbols)", path, len(maps[pid]))
+    return maps
+
+
+class MapResolver:
+    """Names JIT code that perf could not resolve, from its process's perf map, in the
+    decoders' batches: event objects (the text decoder) and the columnar stream's
+    branch batches (the dlfilter)."""
+
+    def __init__(self, maps: dict[int, PerfMap]) -> None:
+        self.maps = maps
+        # Keyed by the Location's id, which is kept alive beside its answer (a new object
+        # must not inherit a dead one's id).
+        self._locations: dict[tuple[int, int], tuple[Location, Location]] = {}
+        self._rows: dict[tuple[int, int], int] = {}
+
+    def events(self, batch: list[Event]) -> list[Event]:
+        """``batch`` with its branches' locations resolved (in place)."""
+        if not self.maps:
+            return batch
+        for event in batch:
+            if isinstance(event, BranchEvent) and event.pid in self.maps:
+                event.src = self._resolved(event.pid, event.src)
+                event.dst = self._resolved(event.pid, event.dst)
+        return batch
+
+    def columnar(self, batch: Sequence[Event | BranchBatch]) -> Sequence[Event | BranchBatch]:
+        """:meth:`events` for a batch of the columnar stream."""
+        if not self.maps:
+            return batch
+        out = [_map_batch(e, self.maps, self._rows) if type(e) is BranchBatch else e for e in batch]
+        self.events(out)  # type: ignore[arg-type]
+        return out
+
+    def _resolved(self, pid: int, loc: Location) -> Location:
+        key = (pid, id(loc))
+        found = self._locations.get(key)
+        if found is None:
+            found = self._locations[key] = (loc, resolve_location(loc, self.maps[pid]))
+        return found[1]
+
+
+def _map_batch(
+    batch: BranchBatch, maps: dict[int, PerfMap], cache: dict[tuple[int, int], int]
+) -> BranchBatch:
+    """:meth:`MapResolver.events` for a branch batch: its rows of mapped processes get
+    resolved locations."""
+    rows = np.flatnonzero(np.isin(batch.pid, np.array(list(maps), dtype=np.int32)))
+    if not len(rows):
+        return batch
+    table = batch.locations
+    pids = batch.pid[rows]
+    for column in ("src", "dst"):
+        ids = getattr(batch, column).copy()
+        keys = (pids.astype(np.int64) << 32) | ids[rows].astype(np.int64)
+        uniq, inverse = np.unique(keys, return_inverse=True)
+        new = np.empty(len(uniq), dtype=np.int32)
+        for i, key in enumerate(uniq.tolist()):
+            pid, loc = key >> 32, key & 0xFFFFFFFF
+            found = cache.get((pid, loc))
+            if found is None:
+                found = cache[(pid, loc)] = table.add(resolve_location(table[loc], maps[pid]))
+            new[i] = found
+        ids[rows] = new[inverse]
+        setattr(batch, column, ids)
+    return batch

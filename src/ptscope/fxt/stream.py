@@ -35,6 +35,7 @@ import numpy.typing as npt
 
 from ptscope.errors import PtscopeError
 from ptscope.fxt import records as rec
+from ptscope.fxt.totals import FunctionTotals
 from ptscope.fxt.writer import Drill, FxtWriter, WriteStats
 from ptscope.timeline import CounterSample, Instant, SliceBatch
 
@@ -138,8 +139,7 @@ class TraceStream:
         self._latest_end = time_base
         self.slices = 0
         self.threads: set[tuple[int, int]] = set()
-        self.calls = np.zeros(0, dtype=np.int64)
-        self.total_ns = np.zeros(0, dtype=np.int64)
+        self.totals = FunctionTotals()
         self.names: list[str] = []
         self._open_part()
 
@@ -259,17 +259,7 @@ class TraceStream:
         else:
             pairs = np.unique((batch.pid << 32) | (batch.tid & 0xFFFFFFFF))
             self.threads.update((int(k >> 32), int(k & 0xFFFFFFFF)) for k in pairs.tolist())
-        width = len(batch.names)
-        if len(self.calls) < width:
-            self.calls = np.concatenate([self.calls, np.zeros(width - len(self.calls), np.int64)])
-            self.total_ns = np.concatenate(
-                [self.total_ns, np.zeros(width - len(self.total_ns), np.int64)]
-            )
-        self.calls += np.bincount(batch.name_id, minlength=width)
-        durations = (batch.end - batch.start).astype(np.float64)
-        self.total_ns += np.bincount(batch.name_id, weights=durations, minlength=width).astype(
-            np.int64
-        )
+        self.totals.add(batch.name_id, batch.start, batch.end, len(batch.names))
         self._latest_end = max(self._latest_end, int(batch.end.max()))
 
     def _write_slices(self, batch: SliceBatch) -> None:
