@@ -85,51 +85,55 @@ def regions_between(
     return regions
 
 
+def _overlaps(
+    s: npt.NDArray[np.int64], e: npt.NDArray[np.int64], bounds: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+    """Every (slice, region) pair where the slice ``[s, e]`` overlaps the region (a point
+    slice: lies at or after its begin and before its end), slice by slice. The regions a
+    slice overlaps are a run: from the first that ends after it starts to the last that
+    begins before it ends."""
+    begins, ends = bounds[:, 0], bounds[:, 1]
+    first = np.searchsorted(ends, s, "right")
+    stop = np.where(s == e, np.searchsorted(begins, s, "right"), np.searchsorted(begins, e, "left"))
+    counts = np.maximum(stop - first, 0)
+    rows = np.repeat(np.arange(len(s)), counts)
+    offsets = np.cumsum(counts) - counts
+    region = np.repeat(first - offsets, counts) + np.arange(len(rows))
+    return rows, region
+
+
 def _clip_thread(thread: ThreadTimeline, regions: Sequence[tuple[int, int]]) -> ThreadTimeline:
-    pieces: list[np.ndarray] = []
-    new_start: list[np.ndarray] = []
-    new_end: list[np.ndarray] = []
-    new_flags: list[np.ndarray] = []
-    s, e = thread.start, thread.end
-    for begin, end in regions:
-        overlaps = (s < end) & (e > begin)
-        inside_point = (s == e) & (s >= begin) & (s < end)
-        keep = np.flatnonzero(overlaps | inside_point)
-        if keep.size == 0:
-            continue
-        ks, ke = s[keep], e[keep]
-        flags = thread.flags[keep].copy()
-        flags[ks < begin] |= np.uint8(SliceFlags.INFERRED_START)
-        flags[ke > end] |= np.uint8(SliceFlags.OPEN_AT_END)
-        pieces.append(keep)
-        new_start.append(np.maximum(ks, begin))
-        new_end.append(np.minimum(ke, end))
-        new_flags.append(flags)
+    bounds = np.array(regions, dtype=np.int64).reshape(-1, 2)
+    idx, region = _overlaps(thread.start, thread.end, bounds)
+    begin, end = bounds[region, 0], bounds[region, 1]
+    start, stop = thread.start[idx], thread.end[idx]
+    flags = thread.flags[idx].copy()
+    flags[start < begin] |= np.uint8(SliceFlags.INFERRED_START)
+    flags[stop > end] |= np.uint8(SliceFlags.OPEN_AT_END)
+    start = np.maximum(start, begin)
+    depth = thread.depth[idx]
+    # By (start, depth); ties region by region, each in the thread's order.
+    order = np.lexsort((idx, region, depth, start))
+    idx = idx[order]
     out = ThreadTimeline(pid=thread.pid, tid=thread.tid, name=thread.name)
-    if pieces:
-        idx = np.concatenate(pieces)
-        start = np.concatenate(new_start)
-        depth = thread.depth[idx]
-        order = np.lexsort((depth, start))
-        idx = idx[order]
-        out.start = start[order]
-        out.end = np.concatenate(new_end)[order]
-        out.depth = depth[order]
-        out.name_id = thread.name_id[idx]
-        out.address = thread.address[idx]
-        out.instructions = thread.instructions[idx]
-        out.cycles = thread.cycles[idx]
-        out.flags = np.concatenate(new_flags)[order]
-        # A piece keeps what its whole call ran (as the counts) and the call's perf times
-        # and anchor (its drill command lists the whole call).
-        if thread.icache_lines is not None:
-            out.icache_lines = thread.icache_lines[idx]
-        if thread.perf_start is not None and thread.perf_end is not None:
-            out.perf_start = thread.perf_start[idx]
-            out.perf_end = thread.perf_end[idx]
-        if thread.anchor_ip is not None and thread.anchor_occurrence is not None:
-            out.anchor_ip = thread.anchor_ip[idx]
-            out.anchor_occurrence = thread.anchor_occurrence[idx]
+    out.start = start[order]
+    out.end = np.minimum(stop, end)[order]
+    out.depth = depth[order]
+    out.name_id = thread.name_id[idx]
+    out.address = thread.address[idx]
+    out.instructions = thread.instructions[idx]
+    out.cycles = thread.cycles[idx]
+    out.flags = flags[order]
+    # A piece keeps what its whole call ran (as the counts) and the call's perf times
+    # and anchor (its drill command lists the whole call).
+    if thread.icache_lines is not None:
+        out.icache_lines = thread.icache_lines[idx]
+    if thread.perf_start is not None and thread.perf_end is not None:
+        out.perf_start = thread.perf_start[idx]
+        out.perf_end = thread.perf_end[idx]
+    if thread.anchor_ip is not None and thread.anchor_occurrence is not None:
+        out.anchor_ip = thread.anchor_ip[idx]
+        out.anchor_occurrence = thread.anchor_occurrence[idx]
     out.instants = [i for i in thread.instants if _inside(i.time, regions)]
     out.counters = [c for c in thread.counters if _inside(c.time, regions)]
     return out
