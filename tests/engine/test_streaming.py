@@ -92,7 +92,7 @@ def test_memory_does_not_grow_with_the_trace() -> None:
     assert n_big > 4 * n_small > 300_000  # every call was written
     # What the engine holds is the open frames and the current run: the same whatever
     # the length of the trace.
-    for what in ("peak_frames", "arena_frames", "live_frames"):
+    for what in ("peak_frames", "arena_frames", "live_frames", "contexts"):
         assert big[what] == small[what] <= 8, (what, small, big)
     assert big["window_slots"] <= 8 and big["waiters"] <= 16
 

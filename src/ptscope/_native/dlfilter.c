@@ -218,6 +218,14 @@ struct loc_slot {
 	uint32_t fn;         /* function-key id: equal <=> same function for the engine */
 	const char *sym_ptr; /* perf's pointers at resolve time, to notice a changed mapping */
 	const char *dso_ptr;
+	/* A branch source's memo (side 0): the target of the last branch from here and the
+	 * block that ended here last, so that a branch taken again (a loop, a call site in
+	 * one) costs no lookup. Both are copies of entries that never change. */
+	uint64_t next_addr; /* 0: none yet */
+	uint32_t next_id, next_fn;
+	uint64_t block_start; /* 0: none yet */
+	uint32_t block_before;
+	uint8_t block_end_len;
 };
 
 struct loc_table {
@@ -999,7 +1007,8 @@ static struct block_slot *block_of(struct ptscope_filter *f, uint64_t start, uin
  * source, included unless the sample is asynchronous (an interrupt or the end of the
  * trace: its ip is where the thread would resume, not an instruction that ran). */
 static int account_block(struct ptscope_filter *f, struct thread_state *th,
-			 const struct perf_dlfilter_sample *s, void *ctx, uint32_t gen)
+			 const struct perf_dlfilter_sample *s, void *ctx, uint32_t gen,
+			 struct loc_slot *src)
 {
 	uint64_t start = th->block_start;
 	int seen = th->seen;
@@ -1014,18 +1023,27 @@ static int account_block(struct ptscope_filter *f, struct thread_state *th,
 			f->counters.blocks_unknown++;
 		return 0;
 	}
-	struct block_slot *b = block_of(f, start, s->ip, loc_meta(s->pid, gen, 0), ctx);
-	if (!b)
-		return -ENOMEM;
+	/* The block from `start` to this branch's source: the source's memo, else the
+	 * block table (src is keyed by this ip, pid and generation, like the block). */
+	if (src->block_start != start) {
+		struct block_slot *b = block_of(f, start, s->ip, loc_meta(s->pid, gen, 0), ctx);
+		if (!b)
+			return -ENOMEM;
+		src->block_start = start;
+		src->block_before = b->before;
+		src->block_end_len = b->end_len;
+	}
+	uint32_t before = src->block_before;
+	uint8_t end_len = src->block_end_len;
 	int inclusive = !(s->flags & PERF_DLFILTER_FLAG_ASYNC);
-	if (b->before == BLOCK_UNKNOWN || (inclusive && !b->end_len)) {
+	if (before == BLOCK_UNKNOWN || (inclusive && !end_len)) {
 		f->counters.blocks_unknown++;
 		return 0;
 	}
-	uint64_t count = b->before + (inclusive ? 1u : 0u);
+	uint64_t count = before + (inclusive ? 1u : 0u);
 	if (!count)
 		return 0;
-	uint64_t last_byte = inclusive ? s->ip + b->end_len - 1 : s->ip - 1;
+	uint64_t last_byte = inclusive ? s->ip + end_len - 1 : s->ip - 1;
 	th->pending_insn += count;
 	return line_set_add(&th->lines, start >> 6, last_byte >> 6) ? -ENOMEM : 0;
 }
@@ -1085,16 +1103,29 @@ static int handle_branch(struct ptscope_filter *f, const struct perf_dlfilter_sa
 	}
 	if (!src)
 		return -ENOMEM;
-	/* `src` may move when the table grows: copy what we need before the next lookup. */
-	uint32_t src_id = src->id, src_fn = src->fn;
-	struct loc_slot *dst = location(f, s, ctx, *gen, 1, NULL);
-	if (!dst)
-		return -ENOMEM;
-	if (f->insns && account_block(f, th, s, ctx, *gen) < 0) {
+	uint32_t src_id = src->id, src_fn = src->fn, dst_id, dst_fn;
+	if (s->addr && src->next_addr == s->addr) {
+		dst_id = src->next_id; /* the same target as the last branch from here */
+		dst_fn = src->next_fn;
+	} else {
+		/* `src` moves when the table grows: found again then. */
+		const struct loc_slot *before = f->locs.slots;
+		struct loc_slot *dst = location(f, s, ctx, *gen, 1, NULL);
+		if (!dst)
+			return -ENOMEM;
+		dst_id = dst->id;
+		dst_fn = dst->fn;
+		if (f->locs.slots != before)
+			src = loc_find(&f->locs, s->ip, loc_meta(s->pid, *gen, 0));
+		src->next_addr = s->addr;
+		src->next_id = dst_id;
+		src->next_fn = dst_fn;
+	}
+	if (f->insns && account_block(f, th, s, ctx, *gen, src) < 0) {
 		f->failed = 1;
 		return -ENOMEM;
 	}
-	if (!f->keep_all && ptscope_droppable_flags(s->flags) && src_fn == dst->fn) {
+	if (!f->keep_all && ptscope_droppable_flags(s->flags) && src_fn == dst_fn) {
 		if (!f->insns)
 			th->pending_insn += s->insn_cnt;
 		th->pending_cyc += s->cyc_cnt;
@@ -1105,12 +1136,12 @@ static int handle_branch(struct ptscope_filter *f, const struct perf_dlfilter_sa
 			th->gap_insn = th->pending_insn;
 		}
 		if (f->to_end)
-			branch_record(f, &th->last_dropped, s, src_id, dst->id);
+			branch_record(f, &th->last_dropped, s, src_id, dst_id);
 		f->counters.branches_dropped++;
 		return 1;
 	}
 	struct ptscope_branch_rec r;
-	branch_record(f, &r, s, src_id, dst->id);
+	branch_record(f, &r, s, src_id, dst_id);
 	keep_branch(f, th, &r);
 	return 1;
 }

@@ -340,20 +340,22 @@ static PyObject *engine_stats(EngineObject *self, PyObject *Py_UNUSED(ignored))
 static PyObject *engine_memory(EngineObject *self, PyObject *Py_UNUSED(ignored))
 {
 	Engine *e = &self->core;
-	size_t window = 0, waiters = 0, arena = 0, groups = 0;
+	size_t window = 0, waiters = 0, arena = 0, groups = 0, contexts = 0;
 	for (size_t i = 0; i < e->nthreads; i++) {
 		Thread *th = e->threads[i];
+		contexts += th->nctx;
 		window += th->win_raw.n;
 		waiters += th->nwait;
 		arena += th->nfr;
 		for (size_t g = 0; g < th->ngroups; g++)
 			groups += th->groups[g].n;
 	}
-	return Py_BuildValue("{sLsLsnsnsnsnsL}", "live_frames", (long long)e->live_frames,
+	return Py_BuildValue("{sLsLsnsnsnsnsLsn}", "live_frames", (long long)e->live_frames,
 			     "peak_frames", (long long)e->peak_frames, "window_slots",
 			     (Py_ssize_t)window, "waiters", (Py_ssize_t)waiters, "arena_frames",
 			     (Py_ssize_t)arena, "held_frames", (Py_ssize_t)groups,
-			     "slices_written", (long long)e->slices_out);
+			     "slices_written", (long long)e->slices_out, "contexts",
+			     (Py_ssize_t)contexts);
 }
 
 static PyObject *engine_lines_on(EngineObject *self, PyObject *Py_UNUSED(ignored))
