@@ -489,6 +489,8 @@ PTSCOPE_EXPORT int ptscope_line_set_add(struct line_set *s, uint64_t lo, uint64_
 
 /* ------------------------------------------------------------------ state */
 
+#define SOURCE_HINTS 64 /* a power of two */
+
 struct thread_state {
 	int32_t pid;
 	uint32_t pid_index; /* into ptscope_filter.pid_gen */
@@ -504,6 +506,9 @@ struct thread_state {
 	uint64_t gap_time;     /* first dropped branch later than that, 0 if none yet */
 	uint64_t gap_insn;     /* the instructions counted up to that branch, included */
 	struct ptscope_branch_rec last_dropped; /* the latest dropped jump (to-end) */
+	/* Where the locations of its branch sources are in the table (by a hash of the ip;
+	 * each checked before use): the one lookup a branch taken again still needed. */
+	uint32_t source_hints[SOURCE_HINTS];
 };
 
 enum event_kind { EV_OTHER, EV_BRANCH, EV_POWER };
@@ -1073,6 +1078,24 @@ static void keep_branch(struct ptscope_filter *f, struct thread_state *th,
 	f->counters.branches_kept++;
 }
 
+static inline size_t source_hint_index(uint64_t ip)
+{
+	return (ip ^ (ip >> 6) ^ (ip >> 12)) & (SOURCE_HINTS - 1);
+}
+
+/* The location of a branch source the thread met before, from its hints (a slot index,
+ * checked against the slot's key: exact whatever moved since); NULL if not there. */
+static inline struct loc_slot *source_hint(struct ptscope_filter *f, struct thread_state *th,
+					   uint64_t ip, uint32_t gen)
+{
+	uint32_t i = th->source_hints[source_hint_index(ip)];
+	if (i >= f->locs.cap)
+		return NULL;
+	struct loc_slot *slot = &f->locs.slots[i];
+	return slot->id && slot->addr == ip && slot->meta == loc_meta(th->pid, gen, 0) ? slot
+										     : NULL;
+}
+
 static int handle_branch(struct ptscope_filter *f, const struct perf_dlfilter_sample *s,
 			 void *ctx)
 {
@@ -1095,14 +1118,18 @@ static int handle_branch(struct ptscope_filter *f, const struct perf_dlfilter_sa
 			th->comm = ip_al->comm;
 		}
 	}
-	struct loc_slot *src = location(f, s, ctx, *gen, 0, ip_al);
-	if (src && ip_al && (src->sym_ptr != ip_al->sym || src->dso_ptr != ip_al->dso)) {
-		/* perf resolves this ip differently than when we cached it: remapped code. */
-		++*gen;
+	struct loc_slot *src = ip_al ? NULL : source_hint(f, th, s->ip, *gen);
+	if (!src) {
 		src = location(f, s, ctx, *gen, 0, ip_al);
+		if (src && ip_al && (src->sym_ptr != ip_al->sym || src->dso_ptr != ip_al->dso)) {
+			/* perf resolves this ip differently than when we cached it: remapped code. */
+			++*gen;
+			src = location(f, s, ctx, *gen, 0, ip_al);
+		}
+		if (!src)
+			return -ENOMEM;
+		th->source_hints[source_hint_index(s->ip)] = (uint32_t)(src - f->locs.slots);
 	}
-	if (!src)
-		return -ENOMEM;
 	uint32_t src_id = src->id, src_fn = src->fn, dst_id, dst_fn;
 	if (s->addr && src->next_addr == s->addr) {
 		dst_id = src->next_id; /* the same target as the last branch from here */
