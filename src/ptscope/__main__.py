@@ -1,5 +1,5 @@
 """``python -m ptscope``."""
 
-from ptscope.cli import main
+from ptscope.cli import run
 
-raise SystemExit(main())
+run()
