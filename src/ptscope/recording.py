@@ -13,7 +13,9 @@ Layout of a recording directory::
 The metadata is checked against a schema when it is read (:func:`check_metadata`, with
 pydantic): every value of the wrong type, out of range or missing is one line naming the
 field, and the perf.data files it names are plain names in the directory (no path
-outside it, no symbolic link that leads out).
+outside it, no symbolic link that leads out). Metadata as ptscope writes it is read
+without pydantic (:func:`_plain_fields`, which accepts only what the schema accepts):
+importing it and building the schema cost 0.2 s on every command that reads a recording.
 """
 
 from __future__ import annotations
@@ -184,13 +186,22 @@ def _metadata_schema() -> Callable[[bytes], Any]:
 def check_metadata(text: bytes, path: Path | str) -> dict[str, Any]:
     """The fields of a ``ptscope-recording.json`` (its bytes), checked against the schema;
     one :class:`BadInputError` line for the first field that is wrong."""
-    from pydantic import ValidationError
+    constants: list[str] = []  # NaN, Infinity: Python's parser takes them, pydantic's not
+
+    def constant(name: str) -> float:
+        constants.append(name)
+        return float(name)
 
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_constant=constant)
     except (ValueError, RecursionError) as e:
         raise BadInputError(f"cannot read {path}: not JSON ({e})") from None
     require_format(data, RECORDING_FORMAT, RECORDING_FORMAT_VERSION, path, "recording metadata")
+    plain = None if constants or text.startswith(b"\xef\xbb\xbf") else _plain_fields(data)
+    if plain is not None:
+        return plain
+    from pydantic import ValidationError
+
     try:
         model = _metadata_schema()(text)
     except ValidationError as e:
@@ -199,6 +210,96 @@ def check_metadata(text: bytes, path: Path | str) -> dict[str, Any]:
     fields: dict[str, Any] = {name: getattr(model, name) for name in type(model).model_fields}
     fields["hits"] = [hit.model_dump() for hit in model.hits]
     fields["notes"] = model.notes.model_dump(exclude_unset=True)
+    return fields
+
+
+def _plain_fields(data: dict[str, Any]) -> dict[str, Any] | None:
+    """:func:`check_metadata`'s fields without pydantic, for metadata as ptscope writes
+    it; None for anything else, which the schema then judges (and words the error).
+
+    Importing pydantic and building the schema cost 0.2 s, before perf could start, on
+    every command that reads a recording (a decode, each drill-down). This accepts only
+    what the schema accepts and gives what it gives (``tests/record/test_metadata_fast.py``
+    compares the two); the schema stays the definition and the only source of messages.
+    """
+
+    def ids(value: object) -> dict[int, str] | None:
+        if type(value) is not dict:
+            return None
+        out: dict[int, str] = {}
+        for key, name in value.items():
+            if type(name) is not str:
+                return None
+            try:
+                out[_id_key(key)] = name
+            except ValueError:
+                return None
+        return out
+
+    def number(value: object, high: int) -> bool:
+        return type(value) is int and 0 <= value <= high
+
+    def strings(value: object) -> bool:
+        return type(value) is list and all(type(v) is str for v in value)
+
+    fields: dict[str, Any] = {
+        "format": data["format"],
+        "version": data["version"],
+        "backend": data.get("backend", ""),
+        "perf_data": data.get("perf_data", ["perf.data"]),
+        "command": data.get("command", []),
+        "perf_version": data.get("perf_version", ""),
+        "scope": data.get("scope", "user"),
+    }
+    if not (
+        number(fields["version"], RECORDING_FORMAT_VERSION)
+        and fields["version"] >= 1
+        and type(fields["backend"]) is str
+        and fields["backend"] in BACKENDS
+        and strings(fields["perf_data"])
+        and fields["perf_data"]
+        and all(n and n not in (".", "..") and "/" not in n and "\0" not in n
+                for n in fields["perf_data"])
+        and strings(fields["command"])
+        and type(fields["perf_version"]) is str
+        and type(fields["scope"]) is str
+        and fields["scope"] in SCOPES
+    ):  # fmt: skip
+        return None
+    processes, threads = ids(data.get("processes", {})), ids(data.get("threads", {}))
+    if processes is None or threads is None:
+        return None
+    fields["processes"], fields["threads"] = processes, threads
+    hits = data.get("hits", [])
+    if type(hits) is not list:
+        return None
+    fields["hits"] = []
+    for hit in hits:
+        if type(hit) is not dict:
+            return None
+        kept = {k: hit.get(k) for k in ("time", "pid", "tid", "ip")}
+        kept["symbol"] = hit.get("symbol", "")
+        if not (
+            number(kept["time"], MAX_TIME)
+            and number(kept["pid"], MAX_ID)
+            and number(kept["tid"], MAX_ID)
+            and number(kept["ip"], MAX_ADDRESS)
+            and type(kept["symbol"]) is str
+        ):
+            return None
+        fields["hits"].append(kept)
+    notes = data.get("notes", {})
+    if type(notes) is not dict:
+        return None
+    if "state" in notes and type(notes["state"]) is not str:
+        return None
+    if "recorder_pid" in notes and not number(notes["recorder_pid"], MAX_ID):
+        return None
+    fields["notes"] = dict(notes)
+    try:  # a lone surrogate (``"\\ud800"``) anywhere: pydantic's parser refuses the file
+        json.dumps(data, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return None
     return fields
 
 
