@@ -60,6 +60,26 @@ def test_decode_past_the_file_size_limit(recordings: Callable[[str], Path], tmp_
     assert leftovers(tmp_path, tmp_path) == []
 
 
+def test_a_filtered_decode_past_the_file_size_limit(
+    recordings: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """--filter keeps the calls in a file beside the trace until the regions are known;
+    when that file grows past RLIMIT_FSIZE: one line, and nothing is left."""
+    rec = recordings("many_calls")
+    out = tmp_path / "t.fxt"
+    done = run(
+        ["decode", str(rec), "-o", str(out), "--filter", "main,exit"],
+        environment(tmp_path),
+        tmp_path,
+        file_size_limit=64 * 1024,
+    )
+    line = one_line_error(done, 1)
+    assert f"--filter: cannot keep the calls in {tmp_path}" in line, line
+    assert "File too large" in line, line
+    assert not out.exists()
+    assert leftovers(tmp_path, tmp_path) == []
+
+
 def test_decode_over_an_existing_trace_keeps_it_when_writing_fails(
     recordings: Callable[[str], Path], tmp_path: Path
 ) -> None:

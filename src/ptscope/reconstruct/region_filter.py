@@ -29,7 +29,7 @@ from typing import IO, Any
 import numpy as np
 import numpy.typing as npt
 
-from ptscope.errors import UsageError
+from ptscope.errors import PtscopeError, UsageError
 from ptscope.timeline import SliceBatch, SliceFlags, ThreadTimeline, Timeline
 
 __all__ = [
@@ -201,10 +201,13 @@ class StreamedRegions:
 
     def __init__(self, start: str, stop: str, spill_dir: Path) -> None:
         self.start, self.stop = start, stop
-        # Closed by close(): it outlives this call.
-        self._spill: IO[bytes] = tempfile.TemporaryFile(  # noqa: SIM115
-            dir=spill_dir, prefix=".ptscope-filter-"
-        )
+        self._dir = spill_dir
+        try:  # closed by close(): it outlives this call
+            self._spill: IO[bytes] = tempfile.TemporaryFile(  # noqa: SIM115
+                dir=spill_dir, prefix=".ptscope-filter-"
+            )
+        except OSError as e:
+            raise self._cannot(e) from None
         self._names: list[str] = []
         self._known = 0  # names looked at so far
         self._ids: dict[str, list[int]] = {start: [], stop: []}
@@ -224,8 +227,18 @@ class StreamedRegions:
                 self._times[name].append(batch.start[np.isin(batch.name_id, ids)])
         # Protocol 5 writes the columns' buffers as they are; the name table is shared by
         # every batch (it only grows) and is put back when the batches are read.
-        pickle.dump(dataclasses.replace(batch, names=[]), self._spill, protocol=5)
+        try:
+            pickle.dump(dataclasses.replace(batch, names=[]), self._spill, protocol=5)
+        except OSError as e:
+            raise self._cannot(e) from None
         self._batches += 1
+
+    def _cannot(self, error: OSError) -> PtscopeError:
+        return PtscopeError(
+            f"--filter: cannot keep the calls in {self._dir} until the regions are known: "
+            f"{error.strerror or error}",
+            hint="check the free space there (the trace's directory)",
+        )
 
     def regions(self) -> list[tuple[int, int]]:
         """The regions, once every batch is in; :class:`UsageError` when there is none."""
