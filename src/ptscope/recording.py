@@ -239,6 +239,12 @@ def _plain_fields(data: dict[str, Any]) -> dict[str, Any] | None:
     def number(value: object, high: int) -> bool:
         return type(value) is int and 0 <= value <= high
 
+    def file_name(value: object) -> bool:
+        try:
+            return type(value) is str and bool(plain_name(value))
+        except ValueError:
+            return False
+
     def strings(value: object) -> bool:
         return type(value) is list and all(type(v) is str for v in value)
 
@@ -251,15 +257,13 @@ def _plain_fields(data: dict[str, Any]) -> dict[str, Any] | None:
         "perf_version": data.get("perf_version", ""),
         "scope": data.get("scope", "user"),
     }
+    # format and version: require_format() has checked them.
     if not (
-        number(fields["version"], RECORDING_FORMAT_VERSION)
-        and fields["version"] >= 1
-        and type(fields["backend"]) is str
+        type(fields["backend"]) is str
         and fields["backend"] in BACKENDS
-        and strings(fields["perf_data"])
+        and type(fields["perf_data"]) is list
         and fields["perf_data"]
-        and all(n and n not in (".", "..") and "/" not in n and "\0" not in n
-                for n in fields["perf_data"])
+        and all(file_name(n) for n in fields["perf_data"])
         and strings(fields["command"])
         and type(fields["perf_version"]) is str
         and type(fields["scope"]) is str

@@ -1294,6 +1294,17 @@ static int ring_open(struct ptscope_filter *f, int memfd)
 	return r->pending && ring_publish(f, 0) < 0 ? -EIO : 0;
 }
 
+/* start() gives up: what it had made so far is freed, and `err` is perf's answer. */
+static int start_failed(struct ptscope_filter *f, int err)
+{
+	if (f->own_out)
+		fclose(f->out);
+	free(f->only_pids.ids);
+	free(f->only_tids.ids);
+	free(f);
+	return err;
+}
+
 PTSCOPE_EXPORT int start(void **data, void *ctx)
 {
 	struct ptscope_filter *f = calloc(1, sizeof(*f));
@@ -1331,27 +1342,20 @@ PTSCOPE_EXPORT int start(void **data, void *ctx)
 			bad = -EINVAL;
 		if (bad) {
 			fprintf(stderr, "ptscope dlfilter: bad argument '%s'\n", argv[i]);
-			free(f->only_pids.ids);
-			free(f->only_tids.ids);
-			free(f);
-			return bad;
+			return start_failed(f, bad);
 		}
 	}
 	int err = open_output(f, target);
 	if (err) {
 		fprintf(stderr, "ptscope dlfilter: cannot open output '%s': %s\n", target,
 			strerror(-err));
-		free(f);
-		return err;
+		return start_failed(f, err);
 	}
 	if (ring_fd >= 0) {
 		err = ring_open(f, ring_fd);
 		if (err) {
 			fprintf(stderr, "ptscope dlfilter: cannot map the ring: %s\n", strerror(-err));
-			if (f->own_out)
-				fclose(f->out);
-			free(f);
-			return err;
+			return start_failed(f, err);
 		}
 	}
 	emit_header(f);

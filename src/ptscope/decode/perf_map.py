@@ -181,7 +181,7 @@ class MapResolver:
         """:meth:`events` for a batch of the columnar stream."""
         if not self.maps:
             return batch
-        out = [_map_batch(e, self.maps, self._rows) if type(e) is BranchBatch else e for e in batch]
+        out = [self._batch(e) if type(e) is BranchBatch else e for e in batch]
         self.events(out)  # type: ignore[arg-type]
         return out
 
@@ -192,28 +192,26 @@ class MapResolver:
             found = self._locations[key] = (loc, resolve_location(loc, self.maps[pid]))
         return found[1]
 
-
-def _map_batch(
-    batch: BranchBatch, maps: dict[int, PerfMap], cache: dict[tuple[int, int], int]
-) -> BranchBatch:
-    """:meth:`MapResolver.events` for a branch batch: its rows of mapped processes get
-    resolved locations."""
-    rows = np.flatnonzero(np.isin(batch.pid, np.array(list(maps), dtype=np.int32)))
-    if not len(rows):
+    def _batch(self, batch: BranchBatch) -> BranchBatch:
+        """:meth:`events` for a branch batch: its rows of mapped processes get resolved
+        locations (new rows of its location table)."""
+        maps, cache = self.maps, self._rows
+        rows = np.flatnonzero(np.isin(batch.pid, np.array(list(maps), dtype=np.int32)))
+        if not len(rows):
+            return batch
+        table = batch.locations
+        pids = batch.pid[rows]
+        for column in ("src", "dst"):
+            ids = getattr(batch, column).copy()
+            keys = (pids.astype(np.int64) << 32) | ids[rows].astype(np.int64)
+            uniq, inverse = np.unique(keys, return_inverse=True)
+            new = np.empty(len(uniq), dtype=np.int32)
+            for i, key in enumerate(uniq.tolist()):
+                pid, loc = key >> 32, key & 0xFFFFFFFF
+                found = cache.get((pid, loc))
+                if found is None:
+                    found = cache[(pid, loc)] = table.add(resolve_location(table[loc], maps[pid]))
+                new[i] = found
+            ids[rows] = new[inverse]
+            setattr(batch, column, ids)
         return batch
-    table = batch.locations
-    pids = batch.pid[rows]
-    for column in ("src", "dst"):
-        ids = getattr(batch, column).copy()
-        keys = (pids.astype(np.int64) << 32) | ids[rows].astype(np.int64)
-        uniq, inverse = np.unique(keys, return_inverse=True)
-        new = np.empty(len(uniq), dtype=np.int32)
-        for i, key in enumerate(uniq.tolist()):
-            pid, loc = key >> 32, key & 0xFFFFFFFF
-            found = cache.get((pid, loc))
-            if found is None:
-                found = cache[(pid, loc)] = table.add(resolve_location(table[loc], maps[pid]))
-            new[i] = found
-        ids[rows] = new[inverse]
-        setattr(batch, column, ids)
-    return batch

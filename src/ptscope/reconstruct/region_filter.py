@@ -95,11 +95,17 @@ def _overlaps(
     begins, ends = bounds[:, 0], bounds[:, 1]
     first = np.searchsorted(ends, s, "right")
     stop = np.where(s == e, np.searchsorted(begins, s, "right"), np.searchsorted(begins, e, "left"))
-    counts = np.maximum(stop - first, 0)
-    rows = np.repeat(np.arange(len(s)), counts)
+    return _runs(first, np.maximum(stop - first, 0))
+
+
+def _runs(
+    first: npt.NDArray[np.intp], counts: npt.NDArray[np.intp]
+) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+    """Each run ``first[i] .. first[i] + counts[i] - 1`` spelled out: (i, value) for every
+    value of every run, run by run."""
+    owner = np.repeat(np.arange(len(first)), counts)
     offsets = np.cumsum(counts) - counts
-    region = np.repeat(first - offsets, counts) + np.arange(len(rows))
-    return rows, region
+    return owner, np.repeat(first - offsets, counts) + np.arange(len(owner))
 
 
 def _clip_thread(thread: ThreadTimeline, regions: Sequence[tuple[int, int]]) -> ThreadTimeline:
@@ -320,10 +326,8 @@ def _cut_pieces(
         hi = lo + _CUT_CHUNK
         calls_here = np.flatnonzero((first < hi) & (stop > lo))
         a = np.maximum(first[calls_here], lo)
-        counts = np.minimum(stop[calls_here], hi) - a
-        rows = np.repeat(calls_here, counts)
-        offsets = np.cumsum(counts) - counts
-        region = np.repeat(a - offsets, counts) + np.arange(len(rows))
+        owner, region = _runs(a, np.minimum(stop[calls_here], hi) - a)
+        rows = calls_here[owner]
         begin, end = bounds[region, 0], bounds[region, 1]
         piece_end = np.minimum(calls.end[rows], end)
         order = np.lexsort((rows, calls.start[rows], -piece_end, region))
