@@ -123,8 +123,8 @@ static void *grow(Engine *e, void *p, size_t *cap, size_t need, size_t elem)
 	while (nc < need) {
 		if (nc > SIZE_MAX / 2 / elem)
 			fail_nomem(e);
-		/* x1.5, and x2 once big: the output columns grow from empty after every drain
-		 * (the pipeline takes them 64k slices at a time), and each growth copies them */
+		/* x1.5, and x2 once big: each growth copies (a binding that drains the output
+		 * columns leaves them room for the next batch, see _cengine.c's vec_block) */
 		nc += nc >= 4096 ? nc : nc / 2 + 8;
 	}
 	void *np = realloc(p, nc * elem);
@@ -430,8 +430,12 @@ static void resolve(Engine *e, Thread *th, int64_t span)
 	bool by_insns = (e->axis != AXIS_TIME || e->spread) && ran > 0;
 	int64_t div = by_insns ? ran : calls > 0 ? calls : 1, before = 0;
 	for (size_t k = 0; k < n; k++) {
-		/* numpy's floor division (span >= 0 here, so plain division) */
-		int64_t t = value + (int64_t)(((__int128)span * before) / div);
+		/* numpy's floor division (span >= 0 here, so plain division); in 64 bits
+		 * when the product fits (a 128-bit division is a call into libgcc) */
+		int64_t share = (uint64_t)span <= UINT32_MAX && (uint64_t)before <= UINT32_MAX
+				    ? (int64_t)((uint64_t)span * (uint64_t)before / (uint64_t)div)
+				    : (int64_t)(((__int128)span * before) / div);
+		int64_t t = value + share;
 		int64_t next_insn = k + 1 < n ? insn[k + 1] : th->cum_insn;
 		before = by_insns ? next_insn - insn[0] : before + (raw[k] & CALL_SLOT);
 		int64_t x = t - th->lasting;

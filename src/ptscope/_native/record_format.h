@@ -13,6 +13,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define PTSCOPE_STREAM_MAGIC "PTSCOPE" /* 7 bytes after the header's tag byte */
 #define PTSCOPE_STREAM_VERSION 4u
@@ -180,5 +181,33 @@ _Static_assert(sizeof(struct ptscope_lines_rec) == sizeof(struct ptscope_insns_b
 	       "lines layout");
 _Static_assert(sizeof(struct ptscope_trailer_rec) == 88, "trailer layout");
 _Static_assert(sizeof(struct ptscope_chunk_rec) == 16, "chunk layout");
+
+/* A branch record's fields read where they lie, for readers of the stream: records start
+ * at any byte offset, and a load of a constant size is one move (copying whole records,
+ * or a size chosen at run time, was most of a reader's time). */
+#define PTSCOPE_BRANCH_AT(member) offsetof(struct ptscope_branch_rec, member)
+#define PTSCOPE_LINE_FIRST_AT offsetof(struct ptscope_insns_branch_rec, last.first)
+#define PTSCOPE_LINE_COUNT_AT offsetof(struct ptscope_insns_branch_rec, last.count)
+
+static inline uint64_t ptscope_u64_at(const void *p, size_t at)
+{
+	uint64_t v;
+	memcpy(&v, (const unsigned char *)p + at, sizeof v);
+	return v;
+}
+
+static inline uint32_t ptscope_u32_at(const void *p, size_t at)
+{
+	uint32_t v;
+	memcpy(&v, (const unsigned char *)p + at, sizeof v);
+	return v;
+}
+
+static inline uint16_t ptscope_u16_at(const void *p, size_t at)
+{
+	uint16_t v;
+	memcpy(&v, (const unsigned char *)p + at, sizeof v);
+	return v;
+}
 
 #endif /* PTSCOPE_RECORD_FORMAT_H */

@@ -50,13 +50,6 @@ static int run_of(PyObject *obj, Py_buffer *view, Py_ssize_t pos, Py_ssize_t n, 
 	return 0;
 }
 
-static inline void record(const char *p, struct ptscope_insns_branch_rec *r, bool detail)
-{
-	memcpy(r, p, detail ? sizeof *r : sizeof r->branch);
-	if (!detail)
-		r->last.first = r->last.count = 0;
-}
-
 static PyObject *check_run(PyObject *Py_UNUSED(m), PyObject *args)
 {
 	PyObject *obj;
@@ -68,20 +61,24 @@ static PyObject *check_run(PyObject *Py_UNUSED(m), PyObject *args)
 	if (run_of(obj, &view, pos, n, size) < 0)
 		return NULL;
 	bool detail = size == sizeof(struct ptscope_insns_branch_rec);
-	const char *p = (const char *)view.buf + pos;
+	const unsigned char *p = (const unsigned char *)view.buf + pos;
 	uint64_t spent = 0, lines = 0;
 	bool ok = true;
+	/* Every row's test without a branch per condition (`&`, not `&&`): one per row. */
 	for (Py_ssize_t i = 0; ok && i < n; i++, p += size) {
-		struct ptscope_insns_branch_rec r;
-		record(p, &r, detail);
-		const struct ptscope_branch_rec *b = &r.branch;
-		ok = b->tag == PTSCOPE_TAG_BRANCH && b->ip_loc != 0 && b->ip_loc < nloc &&
-		     b->addr_loc != 0 && b->addr_loc < nloc && b->time < TIME_LIMIT &&
-		     b->gap_delta <= b->time && b->insn_cnt < SMALL_COUNT &&
-		     b->cyc_cnt < SMALL_COUNT && r.last.count <= 2 * b->insn_cnt &&
-		     r.last.count <= MAX_LINES;
-		spent += b->insn_cnt + b->cyc_cnt; /* below 2^41 each: no wrap-around */
-		lines += r.last.count;
+		uint64_t time = ptscope_u64_at(p, PTSCOPE_BRANCH_AT(time));
+		uint64_t insns = ptscope_u64_at(p, PTSCOPE_BRANCH_AT(insn_cnt));
+		uint64_t cycles = ptscope_u64_at(p, PTSCOPE_BRANCH_AT(cyc_cnt));
+		uint32_t ip_loc = ptscope_u32_at(p, PTSCOPE_BRANCH_AT(ip_loc));
+		uint32_t addr_loc = ptscope_u32_at(p, PTSCOPE_BRANCH_AT(addr_loc));
+		uint64_t count = detail ? ptscope_u64_at(p, PTSCOPE_LINE_COUNT_AT) : 0;
+		ok = (p[0] == PTSCOPE_TAG_BRANCH) & (ip_loc != 0) & (ip_loc < nloc) &
+		     (addr_loc != 0) & (addr_loc < nloc) & (time < TIME_LIMIT) &
+		     (ptscope_u32_at(p, PTSCOPE_BRANCH_AT(gap_delta)) <= time) &
+		     (insns < SMALL_COUNT) & (cycles < SMALL_COUNT) & (count <= 2 * insns) &
+		     (count <= MAX_LINES);
+		spent += insns + cycles; /* below 2^41 each: no wrap-around */
+		lines += count;
 	}
 	PyBuffer_Release(&view);
 	if (!ok || spent > budget || lines > MAX_LINES)
@@ -135,30 +132,30 @@ static PyObject *fill_run(PyObject *Py_UNUSED(m), PyObject *const *argv, Py_ssiz
 	uint64_t *insn = cols[C_INSN].buf, *cyc = cols[C_CYC].buf, *lines = cols[NCOLS + 1].buf;
 	uint16_t *gapn = cols[C_GAPN].buf;
 	Py_ssize_t nlines = cols[NCOLS + 1].len / 8;
-	const char *p = (const char *)view.buf + pos;
+	const unsigned char *p = (const unsigned char *)view.buf + pos;
 	Py_ssize_t at = 0;
 	for (Py_ssize_t i = 0; i < n; i++, p += size) {
-		struct ptscope_insns_branch_rec r;
-		record(p, &r, detail);
-		const struct ptscope_branch_rec *b = &r.branch;
-		if (b->ip_loc >= ntable || b->addr_loc >= ntable ||
-		    (Py_ssize_t)r.last.count > nlines - at) {
+		uint32_t ip_loc = ptscope_u32_at(p, PTSCOPE_BRANCH_AT(ip_loc));
+		uint32_t addr_loc = ptscope_u32_at(p, PTSCOPE_BRANCH_AT(addr_loc));
+		uint64_t first = detail ? ptscope_u64_at(p, PTSCOPE_LINE_FIRST_AT) : 0;
+		uint64_t count = detail ? ptscope_u64_at(p, PTSCOPE_LINE_COUNT_AT) : 0;
+		if (ip_loc >= ntable || addr_loc >= ntable || count > (uint64_t)(nlines - at)) {
 			PyErr_SetString(PyExc_ValueError, "the run does not fit the table or lines");
 			goto out_cols;
 		}
-		pid[i] = b->pid;
-		tid[i] = b->tid;
-		time[i] = (int64_t)b->time;
-		flags[i] = b->flags;
-		src[i] = table[b->ip_loc];
-		dst[i] = table[b->addr_loc];
-		insn[i] = b->insn_cnt;
-		cyc[i] = b->cyc_cnt;
-		gap[i] = b->gap_delta;
-		gapn[i] = b->gap_insns;
+		pid[i] = (int32_t)ptscope_u32_at(p, PTSCOPE_BRANCH_AT(pid));
+		tid[i] = (int32_t)ptscope_u32_at(p, PTSCOPE_BRANCH_AT(tid));
+		time[i] = (int64_t)ptscope_u64_at(p, PTSCOPE_BRANCH_AT(time));
+		flags[i] = ptscope_u32_at(p, PTSCOPE_BRANCH_AT(flags));
+		src[i] = table[ip_loc];
+		dst[i] = table[addr_loc];
+		insn[i] = ptscope_u64_at(p, PTSCOPE_BRANCH_AT(insn_cnt));
+		cyc[i] = ptscope_u64_at(p, PTSCOPE_BRANCH_AT(cyc_cnt));
+		gap[i] = ptscope_u32_at(p, PTSCOPE_BRANCH_AT(gap_delta));
+		gapn[i] = ptscope_u16_at(p, PTSCOPE_BRANCH_AT(gap_insns));
 		offsets[i] = (int32_t)at;
-		for (uint64_t k = 0; k < r.last.count; k++)
-			lines[at++] = r.last.first + k;
+		for (uint64_t k = 0; k < count; k++)
+			lines[at++] = first + k;
 	}
 	offsets[n] = (int32_t)at;
 	result = Py_NewRef(Py_None);
