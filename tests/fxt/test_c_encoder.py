@@ -35,7 +35,23 @@ SLICE = st.tuples(
 )
 
 
-def _chunk(rows: list[tuple[int, ...]], which: tuple[bool, ...]) -> dict[str, Any]:
+# Drill prefixes around the encoder's word copies: short, whole words, and past the
+# padded copy it keeps (32 words), where it copies the prefix as it is.
+PREFIXES = [
+    "ptscope insns '/a dir/r' --tid 7 --time ",
+    "",
+    "1234567",
+    "12345678",
+    "123456789",
+    "p" * 255,
+    "p" * 256,
+    "/deep/" * 60 + " --time ",
+]
+
+
+def _chunk(
+    rows: list[tuple[int, ...]], which: tuple[bool, ...], prefix: str = PREFIXES[0]
+) -> dict[str, Any]:
     col = [np.array(c, dtype=object) for c in zip(*rows, strict=True)]
     start = col[0].astype(np.uint64)
     return {
@@ -51,7 +67,7 @@ def _chunk(rows: list[tuple[int, ...]], which: tuple[bool, ...]) -> dict[str, An
             col[5].astype(np.int64) if which[5] else None,
         ),
         "drill": Drill(
-            "ptscope insns '/a dir/r' --tid 7 --time ",
+            prefix,
             col[8].astype(np.int64),
             col[8].astype(np.int64) + col[1].astype(np.int64),
             col[10].astype(np.uint64) if which[7] else None,
@@ -68,14 +84,15 @@ def _chunk(rows: list[tuple[int, ...]], which: tuple[bool, ...]) -> dict[str, An
     st.lists(SLICE, min_size=1, max_size=40),
     st.tuples(*[st.booleans()] * 8),
     st.integers(0, 5000),
+    st.sampled_from(PREFIXES),
 )
 def test_c_encoder_writes_the_numpy_encoders_words(
-    rows: list[tuple[int, ...]], which: tuple[bool, ...], first_slot: int
+    rows: list[tuple[int, ...]], which: tuple[bool, ...], first_slot: int, prefix: str
 ) -> None:
     fx = FxtWriter(io.BytesIO())
     for value in range(1, 8):
         fx._flag_lut[value] = 200 + value
-    chunk = _chunk(rows, which)
+    chunk = _chunk(rows, which, prefix)
     slots = (np.arange(len(rows), dtype=np.int32) + first_slot) % 32767
     header = 4 | (4 << 16) | (3 << 24) | (1 << 32)
     c: writer._SliceColumns = chunk["columns"]

@@ -22,12 +22,7 @@ static unsigned decimal_width(uint64_t v)
 
 static unsigned hex_width(uint64_t v)
 {
-	unsigned w = 1;
-	while (v >= 16) {
-		v >>= 4;
-		w++;
-	}
-	return w;
+	return (unsigned)(64 - __builtin_clzll(v | 1) + 3) / 4;
 }
 
 /* "00".."99": two digits per division (the drill strings are most of the encoding). */
@@ -50,13 +45,26 @@ static char *put_decimal(char *p, uint64_t v, unsigned digits)
 	return p + digits;
 }
 
+/* "00".."ff", for two hex digits at a time. */
+static const char HEX_PAIRS[513] =
+    "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
+    "202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f"
+    "404142434445464748494a4b4c4d4e4f505152535455565758595a5b5c5d5e5f"
+    "606162636465666768696a6b6c6d6e6f707172737475767778797a7b7c7d7e7f"
+    "808182838485868788898a8b8c8d8e8f909192939495969798999a9b9c9d9e9f"
+    "a0a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3b4b5b6b7b8b9babbbcbdbebf"
+    "c0c1c2c3c4c5c6c7c8c9cacbcccdcecfd0d1d2d3d4d5d6d7d8d9dadbdcdddedf"
+    "e0e1e2e3e4e5e6e7e8e9eaebecedeeeff0f1f2f3f4f5f6f7f8f9fafbfcfdfeff";
+
 static char *put_hex(char *p, uint64_t v, unsigned digits)
 {
-	static const char hex[] = "0123456789abcdef";
-	for (unsigned k = digits; k > 0; k--) {
-		p[k - 1] = hex[v & 15];
-		v >>= 4;
+	unsigned k = digits;
+	for (; k >= 2; k -= 2) {
+		memcpy(p + k - 2, HEX_PAIRS + 2 * (v & 255), 2);
+		v >>= 8;
 	}
+	if (k)
+		p[0] = HEX_PAIRS[2 * (v & 15) + 1];
 	return p + digits;
 }
 
@@ -66,12 +74,55 @@ static char *put_text(char *p, const char *text, size_t len)
 	return p + len;
 }
 
+/* The drill prefix, the same for every slice of a call, padded so that it is copied a word
+ * at a time (a copy of a length known only at run time is a call into libc). */
+#define PREFIX_WORDS 32
+struct padded_prefix {
+	uint64_t words[PREFIX_WORDS];
+	size_t len, nwords; /* nwords 0: too long, copied as it is */
+};
+
+static void pad_prefix(struct padded_prefix *pp, const char *prefix, size_t len)
+{
+	pp->len = len;
+	pp->nwords = (len + 7) / 8;
+	if (pp->nwords > PREFIX_WORDS) {
+		pp->nwords = 0;
+		return;
+	}
+	memset(pp->words, 0, sizeof pp->words);
+	memcpy(pp->words, prefix, len);
+}
+
+/* Writes up to 7 bytes past the prefix, which what follows overwrites. */
+static char *put_prefix(char *p, const struct padded_prefix *pp, const char *prefix)
+{
+	if (!pp->nwords)
+		return put_text(p, prefix, pp->len);
+	for (size_t k = 0; k < pp->nwords; k++)
+		memcpy(p + 8 * k, &pp->words[k], 8);
+	return p + pp->len;
+}
+
+/* v < 10^9 as nine zero-filled digits: a digit and four pairs, each a division by a
+ * constant (two of every drill string's numbers; the loop above cost twice as much). */
+static char *put_nine(char *p, uint32_t v)
+{
+	uint32_t low = v % 100000000u;
+	p[0] = (char)('0' + v / 100000000u);
+	memcpy(p + 1, PAIRS + 2 * (low / 1000000u), 2);
+	memcpy(p + 3, PAIRS + 2 * (low / 10000u % 100u), 2);
+	memcpy(p + 5, PAIRS + 2 * (low / 100u % 100u), 2);
+	memcpy(p + 7, PAIRS + 2 * (low % 100u), 2);
+	return p + 9;
+}
+
 static char *put_time(char *p, int64_t t, unsigned sec_width)
 {
 	uint64_t u = t > 0 ? (uint64_t)t : 0;
 	p = put_decimal(p, u / NS_PER_S, sec_width);
 	*p++ = '.';
-	return put_decimal(p, u % NS_PER_S, 9);
+	return put_nine(p, (uint32_t)(u % NS_PER_S));
 }
 
 /* The seconds' width: that of the latest time (at least 0) among the n slices. */
@@ -107,11 +158,13 @@ size_t fxt_complete_bound(size_t n, const struct fxt_arg_column *args, size_t na
 	return n * per;
 }
 
-/* Slice i's drill string at `text` (zero-padded to whole words); its length. */
+/* Slice i's drill string at `text` (zero-padded to whole words); its length. The 8 bytes
+ * after the string are written too (the padding, and what the record's next word, its
+ * end time, overwrites). */
 static size_t drill_text(char *text, const struct fxt_drill_column *d, size_t i,
-			 unsigned sec_width)
+			 unsigned sec_width, const struct padded_prefix *pp)
 {
-	char *p = put_text(text, d->prefix, d->prefix_len);
+	char *p = put_prefix(text, pp, d->prefix);
 	p = put_time(p, d->perf_start[i], sec_width);
 	*p++ = ',';
 	p = put_time(p, d->perf_end[i], sec_width);
@@ -127,7 +180,7 @@ static size_t drill_text(char *text, const struct fxt_drill_column *d, size_t i,
 		p = put_decimal(p, cnt, decimal_width(cnt));
 	}
 	size_t len = (size_t)(p - text);
-	memset(p, 0, (8 - len % 8) % 8);
+	memset(p, 0, 8);
 	return len;
 }
 
@@ -137,6 +190,9 @@ size_t fxt_encode_complete(uint64_t *out, size_t n, uint64_t header, const int32
 			   const struct fxt_drill_column *drill)
 {
 	unsigned sec_width = drill ? seconds_width(n, drill) : 0;
+	struct padded_prefix pp;
+	if (drill)
+		pad_prefix(&pp, drill->prefix, drill->prefix_len);
 	uint64_t *w = out;
 	for (size_t i = 0; i < n; i++) {
 		uint64_t *rec = w;
@@ -154,7 +210,7 @@ size_t fxt_encode_complete(uint64_t *out, size_t n, uint64_t header, const int32
 		if (drill) {
 			/* The string is written straight into the record's words (little-endian,
 			 * as FXT is), after its header word. */
-			size_t len = drill_text((char *)(w + 1), drill, i, sec_width);
+			size_t len = drill_text((char *)(w + 1), drill, i, sec_width, &pp);
 			uint64_t words = 1 + (len + 7) / 8;
 			*w = drill->head | (words << 4) | ((0x8000 | (uint64_t)len) << 32);
 			w += words;
