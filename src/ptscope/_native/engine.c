@@ -414,19 +414,18 @@ static SlotValue known_slot(Engine *e, Thread *th, int64_t slot)
  * ambiguous; time never goes backwards), then serve what waited for these slots. */
 static void resolve(Engine *e, Thread *th, int64_t span)
 {
-	size_t n = th->win_raw.n;
+	size_t n = th->nwin;
 	if (!n)
 		return;
-	const int64_t *raw = th->win_raw.v;
-	const int64_t *insn = th->win_insn.v;
+	const WinSlot *win = th->win;
 	if (n > th->capout)
 		th->win_out = grow(e, th->win_out, &th->capout, n, sizeof(SlotValue));
 	SlotValue *out = th->win_out;
-	int64_t value = raw[0] >> 2, calls = 0;
+	int64_t value = win[0].raw >> 2, calls = 0;
 	for (size_t k = 0; k < n; k++)
-		calls += raw[k] & CALL_SLOT;
+		calls += win[k].raw & CALL_SLOT;
 	/* the instructions from the run's first slot to the next slot */
-	int64_t ran = th->cum_insn - insn[0];
+	int64_t ran = th->cum_insn - win[0].insn;
 	bool by_insns = (e->axis != AXIS_TIME || e->spread) && ran > 0;
 	int64_t div = by_insns ? ran : calls > 0 ? calls : 1, before = 0;
 	for (size_t k = 0; k < n; k++) {
@@ -436,19 +435,18 @@ static void resolve(Engine *e, Thread *th, int64_t span)
 				    ? (int64_t)((uint64_t)span * (uint64_t)before / (uint64_t)div)
 				    : (int64_t)(((__int128)span * before) / div);
 		int64_t t = value + share;
-		int64_t next_insn = k + 1 < n ? insn[k + 1] : th->cum_insn;
-		before = by_insns ? next_insn - insn[0] : before + (raw[k] & CALL_SLOT);
+		int64_t next_insn = k + 1 < n ? win[k + 1].insn : th->cum_insn;
+		before = by_insns ? next_insn - win[0].insn : before + (win[k].raw & CALL_SLOT);
 		int64_t x = t - th->lasting;
 		if (!th->clock_started || x > th->top) {
 			th->top = x;
 			th->clock_started = true;
 		}
-		out[k] = (SlotValue){th->top + th->lasting,	  insn[k],
-				     th->win_cyc.v[k],		  th->win_real.v[k],
-				     th->win_anchor.v[k],	  th->win_occurrence.v[k]};
+		out[k] = (SlotValue){th->top + th->lasting, win[k].insn,   win[k].cyc,
+				     win[k].real,		win[k].anchor, win[k].occurrence};
 		if (e->axis == AXIS_CYCLES)
 			out[k].cyc = out[k].time; /* the cycles a slice says are its length */
-		th->lasting += (raw[k] & (CALL_SLOT | START_SLOT)) != 0;
+		th->lasting += (win[k].raw & (CALL_SLOT | START_SLOT)) != 0;
 	}
 	int64_t lo = th->done, hi = th->nslots;
 	for (size_t j = 0; j < th->nctx; j++) {
@@ -463,8 +461,7 @@ static void resolve(Engine *e, Thread *th, int64_t span)
 		}
 	}
 	th->done = hi;
-	th->win_raw.n = th->win_insn.n = th->win_cyc.n = th->win_real.n = 0;
-	th->win_anchor.n = th->win_occurrence.n = 0;
+	th->nwin = 0;
 	/* Every waiter waits for a slot of the window: all are served. Serving may not add
 	 * waiters (a frame is written, or freed, nothing more). */
 	size_t nw = th->nwait;
@@ -528,20 +525,17 @@ static int64_t take_slot(Engine *e, Thread *th, int64_t t, int flags)
 		t = th->cum_insn;
 	else if (e->axis == AXIS_CYCLES)
 		t = th->cum_cyc;
-	if (th->win_raw.n) {
+	if (th->nwin) {
 		int64_t value = th->last_raw >> 2;
 		if (t != value)
 			resolve(e, th, t - value);
-		else if (th->win_raw.n >= MAX_RUN)
+		else if (th->nwin >= MAX_RUN)
 			resolve(e, th, 0);
 	}
 	int64_t raw = t * 4 + flags;
-	vec_push(e, &th->win_raw, raw);
-	vec_push(e, &th->win_insn, th->cum_insn);
-	vec_push(e, &th->win_cyc, th->cum_cyc);
-	vec_push(e, &th->win_real, real);
-	vec_push(e, &th->win_anchor, anchor);
-	vec_push(e, &th->win_occurrence, occurrence);
+	if (th->nwin == th->capwin)
+		th->win = grow(e, th->win, &th->capwin, th->nwin + 1, sizeof(WinSlot));
+	th->win[th->nwin++] = (WinSlot){raw, th->cum_insn, th->cum_cyc, real, anchor, occurrence};
 	th->last_raw = raw;
 	return th->nslots++;
 }
@@ -2114,12 +2108,7 @@ static void free_thread(Thread *th)
 		free(th->fr[i].lines.v);
 	free(th->fr);
 	free(th->free_ix.v);
-	free(th->win_raw.v);
-	free(th->win_insn.v);
-	free(th->win_cyc.v);
-	free(th->win_real.v);
-	free(th->win_anchor.v);
-	free(th->win_occurrence.v);
+	free(th->win);
 	free(th->seen.v);
 	free(th->win_out);
 	free(th->waiters);

@@ -109,6 +109,14 @@ typedef struct {
 	int64_t anchor, occurrence;
 } SlotValue;
 
+/* A slot in the window, its time not resolved yet: raw = its time * 4 + CALL_SLOT /
+ * START_SLOT flags, and the rest of its SlotValue (one record per slot: one capacity
+ * check where there were six). */
+typedef struct {
+	int64_t raw, insn, cyc, real;
+	int64_t anchor, occurrence;
+} WinSlot;
+
 /* What slot times measure (engine.py: the events' times; the other axes are the thread's
  * cumulative instruction or cycle counts, as if events carried those as their times). */
 enum { AXIS_TIME, AXIS_INSTRUCTIONS, AXIS_CYCLES };
@@ -258,7 +266,8 @@ typedef struct {
 	/* slots: [0, done) resolved; the window holds [done, nslots), all one timestamp */
 	int64_t nslots, done;
 	int64_t last_raw; /* the newest slot's raw value (time*4 + flags) */
-	Vec win_raw, win_insn, win_cyc, win_real, win_anchor, win_occurrence;
+	WinSlot *win; /* the window's slots, [0, nwin) */
+	size_t nwin, capwin;
 	SlotValue *win_out; /* resolution scratch */
 	size_t capout;
 	int64_t lasting, top; /* the catch-up clock (engine._slot_times) */

@@ -344,7 +344,7 @@ static PyObject *engine_memory(EngineObject *self, PyObject *Py_UNUSED(ignored))
 	for (size_t i = 0; i < e->nthreads; i++) {
 		Thread *th = e->threads[i];
 		contexts += th->nctx;
-		window += th->win_raw.n;
+		window += th->nwin;
 		waiters += th->nwait;
 		arena += th->nfr;
 		for (size_t g = 0; g < th->ngroups; g++)
