@@ -119,12 +119,12 @@ static void *grow(Engine *e, void *p, size_t *cap, size_t need, size_t elem)
 {
 	if (need <= *cap)
 		return p;
-	size_t nc = *cap ? *cap : 8;
+	size_t nc = *cap ? *cap : need > 8 ? need : 8; /* from empty: what it needs at once */
 	while (nc < need) {
 		if (nc > SIZE_MAX / 2 / elem)
 			fail_nomem(e);
-		/* x1.5, and x2 once big: each growth copies (a binding that drains the output
-		 * columns leaves them room for the next batch, see _cengine.c's vec_block) */
+		/* x1.5, and x2 once big: each growth copies (a drained output column grows
+		 * to its last batch's size at once: Vec.hint, set by _cengine.c's vec_block) */
 		nc += nc >= 4096 ? nc : nc / 2 + 8;
 	}
 	void *np = realloc(p, nc * elem);
@@ -137,7 +137,8 @@ static void *grow(Engine *e, void *p, size_t *cap, size_t need, size_t elem)
 static inline void vec_push(Engine *e, Vec *a, int64_t x)
 {
 	if (a->n == a->cap)
-		a->v = grow(e, a->v, &a->cap, a->n + 1, sizeof(int64_t));
+		a->v = grow(e, a->v, &a->cap, a->n + 1 > a->hint ? a->n + 1 : a->hint,
+			    sizeof(int64_t));
 	a->v[a->n++] = x;
 }
 

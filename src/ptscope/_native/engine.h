@@ -88,6 +88,7 @@ enum {
 typedef struct {
 	int64_t *v;
 	size_t n, cap;
+	size_t hint; /* when it grows from empty: room for this many at once (0: the usual) */
 } Vec;
 
 /* A set of 64-byte code lines (address >> 6), stored as line + 1: a small array, or an

@@ -472,13 +472,13 @@ static PyObject *vec_block(Vec *a)
 		if (v)
 			a->v = v;
 	}
-	size_t room = a->n + a->n / 4;
+	/* The next batch is likely about as big: room for it at its first slice, instead of
+	 * growing from empty (each growth copies the column: a tenth of the engine's own
+	 * time). Not now: this batch is still in memory until it is written. */
+	a->hint = a->n + a->n / 4;
 	PyObject *b = block_new(a->v, a->n * sizeof(int64_t));
-	/* The next batch is likely about as big: room for it now, instead of growing from
-	 * empty (each growth copies the column: a tenth of the engine's own time). */
-	a->v = room ? malloc(room * sizeof(int64_t)) : NULL;
-	a->n = 0;
-	a->cap = a->v ? room : 0;
+	a->v = NULL;
+	a->n = a->cap = 0;
 	return b;
 }
 
