@@ -11,9 +11,11 @@ Usage::
 
 Every figure comes from one run, each measurement in a fresh child process (so that peak
 RSS is its own), and is reported as a ratio to the floor measured in the same run; the
-best of ``--repeat`` runs is kept (``--median``: their median), for the wall time and for
-the CPU time (user + system, of Python and perf together: steadier than the wall time on a
-busy machine):
+best of ``--repeat`` runs is kept (``--median``: their median, and each ratio the median of
+the rounds' own ratios, every other round run in reverse order: a shared VM's speed drifts
+by a third between rounds, much less within one), for the wall time and for the CPU time
+(user + system, of Python and perf together: steadier than the wall time on a busy
+machine):
 
 * floor: ``perf script --itrace=bep`` with a dlfilter that drops every sample and does
   nothing else (built here from ``bench/null_dlfilter.c``): no perf-based decoder can beat it
@@ -582,8 +584,11 @@ def peers_report(results: dict[str, dict[str, float]]) -> None:
         f" {'output MB':>9} {'slices':>10} {'peak RSS MB':>11}"
     )
     for name, r in results.items():
-        cpu_x = f"{r['cpu'] / floor['cpu']:.2f}" if floor else "-"
-        wall_x = f"{r['inner_wall'] / floor['inner_wall']:.2f}" if floor else "-"
+        # (--median: the median of the rounds' own ratios; else the ratio of the bests)
+        cpu_x = f"{r.get('cpu_x_floor', r['cpu'] / floor['cpu']):.2f}" if floor else "-"
+        wall_x = (
+            f"{r.get('wall_x_floor', r['inner_wall'] / floor['inner_wall']):.2f}" if floor else "-"
+        )
         size = f"{r['trace_bytes'] / 1e6:.1f}" if "trace_bytes" in r else "-"
         slices = f"{int(r['slices']):,}" if "slices" in r else "-"
         rss = max(r["rss_python_mb"], r["rss_perf_mb"])
@@ -593,10 +598,16 @@ def peers_report(results: dict[str, dict[str, float]]) -> None:
         )
     p2p, ours = results.get("perf2perfetto"), results.get("ptscope default")
     if p2p and ours:
+        cpu = ours.get("cpu_x_p2p", ours["cpu"] / p2p["cpu"])
+        wall = ours.get("wall_x_p2p", ours["inner_wall"] / p2p["inner_wall"])
         print(
-            f"ptscope default / perf2perfetto: CPU {ours['cpu'] / p2p['cpu']:.2f}x, "
-            f"wall {ours['inner_wall'] / p2p['inner_wall']:.2f}x (target: CPU <= 1.0x)"
+            f"ptscope default / perf2perfetto: CPU {cpu:.2f}x, wall {wall:.2f}x"
+            " (target: CPU <= 1.0x)"
         )
+        cli = results.get("ptscope decode -j1 (CLI)")
+        if cli is not None:
+            cpu = cli.get("cpu_x_p2p", cli["cpu"] / p2p["cpu"])
+            print(f"ptscope decode (CLI, drill strings) / perf2perfetto: CPU {cpu:.2f}x")
 
 
 def memory_main(rounds: list[int]) -> None:
@@ -696,11 +707,16 @@ def main() -> None:
             names = [n for n in names if n != "perf2perfetto"]
     cpus: dict[str, list[float]] = {}
     walls: dict[str, list[float]] = {}
-    for _ in range(args.repeat):  # interleaved: each round measures every one once
-        for name in names:
+    rounds: list[dict[str, dict[str, float]]] = []
+    for k in range(args.repeat):  # interleaved: each round measures every one once
+        rounds.append({})
+        # Every other round in reverse order: a machine whose speed drifts during a round
+        # favours neither the first measurements nor the last.
+        for name in names if k % 2 == 0 else names[::-1]:
             r = run_child(name, perf_data, args.jobs)
             if r is None:
                 continue
+            rounds[-1][name] = r
             best = results.get(name)
             if best is None or r["inner_wall"] < best["inner_wall"]:
                 results[name] = r
@@ -711,6 +727,18 @@ def main() -> None:
         # The least over the runs (or the median): on a busy machine, both vary.
         r["cpu"] = pick(cpus[name])
         r["inner_wall"] = pick(walls[name])
+        if args.median:
+            # Ratios within a round, then their median: the machine's speed changes
+            # between rounds (by a third, on a shared VM), much less within one.
+            for base, tag in (("floor", "floor"), ("perf2perfetto", "p2p")):
+                for key, col in (("cpu", "cpu"), ("inner_wall", "wall")):
+                    ratios = [
+                        rd[name][key] / rd[base][key]
+                        for rd in rounds
+                        if name in rd and base in rd and rd[base][key] > 0
+                    ]
+                    if ratios:
+                        r[f"{col}_x_{tag}"] = statistics.median(ratios)
     if args.peers:
         peers_report(results)
         return
