@@ -576,6 +576,12 @@ def child_main(name: str, perf_data: Path, jobs: int) -> None:
     print(json.dumps(result))
 
 
+def _times(r: dict[str, float], base: dict[str, float], base_name: str, key: str) -> float:
+    """``r[key]`` as a multiple of ``base``'s: with ``--median``, the median of the rounds'
+    own ratios (kept in ``r`` by main()); otherwise the ratio of the kept figures."""
+    return r.get(f"{key} x {base_name}", r[key] / base[key])
+
+
 def peers_report(results: dict[str, dict[str, float]]) -> None:
     """The peers table: CPU and wall as x the floor, output, slices, peak RSS."""
     floor = results.get("floor")
@@ -584,11 +590,8 @@ def peers_report(results: dict[str, dict[str, float]]) -> None:
         f" {'output MB':>9} {'slices':>10} {'peak RSS MB':>11}"
     )
     for name, r in results.items():
-        # (--median: the median of the rounds' own ratios; else the ratio of the bests)
-        cpu_x = f"{r.get('cpu_x_floor', r['cpu'] / floor['cpu']):.2f}" if floor else "-"
-        wall_x = (
-            f"{r.get('wall_x_floor', r['inner_wall'] / floor['inner_wall']):.2f}" if floor else "-"
-        )
+        cpu_x = f"{_times(r, floor, 'floor', 'cpu'):.2f}" if floor else "-"
+        wall_x = f"{_times(r, floor, 'floor', 'inner_wall'):.2f}" if floor else "-"
         size = f"{r['trace_bytes'] / 1e6:.1f}" if "trace_bytes" in r else "-"
         slices = f"{int(r['slices']):,}" if "slices" in r else "-"
         rss = max(r["rss_python_mb"], r["rss_perf_mb"])
@@ -598,15 +601,15 @@ def peers_report(results: dict[str, dict[str, float]]) -> None:
         )
     p2p, ours = results.get("perf2perfetto"), results.get("ptscope default")
     if p2p and ours:
-        cpu = ours.get("cpu_x_p2p", ours["cpu"] / p2p["cpu"])
-        wall = ours.get("wall_x_p2p", ours["inner_wall"] / p2p["inner_wall"])
+        cpu = _times(ours, p2p, "perf2perfetto", "cpu")
+        wall = _times(ours, p2p, "perf2perfetto", "inner_wall")
         print(
             f"ptscope default / perf2perfetto: CPU {cpu:.2f}x, wall {wall:.2f}x"
             " (target: CPU <= 1.0x)"
         )
         cli = results.get("ptscope decode -j1 (CLI)")
         if cli is not None:
-            cpu = cli.get("cpu_x_p2p", cli["cpu"] / p2p["cpu"])
+            cpu = _times(cli, p2p, "perf2perfetto", "cpu")
             print(f"ptscope decode (CLI, drill strings) / perf2perfetto: CPU {cpu:.2f}x")
 
 
@@ -716,7 +719,8 @@ def main() -> None:
             r = run_child(name, perf_data, args.jobs)
             if r is None:
                 continue
-            rounds[-1][name] = r
+            # (a copy: `r` may become the kept result, whose figures are replaced below)
+            rounds[-1][name] = {"cpu": r["cpu"], "inner_wall": r["inner_wall"]}
             best = results.get(name)
             if best is None or r["inner_wall"] < best["inner_wall"]:
                 results[name] = r
@@ -730,15 +734,15 @@ def main() -> None:
         if args.median:
             # Ratios within a round, then their median: the machine's speed changes
             # between rounds (by a third, on a shared VM), much less within one.
-            for base, tag in (("floor", "floor"), ("perf2perfetto", "p2p")):
-                for key, col in (("cpu", "cpu"), ("inner_wall", "wall")):
+            for base in ("floor", "perf2perfetto"):
+                for key in ("cpu", "inner_wall"):
                     ratios = [
                         rd[name][key] / rd[base][key]
                         for rd in rounds
                         if name in rd and base in rd and rd[base][key] > 0
                     ]
                     if ratios:
-                        r[f"{col}_x_{tag}"] = statistics.median(ratios)
+                        r[f"{key} x {base}"] = statistics.median(ratios)
     if args.peers:
         peers_report(results)
         return
