@@ -79,11 +79,13 @@ static char *put_text(char *p, const char *text, size_t len)
 #define PREFIX_WORDS 32
 struct padded_prefix {
 	uint64_t words[PREFIX_WORDS];
+	const char *text; /* the prefix itself */
 	size_t len, nwords; /* nwords 0: too long, copied as it is */
 };
 
 static void pad_prefix(struct padded_prefix *pp, const char *prefix, size_t len)
 {
+	pp->text = prefix;
 	pp->len = len;
 	pp->nwords = (len + 7) / 8;
 	if (pp->nwords > PREFIX_WORDS) {
@@ -95,10 +97,10 @@ static void pad_prefix(struct padded_prefix *pp, const char *prefix, size_t len)
 }
 
 /* Writes up to 7 bytes past the prefix, which what follows overwrites. */
-static char *put_prefix(char *p, const struct padded_prefix *pp, const char *prefix)
+static char *put_prefix(char *p, const struct padded_prefix *pp)
 {
 	if (!pp->nwords)
-		return put_text(p, prefix, pp->len);
+		return put_text(p, pp->text, pp->len);
 	for (size_t k = 0; k < pp->nwords; k++)
 		memcpy(p + 8 * k, &pp->words[k], 8);
 	return p + pp->len;
@@ -164,7 +166,7 @@ size_t fxt_complete_bound(size_t n, const struct fxt_arg_column *args, size_t na
 static size_t drill_text(char *text, const struct fxt_drill_column *d, size_t i,
 			 unsigned sec_width, const struct padded_prefix *pp)
 {
-	char *p = put_prefix(text, pp, d->prefix);
+	char *p = put_prefix(text, pp);
 	p = put_time(p, d->perf_start[i], sec_width);
 	*p++ = ',';
 	p = put_time(p, d->perf_end[i], sec_width);
