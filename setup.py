@@ -11,9 +11,9 @@ shared object (QEMU loads it with ``-plugin``); it needs only a C compiler. Set
 ``PTSCOPE_NO_RECORDER=1`` to skip it (the emulated backend then refuses to record).
 
 ``ptscope.reconstruct._cengine`` is an ordinary, optional extension module (the C twin of
-the reconstruction engine: the engine in ``_native/engine.c``, without Python, and its
-binding): when it cannot be built the install still succeeds and ptscope
-uses the Python engine. ``PTSCOPE_NO_CENGINE=1`` skips it.
+the reconstruction engine: the engine in ``_native/engine*.c`` and ``line_set.c``, without
+Python, linked with link-time optimisation, and its binding): when it cannot be built the
+install still succeeds and ptscope uses the Python engine. ``PTSCOPE_NO_CENGINE=1`` skips it.
 
 ``ptscope.fxt._cfxt`` is the FXT writer's slice encoder in C (``_native/fxt_slices.c``),
 optional in the same way: without it the writer encodes with numpy. ``PTSCOPE_NO_CFXT=1``
@@ -120,30 +120,42 @@ if not os.environ.get("PTSCOPE_NO_RECORDER"):
     )
 
 
-def optional_extension(skip: str, name: str, sources: list[str], depends: list[str]) -> None:
+def optional_extension(
+    skip: str, name: str, sources: list[str], depends: list[str], lto: bool = False
+) -> None:
     """An ordinary extension module that may fail to build: ptscope then installs anyway
     and uses the module's Python (numpy) twin. Set the environment variable ``skip`` to
-    leave it out. Each shares code with the dlfilter: headers of ``_native``."""
+    leave it out. Each shares code with the dlfilter: headers of ``_native``. ``lto``:
+    link-time optimisation, for a library cut into files whose calls across files are on
+    the hot path (the engine)."""
     if not os.environ.get(skip):
+        flags = ["-flto"] if lto else []
         ext_modules.append(
             Extension(
                 name,
                 sources=sources,
                 include_dirs=["src/ptscope/_native"],
                 depends=depends,
-                extra_compile_args=["-O2", "-Wall", "-Werror", "-std=c11"],
+                extra_compile_args=["-O2", "-Wall", "-Werror", "-std=c11", *flags],
+                extra_link_args=["-O2", *flags],
                 optional=True,
             )
         )
 
 
 # The C twin of the trace-segment engine (reconstruct/engine.py is the Python one): the
-# engine itself (_native/engine.c, no Python in it) and its Python binding.
+# engine itself (_native/engine*.c and line_set.c, no Python in them) and its Python binding.
+ENGINE = "src/ptscope/_native"
 optional_extension(
     "PTSCOPE_NO_CENGINE",
     "ptscope.reconstruct._cengine",
-    ["src/ptscope/reconstruct/_cengine.c", "src/ptscope/_native/engine.c"],
-    ["src/ptscope/_native/engine.h"],
+    ["src/ptscope/reconstruct/_cengine.c"]
+    + [
+        f"{ENGINE}/{name}.c"
+        for name in ("engine", "engine_window", "engine_anchors", "engine_lookahead", "line_set")
+    ],
+    [f"{ENGINE}/{name}.h" for name in ("engine", "engine_internal", "line_set")],
+    lto=True,
 )
 # The dlfilter stream's branch runs read in C (the common case of the numpy reader,
 # which stays the reference).

@@ -1,9 +1,9 @@
-"""The engine library (``_native/engine.c``) without Python: a C program links it alone and
-replays the calls the Python extension received during real decodes (and the golden
-scripts); every output column must equal what the extension handed to Python.
+"""The engine library (``_native/engine*.c`` and ``line_set.c``) without Python: a C program
+links it alone and replays the calls the Python extension received during real decodes (and
+the golden scripts); every output column must equal what the extension handed to Python.
 
-This is what lets the dlfilter link the same engine (decoding inside perf): engine.c
-compiles without Python's headers, and its behaviour is the extension's, call for call.
+This is what lets the dlfilter link the same engine (decoding inside perf): its files
+compile without Python's headers, and its behaviour is the extension's, call for call.
 """
 
 from __future__ import annotations
@@ -29,6 +29,9 @@ from support.dlfilter_harness import NATIVE_SRC, compile_c
 pytestmark = pytest.mark.skipif(not fast_engine.is_available(), reason="the C engine is not built")
 
 REPLAY = Path(__file__).with_name("engine_replay.c")
+# The engine's files (setup.py links the same ones into the extension).
+ENGINE_SOURCES = [*sorted(NATIVE_SRC.glob("engine*.c")), NATIVE_SRC / "line_set.c"]
+
 # What the log records of each slice, instant and counter column (engine.h: O_*, I_*, N_*).
 KINDS = (("slices", 16), ("instants", 4), ("counters", 5))
 
@@ -125,7 +128,7 @@ def recorded(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[_Recorder]]:
 
 def _replay(recorder: _Recorder, tmp: Path) -> dict[str, list[list[int]]]:
     program = compile_c(
-        [REPLAY, NATIVE_SRC / "engine.c"],
+        [REPLAY, *ENGINE_SOURCES],
         "engine_replay",
         shared=False,
         depends=[NATIVE_SRC / "engine.h"],
@@ -195,3 +198,11 @@ def test_real_decodes_replayed_in_c(
     feed_sink(engine, decode_with_dlfilter_columnar(perf_data, task_events=True))
     engine.finish()
     assert _check(recorded, tmp_path) > 50
+
+
+def test_setup_links_every_engine_file() -> None:
+    """The extension is built from the files this test links (a file left out of setup.py
+    would leave the extension with an undefined symbol, found only on import)."""
+    setup = (Path(__file__).parents[2] / "setup.py").read_text()
+    for source in ENGINE_SOURCES:
+        assert f'"{source.stem}"' in setup, source.name

@@ -25,8 +25,12 @@
  * (function name id, entry address, symbol offset, ip); the caller (for Python:
  * reconstruct/_cengine.c and fast_engine.py) turns them back into strings.
  *
- * There is no Python here (engine.h is the interface): the Python extension and, in the
- * design of decoding inside perf, the dlfilter link the same file.
+ * This file holds the rules, the threads and the entry points; the other parts of the
+ * engine are files of their own (engine_internal.h lists them): the slot window and the
+ * output (engine_window.c), anchors (engine_anchors.c), the lookahead of ambiguous
+ * landings (engine_lookahead.c), code-line sets (line_set.c). There is no Python in any
+ * of them (engine.h is the interface): the Python extension and, in the design of decoding
+ * inside perf, the dlfilter link the same files.
  *
  * Errors: bad input is refused before anything changes (unknown location ids, times whose
  * slot value does not fit in 64 bits); running out of memory, or a counter overflowing,
@@ -34,7 +38,7 @@
  * with `message` set; the engine then refuses further work (its state is half-updated)
  * but can be freed.
  */
-#include "engine.h"
+#include "engine_internal.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -103,19 +107,19 @@ static __attribute__((format(printf, 3, 4))) int refuse(Engine *e, int error,
 	return error;
 }
 
-static _Noreturn void fail_nomem(Engine *e)
+_Noreturn void fail_nomem(Engine *e)
 {
 	refuse(e, PTSCOPE_ENGINE_NOMEM, "out of memory");
 	fail(e);
 }
 
-static _Noreturn void fail_internal(Engine *e, const char *what)
+_Noreturn void fail_internal(Engine *e, const char *what)
 {
 	refuse(e, PTSCOPE_ENGINE_INTERNAL, "engine: internal inconsistency (%s)", what);
 	fail(e);
 }
 
-static void *grow(Engine *e, void *p, size_t *cap, size_t need, size_t elem)
+void *grow(Engine *e, void *p, size_t *cap, size_t need, size_t elem)
 {
 	if (need <= *cap)
 		return p;
@@ -132,123 +136,6 @@ static void *grow(Engine *e, void *p, size_t *cap, size_t need, size_t elem)
 		fail_nomem(e);
 	*cap = nc;
 	return np;
-}
-
-static inline void vec_push(Engine *e, Vec *a, int64_t x)
-{
-	if (a->n == a->cap)
-		a->v = grow(e, a->v, &a->cap, a->n + 1 > a->hint ? a->n + 1 : a->hint,
-			    sizeof(int64_t));
-	a->v[a->n++] = x;
-}
-
-/* ---------------------------------------------------------------- line sets */
-
-/* Up to SMALL_SET lines a set is a plain array (most frames run a few lines: no hashing,
- * and emptying it costs nothing); beyond, an open-addressing table. */
-#define SMALL_SET 8
-
-static inline uint32_t line_hash(uint64_t key)
-{
-	key *= 0x9E3779B97F4A7C15u;
-	return (uint32_t)(key >> 32);
-}
-
-static inline void table_put(uint64_t *v, uint32_t cap, uint64_t key, uint32_t *n)
-{
-	uint32_t mask = cap - 1;
-	for (uint32_t i = line_hash(key) & mask;; i = (i + 1) & mask) {
-		if (v[i] == key)
-			return;
-		if (!v[i]) {
-			v[i] = key;
-			++*n;
-			return;
-		}
-	}
-}
-
-/* A bigger table (or the first one, from the small array) holding what s holds. */
-static void ls_rehash(Engine *e, LineSet *s)
-{
-	uint32_t cap = s->hashed ? s->cap * 2 : 4 * SMALL_SET;
-	if (cap < s->cap)
-		fail_nomem(e);
-	uint64_t *v = calloc(cap, sizeof(uint64_t));
-	if (!v)
-		fail_nomem(e);
-	uint32_t n = 0;
-	if (s->hashed) {
-		for (uint32_t i = 0; i < s->cap; i++)
-			if (s->v[i])
-				table_put(v, cap, s->v[i], &n);
-	} else {
-		for (uint32_t i = 0; i < s->n; i++)
-			table_put(v, cap, s->v[i], &n);
-	}
-	free(s->v);
-	s->v = v;
-	s->cap = cap;
-	s->n = n;
-	s->hashed = true;
-}
-
-static inline void ls_insert(Engine *e, LineSet *s, uint64_t key)
-{
-	if (!s->hashed) {
-		for (uint32_t i = 0; i < s->n; i++)
-			if (s->v[i] == key)
-				return;
-		if (s->n < SMALL_SET) {
-			if (!s->v) {
-				s->v = malloc(SMALL_SET * sizeof(uint64_t));
-				if (!s->v)
-					fail_nomem(e);
-				s->cap = SMALL_SET;
-			}
-			s->v[s->n++] = key;
-			return;
-		}
-		ls_rehash(e, s);
-	} else if ((s->n + 1) * 2 > s->cap) {
-		ls_rehash(e, s);
-	}
-	table_put(s->v, s->cap, key, &s->n);
-}
-
-/* Empty it: a small array just forgets; a table is given back (it was a big frame's). */
-static inline void ls_clear(LineSet *s)
-{
-	if (s->hashed) {
-		free(s->v);
-		s->v = NULL;
-		s->cap = 0;
-		s->hashed = false;
-	}
-	s->n = 0;
-}
-
-/* into |= from; from becomes empty. */
-static void ls_merge(Engine *e, LineSet *into, LineSet *from)
-{
-	if (!from->n)
-		return;
-	if (into->n == 0) { /* (an empty set is never a table: ls_clear gives tables back) */
-		LineSet t = *into;
-		*into = *from;
-		*from = t;
-		ls_clear(from);
-		return;
-	}
-	if (from->hashed) {
-		for (uint32_t i = 0; i < from->cap; i++)
-			if (from->v[i])
-				ls_insert(e, into, from->v[i]);
-	} else {
-		for (uint32_t i = 0; i < from->n; i++)
-			ls_insert(e, into, from->v[i]);
-	}
-	ls_clear(from);
 }
 
 /* ------------------------------------------------------------------- threads */
@@ -280,341 +167,6 @@ static void map_insert(Slot *map, size_t cap, int64_t pid, int64_t tid, size_t i
 	while (map[i].index)
 		i = (i + 1) & mask;
 	map[i] = (Slot){pid, tid, index};
-}
-
-/* ------------------------------------------------------- contexts and frames */
-
-static inline Ctx *cur(Thread *th)
-{
-	return th->ctxs[th->nctx - 1];
-}
-
-static inline Frame *frame(Thread *th, int64_t ix)
-{
-	return &th->fr[ix];
-}
-
-static void retire_spine(Engine *e, Thread *th, Ctx *c);
-
-static Ctx *push_ctx(Engine *e, Thread *th, bool detached, int64_t start_slot)
-{
-	if (th->nctx == th->pool) {
-		th->ctxs = grow(e, th->ctxs, &th->capctx, th->pool + 1, sizeof(Ctx *));
-		Ctx *c = calloc(1, sizeof(Ctx));
-		if (!c)
-			fail_nomem(e);
-		th->ctxs[th->pool++] = c;
-	}
-	Ctx *c = th->ctxs[th->nctx++];
-	c->nframes = 0;
-	c->spine.n = 0;
-	c->detached = detached;
-	c->start_slot = start_slot;
-	c->start_known = false;
-	c->suspend_slot = -1;
-	c->suspend_known = false;
-	c->switched_in = false;
-	c->after_break = false;
-	c->interrupting = false;
-	ls_clear(&c->base);
-	ls_clear(&c->before);
-	return c;
-}
-
-/* Contexts [keep, nctx) end: their spines are written once known. */
-static void pop_ctxs(Engine *e, Thread *th, size_t keep)
-{
-	for (size_t j = th->nctx; j-- > keep;)
-		retire_spine(e, th, th->ctxs[j]);
-	th->nctx = keep;
-}
-
-/* ----------------------------------------------------------------- the slots */
-
-static void emit_slice(Engine *e, Thread *th, Frame *f, int64_t ix);
-static void flush_groups(Engine *e, Thread *th, bool force);
-
-static inline void free_frame(Engine *e, Thread *th, int64_t ix)
-{
-	Frame *f = frame(th, ix);
-	f->live = false;
-	f->gen++;
-	vec_push(e, &th->free_ix, ix);
-	e->live_frames--;
-}
-
-/* Write a finished frame, then the frames that waited for it. */
-static void write_frame(Engine *e, Thread *th, int64_t ix)
-{
-	while (ix >= 0) {
-		Frame *f = frame(th, ix);
-		emit_slice(e, th, f, ix);
-		int64_t follower = f->first_follower;
-		free_frame(e, th, ix);
-		/* followers of followers come right after theirs: walk the list depth first */
-		while (follower >= 0) {
-			Frame *g = frame(th, follower);
-			int64_t next = g->next_follower;
-			write_frame(e, th, follower);
-			follower = next;
-		}
-		ix = -1;
-	}
-}
-
-/* Both ends known: write it now, after its caller if they start at the same time (a
- * viewer nests equal starts in file order), or (spine) with its context's group. */
-static inline void known_now(Engine *e, Thread *th, int64_t ix)
-{
-	Frame *f = frame(th, ix);
-	if (f->known != (KNOWN_START | KNOWN_END) || f->spine)
-		return;
-	if (f->parent >= 0) {
-		Frame *p = frame(th, f->parent);
-		if (p->live && p->gen == f->parent_gen && (p->known & KNOWN_START) &&
-		    p->start.time == f->start.time) {
-			f->next_follower = -1;
-			if (p->last_follower >= 0)
-				frame(th, p->last_follower)->next_follower = ix;
-			else
-				p->first_follower = ix;
-			p->last_follower = ix;
-			return;
-		}
-	}
-	write_frame(e, th, ix);
-}
-
-static inline void wait_for(Engine *e, Thread *th, int64_t slot, int32_t kind, int64_t a,
-			    int64_t b, int64_t c)
-{
-	if (th->nwait == th->capwait)
-		th->waiters = grow(e, th->waiters, &th->capwait, th->nwait + 1, sizeof(Waiter));
-	uint32_t gen = (kind == W_START || kind == W_END) ? frame(th, a)->gen : 0;
-	th->waiters[th->nwait++] = (Waiter){slot, kind, gen, a, b, c};
-}
-
-/* The value of a resolved slot that something still refers to: only a live context's
- * start or suspension can be (frames copy theirs when their slot resolves). */
-static SlotValue known_slot(Engine *e, Thread *th, int64_t slot)
-{
-	for (size_t j = th->nctx; j-- > 0;) {
-		Ctx *c = th->ctxs[j];
-		if (c->start_slot == slot && c->start_known)
-			return c->start;
-		if (c->suspend_slot == slot && c->suspend_known)
-			return c->suspend;
-	}
-	fail_internal(e, "a resolved slot that no context holds");
-}
-
-/* engine._slot_times for the window: spread its run over `span` ns (calls take equal
- * shares; on the count axes, in proportion to the instructions run since its first slot, up
- * to the thread's count now, which the next slot takes, where it ran some), run the catch-up
- * clock (every call and segment start lasts at least 1 ns, so that nesting by time is never
- * ambiguous; time never goes backwards), then serve what waited for these slots. */
-static void resolve(Engine *e, Thread *th, int64_t span)
-{
-	size_t n = th->nwin;
-	if (!n)
-		return;
-	const WinSlot *win = th->win;
-	if (n > th->capout)
-		th->win_out = grow(e, th->win_out, &th->capout, n, sizeof(SlotValue));
-	SlotValue *out = th->win_out;
-	int64_t value = win[0].raw >> 2, calls = 0;
-	for (size_t k = 0; k < n; k++)
-		calls += win[k].raw & CALL_SLOT;
-	/* the instructions from the run's first slot to the next slot */
-	int64_t ran = th->cum_insn - win[0].insn;
-	bool by_insns = (e->axis != AXIS_TIME || e->spread) && ran > 0;
-	int64_t div = by_insns ? ran : calls > 0 ? calls : 1, before = 0;
-	for (size_t k = 0; k < n; k++) {
-		/* numpy's floor division (span >= 0 here, so plain division); in 64 bits
-		 * when the product fits (a 128-bit division is a call into libgcc) */
-		int64_t share = (uint64_t)span <= UINT32_MAX && (uint64_t)before <= UINT32_MAX
-				    ? (int64_t)((uint64_t)span * (uint64_t)before / (uint64_t)div)
-				    : (int64_t)(((__int128)span * before) / div);
-		int64_t t = value + share;
-		int64_t next_insn = k + 1 < n ? win[k + 1].insn : th->cum_insn;
-		before = by_insns ? next_insn - win[0].insn : before + (win[k].raw & CALL_SLOT);
-		int64_t x = t - th->lasting;
-		if (!th->clock_started || x > th->top) {
-			th->top = x;
-			th->clock_started = true;
-		}
-		out[k] = (SlotValue){th->top + th->lasting, win[k].insn,   win[k].cyc,
-				     win[k].real,		win[k].anchor, win[k].occurrence};
-		if (e->axis == AXIS_CYCLES)
-			out[k].cyc = out[k].time; /* the cycles a slice says are its length */
-		th->lasting += (win[k].raw & (CALL_SLOT | START_SLOT)) != 0;
-	}
-	int64_t lo = th->done, hi = th->nslots;
-	for (size_t j = 0; j < th->nctx; j++) {
-		Ctx *c = th->ctxs[j];
-		if (!c->start_known && c->start_slot >= lo && c->start_slot < hi) {
-			c->start = out[c->start_slot - lo];
-			c->start_known = true;
-		}
-		if (c->suspend_slot >= lo && !c->suspend_known && c->suspend_slot < hi) {
-			c->suspend = out[c->suspend_slot - lo];
-			c->suspend_known = true;
-		}
-	}
-	th->done = hi;
-	th->nwin = 0;
-	/* Every waiter waits for a slot of the window: all are served. Serving may not add
-	 * waiters (a frame is written, or freed, nothing more). */
-	size_t nw = th->nwait;
-	th->nwait = 0;
-	for (size_t k = 0; k < nw; k++) {
-		Waiter w = th->waiters[k];
-		SlotValue v = out[w.slot - lo];
-		switch (w.kind) {
-		case W_START:
-		case W_END: {
-			Frame *f = frame(th, w.a);
-			if (!f->live || f->gen != w.gen)
-				fail_internal(e, "a waiter outlived its frame");
-			if (w.kind == W_START) {
-				f->start = v;
-				f->known |= KNOWN_START;
-			} else {
-				f->end = v;
-				f->known |= KNOWN_END;
-			}
-			known_now(e, th, w.a);
-			break;
-		}
-		case W_INSTANT:
-			vec_push(e, &e->inst[I_PID], th->pid);
-			vec_push(e, &e->inst[I_TID], th->tid);
-			vec_push(e, &e->inst[I_TIME], v.time);
-			vec_push(e, &e->inst[I_MSG], w.a);
-			break;
-		case W_COUNTER:
-			vec_push(e, &e->ctr[N_PID], th->pid);
-			vec_push(e, &e->ctr[N_TID], th->tid);
-			vec_push(e, &e->ctr[N_TIME], v.time);
-			vec_push(e, &e->ctr[N_NAME], w.a);
-			vec_push(e, &e->ctr[N_VALUE], w.b);
-			break;
-		}
-	}
-	if (th->ngroups)
-		flush_groups(e, th, false);
-}
-
-static int64_t *resume_entry(Thread *th, int64_t ix);
-
-/* engine.py: _slot (a frame boundary at time t). The window holds one run of equal
- * timestamps: a slot with another timestamp ends the run, which can then be spread. */
-static int64_t take_slot(Engine *e, Thread *th, int64_t t, int flags)
-{
-	int64_t real = t;
-	/* The anchor, if armed, holds only where the slot's perf time is the branch's own
-	 * (a time raised to keep the thread's times in order would not find it). */
-	int64_t anchor = 0, occurrence = 0;
-	if (th->anchor_next) {
-		th->anchor_next = false;
-		if (th->ev_occurrence && th->ev_time == real) {
-			anchor = (int64_t)th->ev_ip;
-			occurrence = th->ev_occurrence;
-		}
-	}
-	if (e->axis == AXIS_INSTRUCTIONS)
-		t = th->cum_insn;
-	else if (e->axis == AXIS_CYCLES)
-		t = th->cum_cyc;
-	if (th->nwin) {
-		int64_t value = th->last_raw >> 2;
-		if (t != value)
-			resolve(e, th, t - value);
-		else if (th->nwin >= MAX_RUN)
-			resolve(e, th, 0);
-	}
-	int64_t raw = t * 4 + flags;
-	if (th->nwin == th->capwin)
-		th->win = grow(e, th->win, &th->capwin, th->nwin + 1, sizeof(WinSlot));
-	th->win[th->nwin++] = (WinSlot){raw, th->cum_insn, th->cum_cyc, real, anchor, occurrence};
-	th->last_raw = raw;
-	return th->nslots++;
-}
-
-static void set_start(Engine *e, Thread *th, int64_t ix, int64_t slot)
-{
-	Frame *f = frame(th, ix);
-	f->start_slot = slot;
-	if (slot >= th->done) {
-		wait_for(e, th, slot, W_START, ix, 0, 0);
-	} else {
-		f->start = known_slot(e, th, slot);
-		f->known |= KNOWN_START;
-	}
-}
-
-static inline int64_t new_frame(Engine *e, Thread *th, Ctx *c, int64_t parent, int32_t name,
-				int64_t start, int64_t addr, int64_t flags, int64_t callsite)
-{
-	int64_t ix;
-	if (th->free_ix.n) {
-		ix = th->free_ix.v[--th->free_ix.n];
-	} else {
-		if (th->nfr == th->capfr)
-			th->fr = grow(e, th->fr, &th->capfr, th->nfr + 1, sizeof(Frame));
-		ix = (int64_t)th->nfr++;
-		th->fr[ix].gen = 0;
-		th->fr[ix].lines = (LineSet){0};
-	}
-	Frame *f = &th->fr[ix];
-	f->end_slot = -1;
-	f->addr = addr;
-	f->flags = ((int64_t)name << NAME_SHIFT) | flags;
-	f->callsite = callsite;
-	f->seq = th->seq++;
-	f->parent = parent;
-	f->parent_gen = parent >= 0 ? th->fr[parent].gen : 0;
-	f->first_follower = f->last_follower = f->next_follower = -1;
-	f->known = 0;
-	f->icache = -1;
-	ls_clear(&f->lines);
-	f->live = true;
-	f->spine = start == c->start_slot;
-	if (callsite && parent >= 0 && (th->fr[parent].flags & FL_ARMED)) {
-		/* the first call after a setjmp returned: the call it protects */
-		th->fr[parent].flags &= ~(int64_t)FL_ARMED;
-		int64_t *r = resume_entry(th, parent);
-		if (r)
-			r[3] = callsite;
-	}
-	if (f->spine)
-		vec_push(e, &c->spine, ix);
-	if (++e->live_frames > e->peak_frames)
-		e->peak_frames = e->live_frames;
-	set_start(e, th, ix, start);
-	return ix;
-}
-
-static inline void push_handle(Engine *e, Ctx *c, int32_t fn, int64_t ix)
-{
-	if (c->nframes == c->capframes)
-		c->frames = grow(e, c->frames, &c->capframes, c->nframes + 1, sizeof(Handle));
-	c->frames[c->nframes++] = (Handle){ix, fn};
-}
-
-/* engine.py: _close */
-static inline void close_frame(Engine *e, Thread *th, int64_t ix, int64_t slot, int64_t flags)
-{
-	Frame *f = frame(th, ix);
-	f->end_slot = slot;
-	f->flags |= flags;
-	if (slot >= th->done) {
-		wait_for(e, th, slot, W_END, ix, 0, 0);
-	} else {
-		f->end = known_slot(e, th, slot);
-		f->known |= KNOWN_END;
-		known_now(e, th, ix);
-	}
 }
 
 /* ------------------------------------------------------- i-cache footprint */
@@ -693,109 +245,12 @@ static void stitch_lines(Engine *e, Thread *th, ptrdiff_t ci, LineSet *landed)
 }
 
 /* engine.py: _close_above */
-static void close_above(Engine *e, Thread *th, Ctx *c, size_t index, int64_t slot, int64_t flags)
+void close_above(Engine *e, Thread *th, Ctx *c, size_t index, int64_t slot, int64_t flags)
 {
 	lines_down(e, th, c, index + 1, NULL);
 	for (size_t k = index + 1; k < c->nframes; k++)
 		close_frame(e, th, c->frames[k].ix, slot, flags);
 	c->nframes = index + 1;
-}
-
-/* ------------------------------------------------------------------ writing */
-
-static void emit_slice(Engine *e, Thread *th, Frame *f, int64_t ix)
-{
-	(void)ix;
-	bool counted = th->first_update_slot >= 0 && f->end_slot >= th->first_update_slot;
-	vec_push(e, &e->out[O_PID], th->pid);
-	vec_push(e, &e->out[O_TID], th->tid);
-	vec_push(e, &e->out[O_START], f->start.time);
-	vec_push(e, &e->out[O_END], f->end.time);
-	vec_push(e, &e->out[O_NAME], f->flags >> NAME_SHIFT);
-	vec_push(e, &e->out[O_ADDR], f->addr);
-	vec_push(e, &e->out[O_INSN], counted ? f->end.insn - f->start.insn : -1);
-	vec_push(e, &e->out[O_CYC], counted ? f->end.cyc - f->start.cyc : -1);
-	vec_push(e, &e->out[O_FLAGS], f->flags & 0xFF);
-	if (e->keep_slots) {
-		vec_push(e, &e->out[O_SSLOT], f->start_slot);
-		vec_push(e, &e->out[O_ESLOT], f->end_slot);
-	}
-	vec_push(e, &e->out[O_RSTART], f->start.real);
-	vec_push(e, &e->out[O_REND], f->end.real);
-	bool lined = th->first_line_slot >= 0 && f->end_slot >= th->first_line_slot;
-	vec_push(e, &e->out[O_LINES], lined ? f->icache : -1);
-	vec_push(e, &e->out[O_ANCHOR], f->start.anchor);
-	vec_push(e, &e->out[O_OCCURRENCE], f->start.occurrence);
-	ls_clear(&f->lines);
-	e->slices_out++;
-}
-
-/* A context ends (or starts over): its spine, outermost first, once all of it is known. */
-static void retire_spine(Engine *e, Thread *th, Ctx *c)
-{
-	if (!c->spine.n)
-		return;
-	if (th->ngroups == th->capgroups)
-		th->groups = grow(e, th->groups, &th->capgroups, th->ngroups + 1, sizeof(Group));
-	int64_t *ix = malloc(c->spine.n * sizeof(int64_t));
-	if (!ix)
-		fail_nomem(e);
-	memcpy(ix, c->spine.v, c->spine.n * sizeof(int64_t));
-	th->groups[th->ngroups++] = (Group){ix, c->spine.n};
-	c->spine.n = 0;
-	flush_groups(e, th, false);
-}
-
-/* Outermost first: the one that ends last, or was found last (a root found by returning
- * into it holds everything found before). */
-static int spine_cmp(const void *pa, const void *pb, void *arg)
-{
-	Thread *th = arg;
-	const Frame *a = frame(th, *(const int64_t *)pa), *b = frame(th, *(const int64_t *)pb);
-	if (a->end.time != b->end.time)
-		return a->end.time > b->end.time ? -1 : 1;
-	return a->seq > b->seq ? -1 : a->seq < b->seq;
-}
-
-static void sort_spine(Thread *th, int64_t *ix, size_t n)
-{
-	/* insertion sort: spines are short, and mostly in order already */
-	for (size_t i = 1; i < n; i++) {
-		int64_t x = ix[i];
-		size_t j = i;
-		while (j > 0 && spine_cmp(&ix[j - 1], &x, th) > 0) {
-			ix[j] = ix[j - 1];
-			j--;
-		}
-		ix[j] = x;
-	}
-}
-
-static void flush_groups(Engine *e, Thread *th, bool force)
-{
-	size_t kept = 0;
-	for (size_t g = 0; g < th->ngroups; g++) {
-		Group grp = th->groups[g];
-		bool ready = true;
-		for (size_t k = 0; k < grp.n && ready; k++)
-			ready = frame(th, grp.ix[k])->known == (KNOWN_START | KNOWN_END);
-		if (!ready && !force) {
-			th->groups[kept++] = grp;
-			continue;
-		}
-		sort_spine(th, grp.ix, grp.n);
-		for (size_t k = 0; k < grp.n; k++) {
-			Frame *f = frame(th, grp.ix[k]);
-			if (f->known == (KNOWN_START | KNOWN_END)) {
-				write_frame(e, th, grp.ix[k]);
-			} else {
-				/* (only when forced at the end: cannot happen once all resolved) */
-				free_frame(e, th, grp.ix[k]);
-			}
-		}
-		free(grp.ix);
-	}
-	th->ngroups = kept;
 }
 
 /* --------------------------------------------------------------- new threads */
@@ -928,17 +383,6 @@ static void add_root(Engine *e, Thread *th, Ctx *c, int32_t loc, int64_t t)
 	e->roots_inferred++;
 }
 
-
-static inline int fn_flags(Engine *e, int32_t fn)
-{
-	return (size_t)fn < e->nfn_flags ? e->fn_flags[fn] : 0;
-}
-
-static inline bool switches_stack(Engine *e, int32_t fn)
-{
-	return fn_flags(e, fn) & FN_SWITCHES;
-}
-
 /* The call-site ranges whose exceptions land at location `loc` (engine.py: the
  * landing_pads lookup), asked once per location through the caller's function. */
 static void landing_ranges(Engine *e, int32_t loc, const int64_t **ranges, size_t *n)
@@ -992,7 +436,7 @@ static void set_resume_point(Engine *e, Thread *th, int64_t ix, uint64_t ip)
 }
 
 /* The newest resume entry of frame ix (its last four values), or NULL. */
-static int64_t *resume_entry(Thread *th, int64_t ix)
+int64_t *resume_entry(Thread *th, int64_t ix)
 {
 	uint32_t gen = frame(th, ix)->gen;
 	for (size_t k = th->resume.n; k >= 4; k -= 4) {
@@ -1002,7 +446,7 @@ static int64_t *resume_entry(Thread *th, int64_t ix)
 	return NULL;
 }
 
-static bool resumes_at(Thread *th, int64_t ix, uint64_t ip)
+bool resumes_at(Thread *th, int64_t ix, uint64_t ip)
 {
 	const int64_t *r = resume_entry(th, ix);
 	return r && (uint64_t)r[2] == ip;
@@ -1010,7 +454,7 @@ static bool resumes_at(Thread *th, int64_t ix, uint64_t ip)
 
 /* engine.py: _inside_guard (frame j of c is inside the first call it made after its setjmp
  * returned) */
-static bool inside_guard(Thread *th, Ctx *c, size_t j)
+bool inside_guard(Thread *th, Ctx *c, size_t j)
 {
 	if (j + 1 >= c->nframes)
 		return false;
@@ -1019,7 +463,7 @@ static bool inside_guard(Thread *th, Ctx *c, size_t j)
 }
 
 /* engine.py: _resumed_frame (top may be -1) */
-static ptrdiff_t resumed_frame(Engine *e, Thread *th, Ctx *c, ptrdiff_t top, int32_t fn,
+ptrdiff_t resumed_frame(Engine *e, Thread *th, Ctx *c, ptrdiff_t top, int32_t fn,
 			       int32_t dst)
 {
 	ptrdiff_t first = -1, i;
@@ -1055,54 +499,6 @@ static ptrdiff_t resumed_frame(Engine *e, Thread *th, Ctx *c, ptrdiff_t top, int
 	return first;
 }
 
-/* engine.py: _after_call */
-static inline bool after_call(Thread *th, int64_t ix, uint64_t ip)
-{
-	uint64_t site = (uint64_t)frame(th, ix)->callsite;
-	return !site || (ip > site && ip - site <= MAX_INSN);
-}
-
-/* engine.py: _look_ahead (a landing at dst in frame fi of context ci: held if farther
- * activations armed the same resume point) */
-static bool look_ahead(Engine *e, Thread *th, size_t ci, size_t fi, int32_t dst, int64_t t)
-{
-	Ctx *c = th->ctxs[ci];
-	uint64_t ip = e->loc_ip[dst];
-	int32_t fn = e->loc_fn[dst];
-	if (!resumes_at(th, c->frames[fi].ix, ip))
-		return false;
-	Lookahead *l = &th->look;
-	l->ncand = 0;
-	for (size_t j = fi + 1; j-- > 0;) {
-		if (j != fi && (c->frames[j].fn != fn || !resumes_at(th, c->frames[j].ix, ip)))
-			continue;
-		if (l->ncand == l->capcand)
-			l->cand = grow(e, l->cand, &l->capcand, l->ncand + 1, sizeof(ptrdiff_t));
-		l->cand[l->ncand++] = (ptrdiff_t)j;
-	}
-	if (l->ncand < 2)
-		return false;
-	/* Those still inside the call their setjmp protects first (a stable partition). */
-	size_t inside = 0;
-	for (size_t k = 0; k < l->ncand; k++) {
-		if (inside_guard(th, c, (size_t)l->cand[k])) {
-			ptrdiff_t j = l->cand[k];
-			memmove(&l->cand[inside + 1], &l->cand[inside], (k - inside) * sizeof(ptrdiff_t));
-			l->cand[inside++] = j;
-		}
-	}
-	l->hyp = grow(e, l->hyp, &l->caphyp, l->ncand, sizeof(Hypothesis));
-	for (size_t k = 0; k < l->ncand; k++)
-		l->hyp[k] = (Hypothesis){k, l->cand[k], NULL, 0, 0};
-	l->nhyp = l->ncand;
-	l->nearest = 0;
-	l->on = true;
-	l->ci = ci;
-	l->t = t;
-	l->nev = l->nlines = 0;
-	return true;
-}
-
 /* engine.py: _stopped_in */
 static bool stopped_in(Thread *th, Ctx *c, size_t i)
 {
@@ -1122,7 +518,7 @@ static void end_frames(Engine *e, Thread *th, Ctx *c, size_t index, int64_t end,
 }
 
 /* engine.py: _land_on */
-static void land_on(Engine *e, Thread *th, size_t ci, size_t fi, int64_t t)
+void land_on(Engine *e, Thread *th, size_t ci, size_t fi, int64_t t)
 {
 	Ctx *target = th->ctxs[ci];
 	int64_t end = take_slot(e, th, t, 0);
@@ -1553,65 +949,7 @@ static void apply(Engine *e, Thread *th, int kind, int state, int32_t src, int32
 	}
 }
 
-/* ------------------------------------------------------------------ anchors */
-
-/* A slice's drill command (`ptscope insns --after IP:K --count N`) lists exactly its call:
- * perf's instruction listing gives each executed instruction once, in order, and a call or
- * jump instruction's sample has the perf time of that branch's sample. So the call (or
- * tail-call jump) that started a frame is found in the listing as the K-th instruction at
- * its address among those at the branch's perf time, and the frame's instructions are the
- * N that follow. Per thread the engine counts, within one perf time, the branches from
- * each address that can start a frame: calls, and jumps into another function. Not an
- * asynchronous branch (its source is where it interrupted, which runs later), a return
- * (it starts no frame), nor a jump inside one function: the dlfilter drops those, and
- * the same instruction may jump elsewhere another time (a PLT slot's jump goes to the
- * slot's lazy-binding code once, then to the function; a conditional tail call falls
- * through), so `ptscope insns` counts the same way: the calls at that address, and the
- * instructions there followed by one in another function. The call and tail-call handlers
- * arm the slot they take with the count of the branch being applied. */
-
-static void occurrences_grow(Engine *e, Occurrences *o)
-{
-	uint32_t cap = o->cap ? o->cap * 2 : 16;
-	Occurrence *v = calloc(cap, sizeof(Occurrence));
-	if (!v)
-		fail_nomem(e);
-	for (uint32_t k = 0; k < o->cap; k++) {
-		Occurrence x = o->v[k];
-		if (x.stamp != o->gen)
-			continue;
-		uint32_t h = line_hash(x.ip) & (cap - 1);
-		while (v[h].stamp == o->gen)
-			h = (h + 1) & (cap - 1);
-		v[h] = x;
-	}
-	free(o->v);
-	o->v = v;
-	o->cap = cap;
-}
-
-/* Which branch from `ip` at perf time `time` of this thread this one is (1-based). */
-static uint32_t occurrence_of(Engine *e, Occurrences *o, uint64_t ip, int64_t time)
-{
-	if (time != o->time || !o->gen) {
-		o->time = time;
-		o->n = 0;
-		if (++o->gen == 0) { /* the stamps wrapped: forget them all */
-			if (o->v)
-				memset(o->v, 0, o->cap * sizeof(Occurrence));
-			o->gen = 1;
-		}
-	}
-	if (2 * (o->n + 1) > o->cap)
-		occurrences_grow(e, o);
-	uint32_t mask = o->cap - 1, h = line_hash(ip) & mask;
-	for (; o->v[h].stamp == o->gen; h = (h + 1) & mask)
-		if (o->v[h].ip == ip)
-			return ++o->v[h].count;
-	o->v[h] = (Occurrence){ip, 1, o->gen};
-	o->n++;
-	return 1;
-}
+/* ------------------------------------------ anchors (engine_anchors.c) at a branch */
 
 /* Before a branch is applied: what its slot's anchor would be. */
 static inline void note_branch(Engine *e, Thread *th, int kind, int32_t src, int32_t dst,
@@ -1645,7 +983,7 @@ static inline void gap_and_count(Engine *e, Thread *th, int64_t gap_time, uint64
 
 /* engine.py: TraceSegmentEngine._branch_body (in-transaction events and what follows
  * them; held events as they are run) */
-static void branch_body(Engine *e, Thread *th, int kind, int state, bool in_tx, int32_t src,
+void branch_body(Engine *e, Thread *th, int kind, int state, bool in_tx, int32_t src,
 			int32_t dst, int64_t time, uint64_t insns, uint64_t cycles,
 			int64_t gap_time, uint64_t gap_insns, const uint64_t *lines,
 			size_t nlines)
@@ -1687,249 +1025,8 @@ static void branch_body(Engine *e, Thread *th, int kind, int state, bool in_tx, 
 	apply(e, th, kind, state, src, dst, t);
 }
 
-static void push_above(Engine *e, Hypothesis *h, int32_t fn, uint64_t resume)
-{
-	if (h->nabove == h->capabove)
-		h->above = grow(e, h->above, &h->capabove, h->nabove + 1, sizeof(Pushed));
-	h->above[h->nabove++] = (Pushed){fn, resume};
-}
-
-/* Adds a hypothesis to the list being built (taking over its frames). */
-static void keep_hypothesis(Engine *e, Lookahead *l, Hypothesis h)
-{
-	if (l->nnext == l->capnext)
-		l->next = grow(e, l->next, &l->capnext, l->nnext + 1, sizeof(Hypothesis));
-	l->next[l->nnext++] = h;
-}
-
-/* A new hypothesis: h's candidate with top, and the first nabove frames h pushed. */
-static void fork_hypothesis(Engine *e, Lookahead *l, const Hypothesis *h, ptrdiff_t top,
-			    size_t nabove)
-{
-	Hypothesis n = {h->cand, top, NULL, 0, 0};
-	if (nabove) {
-		n.above = grow(e, NULL, &n.capabove, nabove, sizeof(Pushed));
-		memcpy(n.above, h->above, nabove * sizeof(Pushed));
-		n.nabove = nabove;
-	}
-	keep_hypothesis(e, l, n);
-}
-
-/* engine.py: _follow_jump (a jump into the middle of a function among the held events: to
- * every frame armed at dst, pushed since the landing or below it; if none is, to the frame
- * resumed_frame picks; if none is of its function, the frame on top is replaced). Adds what
- * h becomes to l->next; false: past an untraced gap, or replacing the landed frame. */
-static bool follow_jump(Engine *e, Thread *th, Lookahead *l, Hypothesis *h, int32_t dst)
-{
-	int32_t fn = e->loc_fn[dst];
-	uint64_t ip = e->loc_ip[dst];
-	ptrdiff_t nearest = -1;
-	size_t armed = 0;
-	bool gap = false;
-	for (size_t a = h->nabove; a-- > 0;) {
-		if (h->above[a].fn < 0) {
-			if (nearest < 0)
-				return false; /* past an untraced gap: what ran there is unknown */
-			gap = true;
-			break;
-		}
-		if (h->above[a].fn == fn) {
-			if (nearest < 0)
-				nearest = (ptrdiff_t)a;
-			if (h->above[a].resume == ip) {
-				fork_hypothesis(e, l, h, h->top, a + 1);
-				armed++;
-			}
-		}
-	}
-	Ctx *c = th->ctxs[l->ci];
-	if (!gap) {
-		for (ptrdiff_t j = h->top; j >= 0; j--) {
-			if (c->frames[j].fn == fn && resumes_at(th, c->frames[j].ix, ip)) {
-				fork_hypothesis(e, l, h, j, 0);
-				armed++;
-			}
-		}
-	}
-	if (armed) {
-		free(h->above);
-		return true;
-	}
-	if (nearest >= 0) {
-		h->nabove = (size_t)nearest + 1;
-		keep_hypothesis(e, l, *h);
-		return true;
-	}
-	ptrdiff_t j = resumed_frame(e, th, c, h->top, fn, dst);
-	if (j >= 0) {
-		h->top = j;
-		h->nabove = 0;
-	} else if (h->nabove) {
-		h->above[h->nabove - 1] = (Pushed){fn, 0}; /* into an unrelated function */
-	} else {
-		return false; /* it replaces the landed frame */
-	}
-	keep_hypothesis(e, l, *h);
-	return true;
-}
-
-/* engine.py: _follow_on. Adds what h becomes after the event to l->next (nothing if the event
- * does not fit it); false: an event this cannot follow (h is then left as it was). */
-static bool follow_on(Engine *e, Thread *th, Lookahead *l, Hypothesis *h, const HeldEvent *ev)
-{
-	if (ev->state == S_END) {
-		push_above(e, h, -1, 0); /* an untraced gap: tracing resumes on top of it */
-		keep_hypothesis(e, l, *h);
-		return true;
-	}
-	if (ev->state == S_START) {
-		if (!h->nabove || h->above[h->nabove - 1].fn >= 0)
-			return false;
-		h->nabove--;
-		keep_hypothesis(e, l, *h);
-		return true;
-	}
-	int32_t fn = e->loc_fn[ev->dst], sfn = e->loc_fn[ev->src];
-	uint64_t dip = e->loc_ip[ev->dst], sip = e->loc_ip[ev->src];
-	switch (ev->kind) {
-	case K_CALL:
-		if (!(fn == sfn && dip > sip && dip - sip <= MAX_INSN))
-			push_above(e, h, fn, 0);
-		keep_hypothesis(e, l, *h);
-		return true;
-	case K_RETURN: {
-		if (h->nabove) {
-			if (h->above[h->nabove - 1].fn < 0)
-				return false;
-			h->nabove--;
-			int32_t caller = h->nabove ? h->above[h->nabove - 1].fn
-						   : th->ctxs[l->ci]->frames[h->top].fn;
-			if (caller >= 0 && caller != fn) {
-				free(h->above); /* not to its caller: not this stack */
-				return true;
-			}
-			if ((fn_flags(e, sfn) & FN_SETJMP) && h->nabove && caller >= 0)
-				h->above[h->nabove - 1].resume = dip; /* a resume point armed since */
-			keep_hypothesis(e, l, *h);
-			return true;
-		}
-		if (fn_flags(e, sfn) & FN_SPECIAL_RETURN)
-			return false;
-		Ctx *c = th->ctxs[l->ci];
-		ptrdiff_t top = h->top;
-		if (top >= 1 && c->frames[top - 1].fn == fn && after_call(th, c->frames[top].ix, dip)) {
-			h->top = top - 1;
-			keep_hypothesis(e, l, *h);
-		} else {
-			free(h->above);
-		}
-		return true;
-	}
-	case K_JUMP:
-	case K_CJUMP:
-		if (fn == sfn) {
-			keep_hypothesis(e, l, *h);
-			return true;
-		}
-		if (h->nabove && h->above[h->nabove - 1].fn >= 0 && e->loc_off[ev->dst] == 0) {
-			h->above[h->nabove - 1] = (Pushed){fn, 0}; /* a tail call above the landing */
-			keep_hypothesis(e, l, *h);
-			return true;
-		}
-		if (e->loc_off[ev->dst] > 0)
-			return follow_jump(e, th, l, h, ev->dst);
-		return false;
-	default:
-		return false;
-	}
-}
-
-static bool same_stack(const Hypothesis *a, const Hypothesis *b)
-{
-	if (a->top != b->top || a->nabove != b->nabove)
-		return false;
-	for (size_t k = 0; k < a->nabove; k++) /* (not memcmp: Pushed has padding) */
-		if (a->above[k].fn != b->above[k].fn || a->above[k].resume != b->above[k].resume)
-			return false;
-	return true;
-}
-
-/* engine.py: _follow (false: an event the stacks cannot follow; the landing is then settled on
- * l->nearest, as the events before it left it) */
-static bool follow(Engine *e, Thread *th, const HeldEvent *ev)
-{
-	Lookahead *l = &th->look;
-	if (ev->kind == K_HELD_COUNTER || ev->kind == K_HELD_BREAK)
-		return true; /* no branch: every stack as it was */
-	if (ev->in_tx || (ev->state != S_NONE && ev->state != S_START && ev->state != S_END))
-		return false;
-	bool ok = true;
-	l->nnext = 0;
-	for (size_t i = 0; i < l->nhyp; i++) {
-		if (ok)
-			ok = follow_on(e, th, l, &l->hyp[i], ev);
-		if (!ok)
-			free(l->hyp[i].above);
-	}
-	Hypothesis *tmp = l->hyp;
-	size_t cap = l->caphyp;
-	l->hyp = l->next;
-	l->caphyp = l->capnext;
-	l->nhyp = l->nnext;
-	l->next = tmp;
-	l->capnext = cap;
-	l->nnext = 0;
-	if (!ok || !l->nhyp)
-		return false; /* (nothing fits: a jump into a cold part) */
-	if (l->nhyp > 1 && (ev->kind == K_JUMP || ev->kind == K_CJUMP) && e->loc_off[ev->dst] > 0) {
-		/* A longjmp may leave the same stack twice: what follows fits both alike, so only
-		 * the nearer candidate's can be the one chosen. */
-		size_t n = 0;
-		for (size_t i = 0; i < l->nhyp; i++) {
-			size_t k = 0;
-			while (k < n && !same_stack(&l->hyp[k], &l->hyp[i]))
-				k++;
-			if (k == n) {
-				l->hyp[n++] = l->hyp[i];
-				continue;
-			}
-			if (l->hyp[i].cand < l->hyp[k].cand) {
-				Hypothesis t = l->hyp[k];
-				l->hyp[k] = l->hyp[i];
-				l->hyp[i] = t;
-			}
-			free(l->hyp[i].above);
-		}
-		l->nhyp = n;
-		if (n > MAX_HYPOTHESES)
-			return false;
-	}
-	l->nearest = l->hyp[0].cand;
-	for (size_t i = 1; i < l->nhyp; i++)
-		if (l->hyp[i].cand < l->nearest)
-			l->nearest = l->hyp[i].cand;
-	return true;
-}
-
-/* engine.py: _Lookahead.decided (the stacks come from one candidate, or are the same) */
-static bool decided(const Lookahead *l)
-{
-	bool one = true, same = true;
-	for (size_t i = 1; i < l->nhyp; i++) {
-		one = one && l->hyp[i].cand == l->hyp[0].cand;
-		same = same && same_stack(&l->hyp[i], &l->hyp[0]);
-	}
-	return one || same;
-}
-
-static void hold(Engine *e, Thread *th, int kind, int state, bool in_tx, int32_t src,
-		 int32_t dst, int64_t time, uint64_t insns, uint64_t cycles, int64_t gap_time,
-		 uint64_t gap_insns, const uint64_t *lines, size_t nlines);
-
-static void break_segment(Engine *e, Thread *th, int64_t slot);
-
 /* engine.py: TraceSegmentEngine._break_body (a segment break on one thread) */
-static void break_body(Engine *e, Thread *th)
+void break_body(Engine *e, Thread *th)
 {
 	Ctx *c = cur(th);
 	if (!c->nframes && c->detached)
@@ -1940,87 +1037,12 @@ static void break_body(Engine *e, Thread *th)
 }
 
 /* engine.py: TraceSegmentEngine._power_body (a counter sample, its name and value) */
-static void counter_body(Engine *e, Thread *th, int64_t time, int64_t name, int64_t value)
+void counter_body(Engine *e, Thread *th, int64_t time, int64_t name, int64_t value)
 {
 	int64_t t = time > th->last_time ? time : th->last_time;
 	th->last_time = t;
 	int64_t slot = take_slot(e, th, t, 0);
 	wait_for(e, th, slot, W_COUNTER, name, value, 0);
-}
-
-/* engine.py: _settle */
-static void settle(Engine *e, Thread *th)
-{
-	Lookahead *l = &th->look;
-	if (!l->on)
-		return;
-	l->on = false;
-	ptrdiff_t fi = l->cand[l->nearest];
-	for (size_t i = 0; i < l->nhyp; i++)
-		free(l->hyp[i].above);
-	l->nhyp = 0;
-	if (l->ci + 1 == th->nctx) /* in the current context (else land_on) */
-		close_above(e, th, th->ctxs[l->ci], (size_t)fi, take_slot(e, th, l->t, 0), 0);
-	else
-		land_on(e, th, l->ci, (size_t)fi, l->t);
-	/* The held events run now; one may begin another lookahead, which needs the buffers:
-	 * take them. */
-	HeldEvent *ev = l->ev;
-	uint64_t *lines = l->lines;
-	size_t nev = l->nev;
-	l->ev = NULL;
-	l->lines = NULL;
-	l->nev = l->capev = l->nlines = l->caplines = 0;
-	for (size_t k = 0; k < nev; k++) {
-		const HeldEvent *h = &ev[k];
-		if (h->kind == K_HELD_COUNTER && !l->on) {
-			counter_body(e, th, h->time, (int64_t)h->insns, (int64_t)h->cycles);
-			continue;
-		}
-		if (h->kind == K_HELD_BREAK && !l->on) {
-			break_body(e, th);
-			continue;
-		}
-		if (l->on)
-			hold(e, th, h->kind, h->state, h->in_tx, h->src, h->dst, h->time, h->insns,
-			     h->cycles, h->gap_time, h->gap_insns, lines + h->line0, h->nlines);
-		else
-			branch_body(e, th, h->kind, h->state, h->in_tx, h->src, h->dst, h->time,
-				    h->insns, h->cycles, h->gap_time, h->gap_insns,
-				    lines + h->line0, h->nlines);
-	}
-	free(ev);
-	free(lines);
-}
-
-/* engine.py: _settle_all */
-static void settle_all(Engine *e, Thread *th)
-{
-	while (th->look.on)
-		settle(e, th);
-}
-
-/* engine.py: _hold */
-static void hold(Engine *e, Thread *th, int kind, int state, bool in_tx, int32_t src,
-		 int32_t dst, int64_t time, uint64_t insns, uint64_t cycles, int64_t gap_time,
-		 uint64_t gap_insns, const uint64_t *lines, size_t nlines)
-{
-	Lookahead *l = &th->look;
-	if (l->nev == l->capev)
-		l->ev = grow(e, l->ev, &l->capev, l->nev + 1, sizeof(HeldEvent));
-	if (nlines) {
-		if (l->nlines + nlines > l->caplines)
-			l->lines =
-			    grow(e, l->lines, &l->caplines, l->nlines + nlines, sizeof(uint64_t));
-		memcpy(l->lines + l->nlines, lines, nlines * sizeof(uint64_t));
-	}
-	HeldEvent *h = &l->ev[l->nev++];
-	*h = (HeldEvent){kind,	 state,	 src,	     dst,	in_tx, time,
-			 gap_time, insns, cycles, gap_insns, l->nlines, nlines};
-	l->nlines += nlines;
-	bool followed = follow(e, th, h);
-	if (!followed || l->nev >= LOOKAHEAD_EVENTS || decided(l))
-		settle(e, th);
 }
 
 /* engine.py: TraceSegmentEngine._branch */

@@ -1,6 +1,7 @@
 /* The streaming trace-segment engine: its state and its entry points, without Python.
  *
- * engine.c holds the rules (the twin of src/ptscope/reconstruct/engine.py); its callers
+ * engine.c holds the rules (the twin of src/ptscope/reconstruct/engine.py), its other
+ * files the rest (engine_internal.h says which holds what); its callers
  * are the Python extension (reconstruct/_cengine.c, which turns buffers into columns and
  * failures into exceptions) and, later, the dlfilter. The state is declared here, whole,
  * so that a binding can read its counters and drain its output vectors.
@@ -19,6 +20,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "line_set.h"
 
 /* SliceFlags, and the engine's private flag (engine.py: _AFTER_CALL). */
 #define FL_INFERRED 1
@@ -91,14 +94,6 @@ typedef struct {
 	size_t hint; /* when it grows from empty: room for this many at once (0: the usual) */
 } Vec;
 
-/* A set of 64-byte code lines (address >> 6), stored as line + 1: a small array, or an
- * open-addressing table (0 empty, at most half full). What a frame executed, for its
- * i-cache footprint. */
-typedef struct {
-	uint64_t *v;
-	uint32_t n, cap;
-	bool hashed;
-} LineSet;
 
 /* A slot's resolved time (on the engine's time axis), the cumulative instruction/cycle
  * counts in force there, its perf time (as the event said, not spread: what

@@ -186,7 +186,7 @@ class CallPicker:
     ``occurrence``-th instruction at address ``anchor`` dated ``time`` (the call or jump
     that began the call). Decode errors among them are kept and not counted.
 
-    Occurrences are counted as the engine counts branches (``_native/engine.c``, "Anchors"):
+    Occurrences are counted as the engine counts branches (``_native/engine_anchors.c``):
     a call at that address, or an instruction there followed by one in another function
     (a jump out); not one followed by an instruction of its own function (a jump inside
     it, a conditional jump not taken, which the engine never sees from there)."""
