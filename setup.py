@@ -81,13 +81,26 @@ def _header_found(extra_dirs: list[str]) -> bool:
 
 
 ext_modules = []
+# The dlfilter's files (tests/support/dlfilter_harness.py builds its test copy from the same).
+DLFILTER_FILES = (
+    "dlfilter",
+    "filter_blocks",
+    "filter_output",
+    "filter_tables",
+    "x86_length",
+)
 if not os.environ.get("PTSCOPE_NO_DLFILTER"):
     ext_modules.append(
         SharedObject(
             "ptscope._native.dlfilter",
-            sources=["src/ptscope/_native/dlfilter.c", "src/ptscope/_native/x86_length.c"],
-            depends=["src/ptscope/_native/record_format.h", "src/ptscope/_native/x86_length.h"],
-            extra_compile_args=["-O2", "-Wall", "-Werror", "-std=c11", "-fvisibility=hidden"],
+            sources=[f"src/ptscope/_native/{name}.c" for name in DLFILTER_FILES],
+            depends=[
+                f"src/ptscope/_native/{name}.h"
+                for name in ("record_format", "x86_length", "filter_internal", "filter_tables")
+            ],
+            # -flto: the files' calls into each other are inlined as within one file
+            extra_compile_args=["-O2", "-Wall", "-Werror", "-std=c11", "-fvisibility=hidden", "-flto"],
+            extra_link_args=["-O2", "-flto"],
         )
     )
 

@@ -1,14 +1,15 @@
 """Driving the C dlfilter without perf: compile it, fake perf's callback table with ctypes.
 
-``FakePerf`` loads a build of ``dlfilter.c``, fills its exported ``perf_dlfilter_fns`` with
-ctypes callbacks (``resolve_ip``, ``resolve_addr``, ``args``) and calls ``start`` /
-``filter_event_early`` / ``stop`` with fabricated ``struct perf_dlfilter_sample``s, the way
-perf does. The ctypes mirrors of perf's structs are checked against the system header by
-``tests/native/test_record_layout.py``.
+``FakePerf`` loads a build of the dlfilter (``dlfilter.c`` and its other files), fills its
+exported ``perf_dlfilter_fns`` with ctypes callbacks (``resolve_ip``, ``resolve_addr``,
+``args``) and calls ``start`` / ``filter_event_early`` / ``stop`` with fabricated
+``struct perf_dlfilter_sample``s, the way perf does. The ctypes mirrors of perf's structs
+are checked against the system header by ``tests/native/test_record_layout.py``.
 """
 
 from __future__ import annotations
 
+import ast
 import ctypes
 import hashlib
 import json
@@ -58,11 +59,21 @@ def compile_c(
     return out
 
 
+def dlfilter_files() -> list[Path]:
+    """The dlfilter's C files, as setup.py lists them (``DLFILTER_FILES``)."""
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "DLFILTER_FILES" for t in node.targets
+        ):
+            return [NATIVE_SRC / f"{name}.c" for name in ast.literal_eval(node.value)]
+    raise AssertionError("setup.py has no DLFILTER_FILES")
+
+
 def build_dlfilter() -> Path:
-    """A test build of the dlfilter, with the same flags as setup.py."""
-    return compile_c(
-        [NATIVE_SRC / "dlfilter.c", NATIVE_SRC / "x86_length.c"], "dlfilter-test", shared=True
-    )
+    """A test build of the dlfilter, from the files setup.py builds it from (its flags but
+    -flto, which changes no behaviour and would slow every test build)."""
+    return compile_c(dlfilter_files(), "dlfilter-test", shared=True)
 
 
 def c_layout(includes: Sequence[str], members: dict[str, Sequence[str]]) -> dict[str, object]:

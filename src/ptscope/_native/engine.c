@@ -464,7 +464,7 @@ bool inside_guard(Thread *th, Ctx *c, size_t j)
 
 /* engine.py: _resumed_frame (top may be -1) */
 ptrdiff_t resumed_frame(Engine *e, Thread *th, Ctx *c, ptrdiff_t top, int32_t fn,
-			       int32_t dst)
+			int32_t dst)
 {
 	ptrdiff_t first = -1, i;
 	for (i = top; i >= 0; i--) {
@@ -984,9 +984,9 @@ static inline void gap_and_count(Engine *e, Thread *th, int64_t gap_time, uint64
 /* engine.py: TraceSegmentEngine._branch_body (in-transaction events and what follows
  * them; held events as they are run) */
 void branch_body(Engine *e, Thread *th, int kind, int state, bool in_tx, int32_t src,
-			int32_t dst, int64_t time, uint64_t insns, uint64_t cycles,
-			int64_t gap_time, uint64_t gap_insns, const uint64_t *lines,
-			size_t nlines)
+		 int32_t dst, int64_t time, uint64_t insns, uint64_t cycles,
+		 int64_t gap_time, uint64_t gap_insns, const uint64_t *lines,
+		 size_t nlines)
 {
 	int64_t t = time < th->last_time ? th->last_time : time;
 	th->last_time = t;

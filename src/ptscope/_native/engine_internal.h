@@ -24,9 +24,9 @@
 /* engine.c: failures (they longjmp to the entry point that was called), growth, and the
  * rules that the other files call back into. */
 INTERNAL void branch_body(Engine *e, Thread *th, int kind, int state, bool in_tx, int32_t src,
-			int32_t dst, int64_t time, uint64_t insns, uint64_t cycles,
-			int64_t gap_time, uint64_t gap_insns, const uint64_t *lines,
-			size_t nlines);
+			  int32_t dst, int64_t time, uint64_t insns, uint64_t cycles,
+			  int64_t gap_time, uint64_t gap_insns, const uint64_t *lines,
+			  size_t nlines);
 INTERNAL void break_body(Engine *e, Thread *th);
 INTERNAL void close_above(Engine *e, Thread *th, Ctx *c, size_t index, int64_t slot, int64_t flags);
 INTERNAL void counter_body(Engine *e, Thread *th, int64_t time, int64_t name, int64_t value);
@@ -37,29 +37,29 @@ INTERNAL bool inside_guard(Thread *th, Ctx *c, size_t j);
 INTERNAL void land_on(Engine *e, Thread *th, size_t ci, size_t fi, int64_t t);
 INTERNAL int64_t *resume_entry(Thread *th, int64_t ix);
 INTERNAL ptrdiff_t resumed_frame(Engine *e, Thread *th, Ctx *c, ptrdiff_t top, int32_t fn,
-			       int32_t dst);
+				 int32_t dst);
 INTERNAL bool resumes_at(Thread *th, int64_t ix, uint64_t ip);
 
 /* engine_window.c: contexts, frames and the slot window; slices written in order. */
 INTERNAL void close_frame(Engine *e, Thread *th, int64_t ix, int64_t slot, int64_t flags);
 INTERNAL void flush_groups(Engine *e, Thread *th, bool force);
 INTERNAL int64_t new_frame(Engine *e, Thread *th, Ctx *c, int64_t parent, int32_t name,
-				int64_t start, int64_t addr, int64_t flags, int64_t callsite);
+			   int64_t start, int64_t addr, int64_t flags, int64_t callsite);
 INTERNAL void pop_ctxs(Engine *e, Thread *th, size_t keep);
 INTERNAL Ctx *push_ctx(Engine *e, Thread *th, bool detached, int64_t start_slot);
 INTERNAL void resolve(Engine *e, Thread *th, int64_t span);
 INTERNAL void retire_spine(Engine *e, Thread *th, Ctx *c);
 INTERNAL int64_t take_slot(Engine *e, Thread *th, int64_t t, int flags);
 INTERNAL void wait_for(Engine *e, Thread *th, int64_t slot, int32_t kind, int64_t a,
-			    int64_t b, int64_t c);
+		       int64_t b, int64_t c);
 
 /* engine_anchors.c: which execution of a call instruction started a frame. */
 INTERNAL uint32_t occurrence_of(Engine *e, Occurrences *o, uint64_t ip, int64_t time);
 
 /* engine_lookahead.c: ambiguous landings held until the events tell. */
 INTERNAL void hold(Engine *e, Thread *th, int kind, int state, bool in_tx, int32_t src,
-		 int32_t dst, int64_t time, uint64_t insns, uint64_t cycles, int64_t gap_time,
-		 uint64_t gap_insns, const uint64_t *lines, size_t nlines);
+		   int32_t dst, int64_t time, uint64_t insns, uint64_t cycles, int64_t gap_time,
+		   uint64_t gap_insns, const uint64_t *lines, size_t nlines);
 INTERNAL bool look_ahead(Engine *e, Thread *th, size_t ci, size_t fi, int32_t dst, int64_t t);
 INTERNAL void settle_all(Engine *e, Thread *th);
 

@@ -338,8 +338,8 @@ void settle_all(Engine *e, Thread *th)
 
 /* engine.py: _hold */
 void hold(Engine *e, Thread *th, int kind, int state, bool in_tx, int32_t src,
-		 int32_t dst, int64_t time, uint64_t insns, uint64_t cycles, int64_t gap_time,
-		 uint64_t gap_insns, const uint64_t *lines, size_t nlines)
+	  int32_t dst, int64_t time, uint64_t insns, uint64_t cycles, int64_t gap_time,
+	  uint64_t gap_insns, const uint64_t *lines, size_t nlines)
 {
 	Lookahead *l = &th->look;
 	if (l->nev == l->capev)

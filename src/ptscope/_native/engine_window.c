@@ -102,7 +102,7 @@ static inline void known_now(Engine *e, Thread *th, int64_t ix)
 }
 
 void wait_for(Engine *e, Thread *th, int64_t slot, int32_t kind, int64_t a,
-			    int64_t b, int64_t c)
+	      int64_t b, int64_t c)
 {
 	if (th->nwait == th->capwait)
 		th->waiters = grow(e, th->waiters, &th->capwait, th->nwait + 1, sizeof(Waiter));
@@ -268,7 +268,7 @@ static void set_start(Engine *e, Thread *th, int64_t ix, int64_t slot)
 }
 
 int64_t new_frame(Engine *e, Thread *th, Ctx *c, int64_t parent, int32_t name,
-				int64_t start, int64_t addr, int64_t flags, int64_t callsite)
+		  int64_t start, int64_t addr, int64_t flags, int64_t callsite)
 {
 	int64_t ix;
 	if (th->free_ix.n) {

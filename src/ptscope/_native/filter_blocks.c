@@ -1,0 +1,182 @@
+/* Instruction detail (--dlarg insns): the basic block a thread ran between two branch
+ * samples, decoded once through perf's object_code() and split with x86_length.c, its
+ * count cached in the block table; the 64-byte code lines it touched, kept as ranges
+ * until the next kept branch takes them (dlfilter.c's comment, "Basic blocks").
+ */
+#include "filter_internal.h"
+
+PTSCOPE_EXPORT int ptscope_split_block(const uint8_t *code, size_t avail, size_t size,
+				       uint32_t *before, uint8_t *end_len)
+{
+	size_t pos = 0;
+	uint32_t n = 0;
+	while (pos < size) {
+		int len = ptscope_x86_length(code + pos, avail - pos);
+		if (len <= 0)
+			return -1;
+		pos += (size_t)len;
+		n++;
+	}
+	if (pos != size)
+		return -1;
+	int len = pos < avail ? ptscope_x86_length(code + pos, avail - pos) : 0;
+	*before = n;
+	*end_len = len > 0 ? (uint8_t)len : 0;
+	return 0;
+}
+
+/* ------------------------------------------------------------- line sets */
+
+/* Add the lines lo..hi. 0, or -1 when out of memory. */
+static inline int line_set_add(struct line_set *s, uint64_t lo, uint64_t hi)
+{
+	/* The first range that ends at or after lo - 1 (it may touch or overlap lo..hi). */
+	uint32_t a = 0, b = s->n;
+	while (a < b) {
+		uint32_t m = (a + b) / 2;
+		if (s->r[m].first + s->r[m].count < lo) /* its last line + 1 < lo */
+			a = m + 1;
+		else
+			b = m;
+	}
+	if (a < s->n && s->r[a].first <= lo && s->r[a].first + s->r[a].count > hi)
+		return 0; /* already there: the common case (a loop runs the same block) */
+	/* Ranges a..c-1 touch or overlap lo..hi: merge them into one. */
+	uint32_t c = a;
+	while (c < s->n && s->r[c].first <= hi + 1) {
+		if (s->r[c].first < lo)
+			lo = s->r[c].first;
+		uint64_t last = s->r[c].first + s->r[c].count - 1;
+		if (last > hi)
+			hi = last;
+		c++;
+	}
+	if (c == a) { /* insert at a */
+		if (s->n == s->cap) {
+			uint32_t ncap = s->cap ? s->cap * 2 : 8;
+			struct ptscope_line_range *nr = realloc(s->r, ncap * sizeof(*nr));
+			if (!nr)
+				return -1;
+			s->r = nr;
+			s->cap = ncap;
+		}
+		memmove(&s->r[a + 1], &s->r[a], (s->n - a) * sizeof(*s->r));
+		s->n++;
+	} else if (c > a + 1) {
+		memmove(&s->r[a + 1], &s->r[c], (s->n - c) * sizeof(*s->r));
+		s->n -= c - a - 1;
+	}
+	s->r[a].first = lo;
+	s->r[a].count = hi - lo + 1;
+	return 0;
+}
+
+/* line_set_add for the tests (an exported function is called through the PLT). */
+PTSCOPE_EXPORT int ptscope_line_set_add(struct line_set *s, uint64_t lo, uint64_t hi)
+{
+	return line_set_add(s, lo, hi);
+}
+
+/* ----------------------------------------------------------- per branch */
+
+struct ptscope_line_range take_lines(struct ptscope_filter *f, struct line_set *set)
+{
+	struct ptscope_line_range last = { 0, 0 };
+	if (!set->n)
+		return last;
+	uint32_t before = set->n - 1;
+	for (uint32_t i = 0; i < before; i += PTSCOPE_LINES_PER_REC) {
+		struct ptscope_lines_rec r;
+		memset(&r, 0, sizeof(r));
+		r.tag = PTSCOPE_TAG_LINES;
+		uint32_t k = before - i < PTSCOPE_LINES_PER_REC ? before - i : PTSCOPE_LINES_PER_REC;
+		r.ranges = (uint8_t)k;
+		memcpy(r.range, &set->r[i], k * sizeof(r.range[0]));
+		emit(f, &r, sizeof(r));
+		f->counters.lines++;
+	}
+	last = set->r[before];
+	set->n = 0;
+	return last;
+}
+
+/* The block cache entry of the code from `start` to `end` in the sample's process,
+ * decoded now if it is new (through perf's object_code, which reads the sample's
+ * thread's mapping of it). NULL only when out of memory. */
+static struct block_slot *block_of(struct ptscope_filter *f, uint64_t start, uint64_t end,
+				   uint64_t meta, void *ctx)
+{
+	if ((f->blocks.count + 1) * 2 > f->blocks.cap && block_table_grow(&f->blocks) < 0)
+		return NULL;
+	struct block_slot *b = block_find(&f->blocks, start, end, meta);
+	if (b->used)
+		return b;
+	*b = (struct block_slot){ .start = start, .end = end, .meta = meta, .used = 1,
+				  .before = BLOCK_UNKNOWN };
+	f->blocks.count++;
+	if (end < start || end - start > BLOCK_MAX_BYTES || !perf_dlfilter_fns.object_code)
+		return b;
+	size_t want = (size_t)(end - start) + PTSCOPE_X86_MAX_LENGTH;
+	if (want > f->code_cap) {
+		size_t ncap = f->code_cap ? f->code_cap : 4096;
+		while (ncap < want)
+			ncap *= 2;
+		uint8_t *nc = realloc(f->code, ncap);
+		if (!nc)
+			return NULL;
+		f->code = nc;
+		f->code_cap = ncap;
+	}
+	int32_t got = perf_dlfilter_fns.object_code(ctx, start, f->code, (uint32_t)want);
+	uint32_t before;
+	uint8_t end_len;
+	if (got >= (int64_t)(end - start) &&
+	    ptscope_split_block(f->code, (size_t)got, (size_t)(end - start), &before, &end_len) == 0) {
+		b->before = before;
+		b->end_len = end_len;
+		f->counters.blocks_decoded++;
+	}
+	return b;
+}
+
+int account_block(struct ptscope_filter *f, struct thread_state *th,
+		  const struct perf_dlfilter_sample *s, void *ctx, uint32_t gen,
+		  struct loc_slot *src)
+{
+	uint64_t start = th->block_start;
+	int seen = th->seen;
+	th->block_start = s->addr; /* 0 when tracing stops: nothing known until it restarts */
+	th->seen = 1;
+	if (!s->ip)
+		return 0; /* tracing (re)starts: nothing ran since the previous sample */
+	if (!start) {
+		/* The thread's first sample in this decode starts mid-block (a parallel window
+		 * begins at a PSB): not unknown code, and parallel.py fixes its count. */
+		if (seen)
+			f->counters.blocks_unknown++;
+		return 0;
+	}
+	/* The block from `start` to this branch's source: the source's memo, else the
+	 * block table (src is keyed by this ip, pid and generation, like the block). */
+	if (src->block_start != start) {
+		struct block_slot *b = block_of(f, start, s->ip, loc_meta(s->pid, gen, 0), ctx);
+		if (!b)
+			return -ENOMEM;
+		src->block_start = start;
+		src->block_before = b->before;
+		src->block_end_len = b->end_len;
+	}
+	uint32_t before = src->block_before;
+	uint8_t end_len = src->block_end_len;
+	int inclusive = !(s->flags & PERF_DLFILTER_FLAG_ASYNC);
+	if (before == BLOCK_UNKNOWN || (inclusive && !end_len)) {
+		f->counters.blocks_unknown++;
+		return 0;
+	}
+	uint64_t count = before + (inclusive ? 1u : 0u);
+	if (!count)
+		return 0;
+	uint64_t last_byte = inclusive ? s->ip + end_len - 1 : s->ip - 1;
+	th->pending_insn += count;
+	return line_set_add(&th->lines, start >> 6, last_byte >> 6) ? -ENOMEM : 0;
+}
