@@ -51,6 +51,15 @@ and every slice's ``drill`` arg, which the CLI always writes, included).
 
 ``--only`` picks measurements by name; ``--insns`` is a shortcut for the floor, the plain
 and instruction-detail dlfilter decodes and perf's i0ns paths.
+
+``--instructions`` counts instructions instead of timing (callgrind, every process of a
+run: perf, ptscope, anything they start): the floor, perf2perfetto and the ``ptscope
+decode -j1`` command with its defaults, ``--no-drill`` and ``--no-insn-detail``, each
+once, with each run's share in perf's process and in ptscope's. A count does not drift
+with a shared VM's speed (times here moved by a third between runs), so a change's effect
+shows at once; it ignores the kernel's work (system time) and what one instruction costs
+(memory stalls), which the timed modes keep. Needs valgrind (``make bench-system-deps``);
+a 60k-round run takes a few minutes.
 """
 
 from __future__ import annotations
@@ -613,6 +622,90 @@ def peers_report(results: dict[str, dict[str, float]]) -> None:
             print(f"ptscope decode (CLI, drill strings) / perf2perfetto: CPU {cpu:.2f}x")
 
 
+INSTRUCTION_RUNS: list[tuple[str, list[str]]] = [
+    ("floor", []),
+    ("perf2perfetto", []),
+    ("ptscope decode -j1", []),
+    ("ptscope decode -j1 --no-drill", ["--no-drill"]),
+    ("ptscope decode -j1 --no-insn-detail", ["--no-insn-detail"]),
+]
+
+
+def _counted(argv: list[str], out: Path, env: dict[str, str] | None = None) -> dict[str, int]:
+    """Instructions each process of ``argv`` ran (callgrind, children followed), by its
+    program's name (perf, python...): the sums of every callgrind file of the run."""
+    out.mkdir(parents=True, exist_ok=True)
+    cg = ["valgrind", "--tool=callgrind", "--trace-children=yes"]
+    subprocess.run(
+        [*cg, f"--callgrind-out-file={out / 'cg.%p'}", *argv],
+        check=True,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    counts: dict[str, int] = {}
+    for f in out.glob("cg.*"):
+        program, total = "?", 0
+        for line in f.read_text(errors="replace").splitlines():
+            if line.startswith("cmd:"):
+                program = Path(line.split()[1]).name if len(line.split()) > 1 else "?"
+            elif line.startswith(("summary:", "totals:")):
+                total = int(line.split()[1])
+        program = "perf" if program.startswith("perf") else program
+        counts[program] = counts.get(program, 0) + total
+        f.unlink()
+    return counts
+
+
+def instructions_main(perf_data: Path) -> None:
+    """--instructions: each run's instructions, in all and per process, × the floor and
+    against perf2perfetto."""
+    import shutil
+    import tempfile
+
+    from ptscope.perftool import find_perf, perf_env
+
+    if not shutil.which("valgrind"):
+        print("--instructions: skipped: valgrind is missing (make bench-system-deps)")
+        return
+    perf = find_perf().path
+    library = build_perf2perfetto()
+    rows: dict[str, dict[str, int]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, options in INSTRUCTION_RUNS:
+            env = perf_env()
+            if name == "floor":
+                argv = [perf, "script", "-i", str(perf_data), f"--itrace={ITRACE}"]
+                argv += ["--dlfilter", str(build_null_dlfilter())]
+            elif name == "perf2perfetto":
+                if isinstance(library, str):
+                    print(f"perf2perfetto: skipped: {library}")
+                    continue
+                argv = [perf, "script", "-i", str(perf_data), "--itrace=be", "--dlfilter"]
+                argv += [str(library), "--dlarg", f"{tmp}/p2p.fxt", "--dlarg", "t"]
+            else:
+                argv = [sys.executable, "-m", "ptscope", "decode", str(perf_data.parent)]
+                argv += ["-o", f"{tmp}/trace.fxt.gz", "-j1", *options]
+                # (perf runs ~50x slower under callgrind: no stall is a hang)
+                env = {**os.environ, "PTSCOPE_PERF_STALL_TIMEOUT": "86400"}
+            print(f"  counting {name}...", flush=True)
+            rows[name] = _counted(argv, Path(tmp) / "cg", env)
+    floor = sum(rows["floor"].values()) if "floor" in rows else 0
+    p2p = sum(rows["perf2perfetto"].values()) if "perf2perfetto" in rows else 0
+    print(f"\n{'instructions (G)':<36} {'all':>7} {'x floor':>8} {'perf':>7} {'ptscope':>8}")
+    for name, counts in rows.items():
+        total = sum(counts.values())
+        mine = total - counts.get("perf", 0)
+        x = f"{total / floor:.2f}" if floor else "-"
+        print(
+            f"{name:<36} {total / 1e9:7.2f} {x:>8} {counts.get('perf', 0) / 1e9:7.2f}"
+            f" {mine / 1e9:8.2f}"
+        )
+    for name in ("ptscope decode -j1", "ptscope decode -j1 --no-drill"):
+        if p2p and name in rows:
+            print(f"{name} / perf2perfetto: {sum(rows[name].values()) / p2p:.2f}x instructions")
+
+
 def memory_main(rounds: list[int]) -> None:
     """Peak RSS of a whole decode (one job) as the trace grows: flat, if the engine streams."""
     rows = []
@@ -681,6 +774,12 @@ def main() -> None:
         help="against perf2perfetto (built offline here, or skipped saying why): the floor, "
         "perf2perfetto, ptscope --no-insn-detail -j1, -j1, --jobs 2 and its default",
     )
+    ap.add_argument(
+        "--instructions",
+        action="store_true",
+        help="instruction counts (callgrind, every process): the floor, perf2perfetto and "
+        "`ptscope decode -j1` (default, --no-drill, --no-insn-detail)",
+    )
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -696,6 +795,10 @@ def main() -> None:
     else:
         perf_data = emulated_recording(args.branches)
     build_null_dlfilter()
+    if args.instructions:
+        print(f"recording: {perf_data}")
+        instructions_main(perf_data)
+        return
     size = os.path.getsize(perf_data)
     print(
         f"recording: {perf_data} ({size / 1e6:.1f} MB), {os.cpu_count()} CPUs, --jobs {args.jobs}"
