@@ -141,10 +141,17 @@ static inline void ring_order_text(struct ptscope_filter *f)
 
 static inline void emit(struct ptscope_filter *f, const void *rec, size_t size)
 {
-	if (f->ring.base)
+	struct ring *r = &f->ring;
+	if (r->base && r->chunk_bytes - r->used >= size) {
+		/* ring_write's common case, inline: the record fits in the chunk being filled
+		 * (its size is a constant here, so the copy is a few stores, not a call) */
+		memcpy(r->base + (size_t)r->cur * r->chunk_bytes + r->used, rec, size);
+		r->used += (uint32_t)size;
+	} else if (r->base) {
 		ring_write(f, rec, size);
-	else if (fwrite_unlocked(rec, size, 1, f->out) != 1)
+	} else if (fwrite_unlocked(rec, size, 1, f->out) != 1) {
 		f->failed = 1;
+	}
 }
 
 void emit_header(struct ptscope_filter *f);
