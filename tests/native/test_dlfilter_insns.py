@@ -139,13 +139,21 @@ class LineSet(ctypes.Structure):
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 60), st.integers(0, 6)), max_size=40))
-def test_line_set_is_the_union_of_its_ranges(adds: list[tuple[int, int]]) -> None:
+@given(
+    st.lists(st.one_of(st.tuples(st.integers(0, 60), st.integers(0, 6)), st.none()), max_size=40)
+)
+def test_line_set_is_the_union_of_its_ranges(adds: list[tuple[int, int] | None]) -> None:
+    """None: a kept branch takes the lines (the set is emptied, its buffer kept)."""
     fn = ctypes.CDLL(str(build_dlfilter())).ptscope_line_set_add
     fn.argtypes = [ctypes.POINTER(LineSet), ctypes.c_uint64, ctypes.c_uint64]
     s = LineSet()
     expected: set[int] = set()
-    for lo, width in adds:
+    for add in adds:
+        if add is None:
+            s.n = 0
+            expected.clear()
+            continue
+        lo, width = add
         assert fn(ctypes.byref(s), lo, lo + width) == 0
         expected.update(range(lo, lo + width + 1))
     pairs = ctypes.cast(s.r, ctypes.POINTER(ctypes.c_uint64))
