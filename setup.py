@@ -81,7 +81,9 @@ def _header_found(extra_dirs: list[str]) -> bool:
 
 
 ext_modules = []
-# The dlfilter's files (tests/support/dlfilter_harness.py builds its test copy from the same).
+NATIVE = "src/ptscope/_native"
+# The C files of the dlfilter and of the engine (the tests build their copies from these
+# lists: tests/support/dlfilter_harness.py, setup_files).
 DLFILTER_FILES = (
     "dlfilter",
     "filter_blocks",
@@ -89,13 +91,14 @@ DLFILTER_FILES = (
     "filter_tables",
     "x86_length",
 )
+ENGINE_FILES = ("engine", "engine_window", "engine_anchors", "engine_lookahead", "line_set")
 if not os.environ.get("PTSCOPE_NO_DLFILTER"):
     ext_modules.append(
         SharedObject(
             "ptscope._native.dlfilter",
-            sources=[f"src/ptscope/_native/{name}.c" for name in DLFILTER_FILES],
+            sources=[f"{NATIVE}/{name}.c" for name in DLFILTER_FILES],
             depends=[
-                f"src/ptscope/_native/{name}.h"
+                f"{NATIVE}/{name}.h"
                 for name in ("record_format", "x86_length", "filter_internal", "filter_tables")
             ],
             # -flto: the files' calls into each other are inlined as within one file;
@@ -168,16 +171,11 @@ def optional_extension(
 
 # The C twin of the trace-segment engine (reconstruct/engine.py is the Python one): the
 # engine itself (_native/engine*.c and line_set.c, no Python in them) and its Python binding.
-ENGINE = "src/ptscope/_native"
 optional_extension(
     "PTSCOPE_NO_CENGINE",
     "ptscope.reconstruct._cengine",
-    ["src/ptscope/reconstruct/_cengine.c"]
-    + [
-        f"{ENGINE}/{name}.c"
-        for name in ("engine", "engine_window", "engine_anchors", "engine_lookahead", "line_set")
-    ],
-    [f"{ENGINE}/{name}.h" for name in ("engine", "engine_internal", "line_set")],
+    ["src/ptscope/reconstruct/_cengine.c", *(f"{NATIVE}/{name}.c" for name in ENGINE_FILES)],
+    [f"{NATIVE}/{name}.h" for name in ("engine", "engine_internal", "line_set")],
     lto=True,
 )
 # The dlfilter stream's branch runs read in C (the common case of the numpy reader,

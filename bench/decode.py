@@ -201,10 +201,14 @@ def _null_filter(perf_data: Path, itrace: str) -> dict[str, float]:
     """perf synthesizing its samples, handed to a filter that drops them."""
     from ptscope.perftool import find_perf, perf_env
 
-    null = build_null_dlfilter()
-    argv = [find_perf().path, "script", "-i", str(perf_data), f"--itrace={itrace}"]
-    subprocess.run([*argv, "--dlfilter", str(null)], check=True, env=perf_env())
+    subprocess.run(_floor_argv(find_perf().path, perf_data, itrace), check=True, env=perf_env())
     return {"events": 0}
+
+
+def _floor_argv(perf: str, perf_data: Path, itrace: str) -> list[str]:
+    """The floor: perf handing its samples to a filter that drops them."""
+    argv = [perf, "script", "-i", str(perf_data), f"--itrace={itrace}"]
+    return [*argv, "--dlfilter", str(build_null_dlfilter())]
 
 
 def _perf_dlfilter(perf_data: Path, insns: bool) -> dict[str, float]:
@@ -454,10 +458,15 @@ def _child_perf2perfetto(perf_data: Path, _jobs: int) -> dict[str, float]:
         raise SystemExit(library)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "p2p.fxt"
-        argv = [find_perf().path, "script", "-i", str(perf_data), "--itrace=be"]
-        argv += ["--dlfilter", str(library), "--dlarg", str(out), "--dlarg", "t"]
+        argv = _perf2perfetto_argv(find_perf().path, perf_data, library, out)
         subprocess.run(argv, check=True, env=perf_env(), stdout=subprocess.DEVNULL)
         return {"events": 0, "trace_bytes": out.stat().st_size}
+
+
+def _perf2perfetto_argv(perf: str, perf_data: Path, library: Path, out: Path) -> list[str]:
+    """perf2perfetto on the time axis (``t``), writing plain FXT to ``out``."""
+    argv = [perf, "script", "-i", str(perf_data), "--itrace=be"]
+    return [*argv, "--dlfilter", str(library), "--dlarg", str(out), "--dlarg", "t"]
 
 
 def _cli_decode(perf_data: Path, _jobs: int) -> dict[str, float]:
@@ -675,14 +684,12 @@ def instructions_main(perf_data: Path) -> None:
         for name, options in INSTRUCTION_RUNS:
             env = perf_env()
             if name == "floor":
-                argv = [perf, "script", "-i", str(perf_data), f"--itrace={ITRACE}"]
-                argv += ["--dlfilter", str(build_null_dlfilter())]
+                argv = _floor_argv(perf, perf_data, ITRACE)
             elif name == "perf2perfetto":
                 if isinstance(library, str):
                     print(f"perf2perfetto: skipped: {library}")
                     continue
-                argv = [perf, "script", "-i", str(perf_data), "--itrace=be", "--dlfilter"]
-                argv += [str(library), "--dlarg", f"{tmp}/p2p.fxt", "--dlarg", "t"]
+                argv = _perf2perfetto_argv(perf, perf_data, library, Path(tmp) / "p2p.fxt")
             else:
                 argv = [sys.executable, "-m", "ptscope", "decode", str(perf_data.parent)]
                 argv += ["-o", f"{tmp}/trace.fxt.gz", "-j1", *options]

@@ -59,21 +59,21 @@ def compile_c(
     return out
 
 
-def dlfilter_files() -> list[Path]:
-    """The dlfilter's C files, as setup.py lists them (``DLFILTER_FILES``)."""
+def setup_files(name: str) -> list[Path]:
+    """The C files setup.py lists under ``name`` (``DLFILTER_FILES``, ``ENGINE_FILES``)."""
     tree = ast.parse((ROOT / "setup.py").read_text())
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == "DLFILTER_FILES" for t in node.targets
+            isinstance(t, ast.Name) and t.id == name for t in node.targets
         ):
-            return [NATIVE_SRC / f"{name}.c" for name in ast.literal_eval(node.value)]
-    raise AssertionError("setup.py has no DLFILTER_FILES")
+            return [NATIVE_SRC / f"{stem}.c" for stem in ast.literal_eval(node.value)]
+    raise AssertionError(f"setup.py has no {name}")
 
 
 def build_dlfilter() -> Path:
     """A test build of the dlfilter, from the files setup.py builds it from (its flags but
     -flto, which changes no behaviour and would slow every test build)."""
-    return compile_c(dlfilter_files(), "dlfilter-test", shared=True)
+    return compile_c(setup_files("DLFILTER_FILES"), "dlfilter-test", shared=True)
 
 
 def c_layout(includes: Sequence[str], members: dict[str, Sequence[str]]) -> dict[str, object]:

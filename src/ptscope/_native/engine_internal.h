@@ -120,9 +120,4 @@ static inline void ls_merge(Engine *e, LineSet *into, LineSet *from)
 		fail_nomem(e);
 }
 
-static inline void ls_clear(LineSet *s)
-{
-	line_set_clear(s);
-}
-
 #endif /* PTSCOPE_ENGINE_INTERNAL_H */

@@ -35,8 +35,8 @@ Ctx *push_ctx(Engine *e, Thread *th, bool detached, int64_t start_slot)
 	c->switched_in = false;
 	c->after_break = false;
 	c->interrupting = false;
-	ls_clear(&c->base);
-	ls_clear(&c->before);
+	line_set_clear(&c->base);
+	line_set_clear(&c->before);
 	return c;
 }
 
@@ -291,7 +291,7 @@ int64_t new_frame(Engine *e, Thread *th, Ctx *c, int64_t parent, int32_t name,
 	f->first_follower = f->last_follower = f->next_follower = -1;
 	f->known = 0;
 	f->icache = -1;
-	ls_clear(&f->lines);
+	line_set_clear(&f->lines);
 	f->live = true;
 	f->spine = start == c->start_slot;
 	if (callsite && parent >= 0 && (th->fr[parent].flags & FL_ARMED)) {
@@ -349,7 +349,7 @@ static void emit_slice(Engine *e, Thread *th, Frame *f, int64_t ix)
 	vec_push(e, &e->out[O_LINES], lined ? f->icache : -1);
 	vec_push(e, &e->out[O_ANCHOR], f->start.anchor);
 	vec_push(e, &e->out[O_OCCURRENCE], f->start.occurrence);
-	ls_clear(&f->lines);
+	line_set_clear(&f->lines);
 	e->slices_out++;
 }
 

@@ -139,13 +139,19 @@ static inline void ring_order_text(struct ptscope_filter *f)
 		f->failed = 1;
 }
 
+/* Ring mode: where the next byte goes in the chunk being filled. */
+static inline uint8_t *ring_cursor(const struct ring *r)
+{
+	return r->base + (size_t)r->cur * r->chunk_bytes + r->used;
+}
+
 static inline void emit(struct ptscope_filter *f, const void *rec, size_t size)
 {
 	struct ring *r = &f->ring;
 	if (r->base && r->chunk_bytes - r->used >= size) {
 		/* ring_write's common case, inline: the record fits in the chunk being filled
 		 * (its size is a constant here, so the copy is a few stores, not a call) */
-		memcpy(r->base + (size_t)r->cur * r->chunk_bytes + r->used, rec, size);
+		memcpy(ring_cursor(r), rec, size);
 		r->used += (uint32_t)size;
 	} else if (r->base) {
 		ring_write(f, rec, size);

@@ -46,7 +46,7 @@ void ring_write(struct ptscope_filter *f, const void *rec, size_t size)
 		}
 		size_t room = r->chunk_bytes - r->used;
 		size_t n = size < room ? size : room;
-		memcpy(r->base + (size_t)r->cur * r->chunk_bytes + r->used, p, n);
+		memcpy(ring_cursor(r), p, n);
 		r->used += (uint32_t)n;
 		p += n;
 		size -= n;
