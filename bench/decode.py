@@ -363,7 +363,12 @@ def _pipeline(
             ),
         )
         size = sum(p.file_bytes for p in summary.parts)
-        return {"events": summary.events, "slices": summary.slices, "trace_bytes": size}
+        return {
+            "events": summary.events,
+            "slices": summary.slices,
+            "trace_bytes": size,
+            "ring_wait_s": summary.ring_wait_ns / 1e9,
+        }
 
 
 def _without_ring(measure: Callable[[], dict[str, float]]) -> dict[str, float]:
@@ -605,7 +610,7 @@ def peers_report(results: dict[str, dict[str, float]]) -> None:
     floor = results.get("floor")
     print(
         f"\n{'':<30} {'CPU s':>7} {'CPU x floor':>11} {'wall s':>7} {'wall x floor':>12}"
-        f" {'output MB':>9} {'slices':>10} {'peak RSS MB':>11}"
+        f" {'output MB':>9} {'slices':>10} {'peak RSS MB':>11} {'perf waited s':>13}"
     )
     for name, r in results.items():
         cpu_x = f"{_times(r, floor, 'floor', 'cpu'):.2f}" if floor else "-"
@@ -613,9 +618,11 @@ def peers_report(results: dict[str, dict[str, float]]) -> None:
         size = f"{r['trace_bytes'] / 1e6:.1f}" if "trace_bytes" in r else "-"
         slices = f"{int(r['slices']):,}" if "slices" in r else "-"
         rss = max(r["rss_python_mb"], r["rss_perf_mb"])
+        # Ring mode: perf's time waiting for a free record chunk (ptscope busy writing).
+        waited = f"{r['ring_wait_s']:.2f}" if "ring_wait_s" in r else "-"
         print(
             f"{name:<30} {r['cpu']:7.2f} {cpu_x:>11} {r['inner_wall']:7.2f} {wall_x:>12}"
-            f" {size:>9} {slices:>10} {rss:11.0f}"
+            f" {size:>9} {slices:>10} {rss:11.0f} {waited:>13}"
         )
     p2p, ours = results.get("perf2perfetto"), results.get("ptscope default")
     if p2p and ours:

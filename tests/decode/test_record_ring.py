@@ -12,6 +12,7 @@ from __future__ import annotations
 import mmap
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -188,3 +189,32 @@ def test_ring_mode_is_used_and_leaves_no_descriptor_open(
     assert any(a.startswith("ring=") for a in process.argv)
     assert sum(len(b) for b in process.batches()) > 100
     assert sorted(os.listdir("/proc/self/fd")) == before
+
+
+@real_perf[0]
+@real_perf[1]
+@real_perf[2]
+def test_perfs_waits_for_a_free_chunk_are_counted(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The trailer says how often, and how long, perf waited for ptscope to give a chunk
+    back (ring sizes are chosen by it): here ptscope holds its chunks for 0.2 s."""
+    monkeypatch.delenv("PTSCOPE_NO_RING", raising=False)
+    monkeypatch.setattr(SharedRing.__init__, "__defaults__", (2, 4096))
+    perf_data = decode_case_recording("basics-static", tmp_path_factory)
+    process = DlfilterProcess(perf_data)
+    batches = process.batches()
+    next(batches)
+    time.sleep(0.2)  # perf fills both chunks meanwhile, then waits
+    assert sum(len(b) for b in batches) > 100
+    trailer = process.run_info().stats.trailer
+    assert trailer is not None
+    assert trailer["ring_waits"] >= 1
+    assert 0.1e9 <= trailer["ring_wait_ns"] < 60e9
+
+    monkeypatch.setenv("PTSCOPE_NO_RING", "1")  # through the pipe: no chunks to wait for
+    piped = DlfilterProcess(perf_data)
+    for _ in piped.batches():
+        time.sleep(0.01)
+    trailer = piped.run_info().stats.trailer
+    assert trailer is not None and trailer["ring_waits"] == trailer["ring_wait_ns"] == 0

@@ -603,7 +603,9 @@ PTSCOPE_EXPORT int stop(void *data, void *ctx)
 	if (f->to_end && !f->failed)
 		keep_trailing_jumps(f);
 	f->counters.tag = PTSCOPE_TAG_TRAILER;
-	emit(f, &f->counters, sizeof(f->counters));
+	/* A copy: writing it may wait for a chunk, which counts in f->counters. */
+	struct ptscope_trailer_rec trailer = f->counters;
+	emit(f, &trailer, sizeof(trailer));
 	if (f->ring.base && !f->failed && ring_publish(f, 1) < 0)
 		f->failed = 1;
 	if (fflush(f->out) != 0 || ferror(f->out))

@@ -4,7 +4,26 @@
  */
 #include "filter_internal.h"
 
+#include <time.h>
+
 /* --------------------------------------------------------------- writing */
+
+/* Waits until ptscope gives chunks back (it has all of them). */
+static int ring_take_free(struct ring *r)
+{
+	while (!r->nfree) {
+		ssize_t got = read(r->free_fd, r->free, r->chunks * sizeof(uint32_t));
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got <= 0 || got % sizeof(uint32_t))
+			return -1; /* ptscope went away, or wrote nonsense */
+		r->nfree = (uint32_t)(got / sizeof(uint32_t));
+		for (uint32_t i = 0; i < r->nfree; i++)
+			if (r->free[i] >= r->chunks)
+				return -1;
+	}
+	return 0;
+}
 
 int ring_publish(struct ptscope_filter *f, int last)
 {
@@ -19,16 +38,15 @@ int ring_publish(struct ptscope_filter *f, int last)
 	r->pending = __fpending(f->out);
 	if (!r->used || last)
 		return 0;
-	while (!r->nfree) {
-		ssize_t got = read(r->free_fd, r->free, r->chunks * sizeof(uint32_t));
-		if (got < 0 && errno == EINTR)
-			continue;
-		if (got <= 0 || got % sizeof(uint32_t))
-			return -1; /* ptscope went away, or wrote nonsense */
-		r->nfree = (uint32_t)(got / sizeof(uint32_t));
-		for (uint32_t i = 0; i < r->nfree; i++)
-			if (r->free[i] >= r->chunks)
-				return -1;
+	if (!r->nfree) {
+		struct timespec t0, t1;
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		if (ring_take_free(r) < 0)
+			return -1;
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		f->counters.ring_waits++;
+		f->counters.ring_wait_ns += (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000LL +
+						       (t1.tv_nsec - t0.tv_nsec));
 	}
 	r->cur = r->free[--r->nfree];
 	r->used = 0;

@@ -16,7 +16,7 @@
 #include <string.h>
 
 #define PTSCOPE_STREAM_MAGIC "PTSCOPE" /* 7 bytes after the header's tag byte */
-#define PTSCOPE_STREAM_VERSION 4u
+#define PTSCOPE_STREAM_VERSION 5u
 
 enum ptscope_tag {
 	PTSCOPE_TAG_CHUNK = 0xF7,    /* ring mode, on perf's stdout only: a chunk is ready */
@@ -136,7 +136,7 @@ struct ptscope_lines_rec { /* 88 bytes */
 	struct ptscope_line_range range[5]; /* PTSCOPE_LINES_PER_REC */
 };
 
-struct ptscope_trailer_rec { /* 88 bytes */
+struct ptscope_trailer_rec { /* 104 bytes */
 	uint8_t tag;       /* PTSCOPE_TAG_TRAILER */
 	uint8_t reserved[7];
 	uint64_t samples;          /* every sample perf handed to the filter */
@@ -152,6 +152,11 @@ struct ptscope_trailer_rec { /* 88 bytes */
 	uint64_t blocks_unknown;   /* blocks whose instructions could not be counted (no
 				    * start known, code unreadable or not decodable to the
 				    * branch): their instructions are missing from insn_cnt */
+	uint64_t ring_waits;       /* ring mode: times perf had no free chunk left and read
+				    * ptscope's pipe for more (blocking until it gave one
+				    * back), and how long those reads took in all (ns): what
+				    * a bigger ring, or a steadier reader, would give back */
+	uint64_t ring_wait_ns;
 };
 
 /* Ring mode (the `ring=` argument): the records go into chunks of a memory area shared with
@@ -179,7 +184,7 @@ _Static_assert(sizeof(struct ptscope_power_rec) == 32, "power layout");
 _Static_assert(sizeof(struct ptscope_insns_branch_rec) == 88, "insns branch layout");
 _Static_assert(sizeof(struct ptscope_lines_rec) == sizeof(struct ptscope_insns_branch_rec),
 	       "lines layout");
-_Static_assert(sizeof(struct ptscope_trailer_rec) == 88, "trailer layout");
+_Static_assert(sizeof(struct ptscope_trailer_rec) == 104, "trailer layout");
 _Static_assert(sizeof(struct ptscope_chunk_rec) == 16, "chunk layout");
 
 /* A branch record's fields read where they lie, for readers of the stream: records start

@@ -55,7 +55,7 @@ __all__ = [
 ]
 
 MAGIC: Final = b"PTSCOPE"
-STREAM_VERSION: Final = 4
+STREAM_VERSION: Final = 5
 
 # Tag bytes: never the first byte of a UTF-8 character, so no text line starts with one.
 TAG_CHUNK: Final = 0xF7  # ring mode, on perf's stdout only (decode/record_ring.py)
@@ -190,10 +190,12 @@ TRAILER_FIELDS: Final = (
     "lines",
     "blocks_decoded",
     "blocks_unknown",
+    "ring_waits",
+    "ring_wait_ns",
 )
 TRAILER_DTYPE: Final = _dtype(
     [("tag", "u1"), ("_pad0", "V7"), *((name, "<u8") for name in TRAILER_FIELDS)],
-    88,
+    104,
 )
 
 CHUNK_DTYPE: Final = _dtype(
@@ -224,7 +226,7 @@ BRANCH: Final = struct.Struct("<BBHIiiQQQQQIIiI")
 POWER: Final = struct.Struct("<B3xiiiQII")
 LINES: Final = struct.Struct(f"<BB6x{2 * LINES_PER_RECORD}Q")
 INSNS_BRANCH: Final = struct.Struct(BRANCH.format + "QQ")
-TRAILER: Final = struct.Struct("<B7x10Q")
+TRAILER: Final = struct.Struct("<B7x12Q")
 CHUNK: Final = struct.Struct("<B3xII4x")
 
 for _codec, _dt in (
