@@ -120,3 +120,39 @@ def test_the_c_reader_refuses_a_run_outside_its_buffer() -> None:
         _crecords.check_run(bytes(100), 0, 1, 80, 10, 1 << 40)
     with contextlib.suppress(ValueError):  # a tag that is not a branch's: not taken
         assert _crecords.check_run(bytes(88), 0, 1, 88, 10, 1 << 40) is None
+
+
+_TAG_BYTES = st.sampled_from([rf.TAG_BRANCH, rf.TAG_LINES, rf.TAG_LOCATION, 0, 0xFF, ord("\n")])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    tags=st.lists(_TAG_BYTES, max_size=40),
+    size=st.sampled_from([72, 88]),
+    lead=st.integers(0, 100),
+    filler=st.sampled_from([0, rf.TAG_BRANCH, rf.TAG_LINES]),
+)
+def test_the_c_tag_scan_is_its_numpy_twins(
+    tags: list[int], size: int, lead: int, filler: int
+) -> None:
+    """Where a run of branch records ends: the first byte of every row, whatever the rest
+    of the rows hold (here the tags themselves), as the numpy reference finds it."""
+    buf = bytearray([filler]) * (lead + size * len(tags))
+    for i, tag in enumerate(tags):
+        buf[lead + i * size] = tag
+    data = bytes(buf)
+    want = ds.scan_tags(data, lead, len(tags), size)
+    assert _crecords.scan_tags(data, lead, len(tags), size) == want
+    stop, first_lines, last_branch = want
+    assert stop == next(
+        (i for i, t in enumerate(tags) if t not in (rf.TAG_BRANCH, rf.TAG_LINES)), len(tags)
+    )
+    assert first_lines == next((i for i, t in enumerate(tags[:stop]) if t == rf.TAG_LINES), -1)
+    assert last_branch == max(
+        (i for i, t in enumerate(tags[:stop]) if t == rf.TAG_BRANCH), default=-1
+    )
+
+
+def test_the_c_tag_scan_refuses_rows_outside_its_buffer() -> None:
+    with pytest.raises(ValueError, match="inside"):
+        _crecords.scan_tags(bytes(100), 50, 1, 88)

@@ -2,6 +2,7 @@
  * RecordStreamParser._branch_records (decode/dlfilter_stream.py), which stays the
  * reference and handles everything else.
  *
+ *   scan_tags(buf, pos, n, size) -> (stop, first_lines, last_branch)
  *   check_run(buf, pos, n, size, nloc, budget) -> (spent, lines) | None
  *   fill_run(buf, pos, n, size, table_ids, pid, tid, time, flags, src, dst, insn_count,
  *            cycle_count, gap_delta, gap_insns, line_offsets, lines) -> None
@@ -15,6 +16,13 @@
  * exactly as before. fill_run() writes the columns of a BranchBatch into the given arrays
  * (contiguous, of the batch's dtypes; src/dst are the stream's location ids mapped through
  * table_ids), the lines one after the other with n + 1 offsets.
+ *
+ * scan_tags() reads the first byte of n rows of `size` bytes at `pos`, where a run of branch
+ * records may be (lines records among them): `stop` is the first row whose tag is neither
+ * a branch's nor a lines record's (n: none), `first_lines` the first lines record before
+ * it and `last_branch` the last branch record before it (-1: none). The parser decides
+ * from these where its run ends (RecordStreamParser._run_length; its numpy twin is the
+ * reference).
  *
  * One pass of C replaces about twenty numpy passes over the same megabyte, each of them
  * a strided walk through 88-byte rows.
@@ -48,6 +56,32 @@ static int run_of(PyObject *obj, Py_buffer *view, Py_ssize_t pos, Py_ssize_t n, 
 		return -1;
 	}
 	return 0;
+}
+
+static PyObject *scan_tags(PyObject *Py_UNUSED(m), PyObject *args)
+{
+	PyObject *obj;
+	Py_ssize_t pos, n, size;
+	if (!PyArg_ParseTuple(args, "Onnn", &obj, &pos, &n, &size))
+		return NULL;
+	Py_buffer view;
+	if (run_of(obj, &view, pos, n, size) < 0)
+		return NULL;
+	const unsigned char *p = (const unsigned char *)view.buf + pos;
+	Py_ssize_t stop = n, first_lines = -1, last_branch = -1;
+	for (Py_ssize_t i = 0; i < n; i++, p += size) {
+		if (*p == PTSCOPE_TAG_BRANCH) {
+			last_branch = i;
+		} else if (*p == PTSCOPE_TAG_LINES) {
+			if (first_lines < 0)
+				first_lines = i;
+		} else {
+			stop = i;
+			break;
+		}
+	}
+	PyBuffer_Release(&view);
+	return Py_BuildValue("nnn", stop, first_lines, last_branch);
 }
 
 static PyObject *check_run(PyObject *Py_UNUSED(m), PyObject *args)
@@ -170,6 +204,8 @@ out_view:
 }
 
 static PyMethodDef methods[] = {
+	{"scan_tags", scan_tags, METH_VARARGS,
+	 "(stop, first_lines, last_branch) of the rows where a run of branch records may be."},
 	{"check_run", check_run, METH_VARARGS,
 	 "(spent, lines) of a run of branch records the fast path takes, or None."},
 	{"fill_run", (PyCFunction)(void (*)(void))fill_run, METH_FASTCALL,

@@ -308,17 +308,9 @@ class RecordStreamParser:
                 n = min((end - pos) // size, _LOOKAHEAD)
                 if n == 0:
                     break
-                # A run of branch records (and the lines records before some of them, of
-                # the same size): the first byte of every record-sized step.
-                tags = np.frombuffer(buf, dtype=np.uint8, count=n * size, offset=pos)[::size]
-                if not insns:
-                    other = np.flatnonzero(tags != rf.TAG_BRANCH)
-                    if other.size:
-                        n = int(other[0])
-                else:
-                    n = self._insns_run(tags, n, pos)
-                    if n == 0:
-                        break
+                n = self._run_length(buf, pos, n, insns=insns)
+                if n == 0:
+                    break
                 branches(buf, pos, n, events)
                 pos += n * size
             elif tag not in _TAGS:
@@ -340,25 +332,24 @@ class RecordStreamParser:
                 pos += used
         return pos
 
-    def _insns_run(self, tags: np.ndarray[Any, np.dtype[np.uint8]], n: int, pos: int) -> int:
-        """How many of the ``n`` rows with these ``tags`` make a run (0: wait for more
-        data): it stops before another record and ends with a branch, since lines records
-        belong to the branch after them. Notes whether the run holds lines records."""
-        is_lines = tags == rf.TAG_LINES
-        other = np.flatnonzero(tags != rf.TAG_BRANCH)
-        if not other.size:
-            self._run_has_lines = False
-            return n
-        stop = np.flatnonzero(~is_lines[other])
-        ended = stop.size > 0
-        if ended:
-            n = int(other[stop[0]])
-        if tags[n - 1] != rf.TAG_BRANCH:
-            last = np.flatnonzero(tags[:n] == rf.TAG_BRANCH)
-            if ended or (n == _LOOKAHEAD and not last.size):
+    def _run_length(self, buf: bytes, pos: int, n: int, *, insns: bool) -> int:
+        """How many of the ``n`` record-sized rows at ``pos`` make a run of branch records
+        (0: wait for more data). Without instruction detail the run stops at the first
+        other record; with it, lines records belong to the branch after them, so the run
+        stops before a record of another kind and ends with a branch. Notes whether the
+        run holds lines records."""
+        size = self._branch_size
+        scan = _crecords.scan_tags if _crecords is not None else scan_tags
+        stop, first_lines, last_branch = scan(buf, pos, n, size)
+        if not insns:
+            return stop if first_lines < 0 else first_lines
+        ended = stop < n
+        n = stop
+        if last_branch != n - 1:  # lines records at the end: their branch is not here yet
+            if ended or (n == _LOOKAHEAD and last_branch < 0):
                 self._fail("has a lines record not followed by a branch record", pos)
-            n = int(last[-1]) + 1 if last.size else 0
-        self._run_has_lines = bool(is_lines[:n].any())
+            n = last_branch + 1
+        self._run_has_lines = 0 <= first_lines < n
         return n
 
     def _record(self, buf: bytes, pos: int, tag: int, events: list[Any]) -> int:
@@ -859,6 +850,20 @@ class RecordStreamParser:
         return (self._lo is not None and time < self._lo) or (
             self._hi is not None and time > self._hi
         )
+
+
+def scan_tags(buf: bytes, pos: int, n: int, size: int) -> tuple[int, int, int]:
+    """The first byte of the ``n`` rows of ``size`` bytes at ``pos``, where a run of branch
+    records (and the lines records before some of them, of the same size) may be: the
+    first row that is neither (``n``: none), the first lines record and the last branch
+    record before it (-1: none). ``decode/_crecords.c``'s scan_tags in numpy (its
+    reference, and the reader where the C module is not built)."""
+    tags = np.frombuffer(buf, dtype=np.uint8, count=n * size, offset=pos)[::size]
+    other = np.flatnonzero((tags != rf.TAG_BRANCH) & (tags != rf.TAG_LINES))
+    stop = int(other[0]) if other.size else n
+    lines = np.flatnonzero(tags[:stop] == rf.TAG_LINES)
+    branches = np.flatnonzero(tags[:stop] == rf.TAG_BRANCH)
+    return (stop, int(lines[0]) if lines.size else -1, int(branches[-1]) if branches.size else -1)
 
 
 def _select(rows: _Rows, keep: np.ndarray[Any, np.dtype[np.bool_]]) -> _Rows:
