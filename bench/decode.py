@@ -610,19 +610,23 @@ def peers_report(results: dict[str, dict[str, float]]) -> None:
     floor = results.get("floor")
     print(
         f"\n{'':<30} {'CPU s':>7} {'CPU x floor':>11} {'wall s':>7} {'wall x floor':>12}"
-        f" {'output MB':>9} {'slices':>10} {'peak RSS MB':>11} {'perf waited s':>13}"
+        f" {'output MB':>9} {'slices':>10} {'RSS MB ptscope':>14} {'perf':>5}"
+        f" {'perf waited s':>13}"
     )
     for name, r in results.items():
         cpu_x = f"{_times(r, floor, 'floor', 'cpu'):.2f}" if floor else "-"
         wall_x = f"{_times(r, floor, 'floor', 'inner_wall'):.2f}" if floor else "-"
         size = f"{r['trace_bytes'] / 1e6:.1f}" if "trace_bytes" in r else "-"
         slices = f"{int(r['slices']):,}" if "slices" in r else "-"
-        rss = max(r["rss_python_mb"], r["rss_perf_mb"])
+        # Peak RSS: ptscope's process (the Python side; the floor's and perf2perfetto's
+        # child wrappers only wait) and perf's (the largest perf it ran: with --jobs,
+        # one window's).
         # Ring mode: perf's time waiting for a free record chunk (ptscope busy writing).
         waited = f"{r['ring_wait_s']:.2f}" if "ring_wait_s" in r else "-"
         print(
             f"{name:<30} {r['cpu']:7.2f} {cpu_x:>11} {r['inner_wall']:7.2f} {wall_x:>12}"
-            f" {size:>9} {slices:>10} {rss:11.0f} {waited:>13}"
+            f" {size:>9} {slices:>10} {r['rss_python_mb']:14.0f} {r['rss_perf_mb']:5.0f}"
+            f" {waited:>13}"
         )
     p2p, ours = results.get("perf2perfetto"), results.get("ptscope default")
     if p2p and ours:

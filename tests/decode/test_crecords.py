@@ -44,10 +44,11 @@ def _read(data: bytes, chunk: int, c_reader: Any, monkeypatch: pytest.MonkeyPatc
         parser.close()
     except BadInputError as e:
         out.append(("error", str(e)))
-    return [_plain(item) for item in out]
+    return [plain_item(item) for item in out]
 
 
-def _plain(item: Any) -> Any:
+def plain_item(item: Any) -> Any:
+    """An item of the columnar reader as plain values (comparable with ==)."""
     if not isinstance(item, BranchBatch):
         return item
     values = []

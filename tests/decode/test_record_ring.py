@@ -17,15 +17,24 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from decode.test_crecords import plain_item
+from decode.test_dlfilter_insns_stream import insns_stream, plain_stream
+from decode.test_dlfilter_stream import stream
 from ptscope import _native
 from ptscope.decode import record_format as rf
-from ptscope.decode.dlfilter_stream import DlfilterProcess, decode_with_dlfilter
+from ptscope.decode.dlfilter_stream import (
+    DlfilterProcess,
+    RecordStreamParser,
+    decode_with_dlfilter,
+)
 from ptscope.decode.record_ring import RING_CHUNK_BYTES, RING_CHUNKS, RingReader, SharedRing
 from ptscope.errors import BadInputError
 from support.emulated_corpus import damaged_copy, decode_case_recording
+
+__all__ = ["insns_stream", "plain_stream", "stream"]  # the fixtures
 
 
 class FakeRing:
@@ -37,9 +46,11 @@ class FakeRing:
     def __init__(self) -> None:
         self.returned: list[int] = []
 
-    def take(self, chunk: int, length: int) -> bytes:
+    def view(self, chunk: int, length: int) -> memoryview:
+        return memoryview(bytes([65 + chunk]) * length)
+
+    def give_back(self, chunk: int) -> None:
         self.returned.append(chunk)
-        return bytes([65 + chunk]) * length
 
 
 def marker(chunk: int, length: int) -> bytes:
@@ -52,7 +63,9 @@ def read_all(stdout: bytes, cuts: list[int], ring: FakeRing | None = None) -> li
     out: list[bytes] = []
     at = 0
     for cut in [*sorted(c % (len(stdout) + 1) for c in cuts), len(stdout)]:
-        out += reader.split(stdout[at:cut])
+        # each piece copied before the next is asked for: a chunk's view is released
+        # (and the chunk given back) then
+        out += [bytes(piece) for piece in reader.split(stdout[at:cut])]
         at = max(at, cut)
     out += reader.finish()
     return out
@@ -117,10 +130,59 @@ def test_the_shared_ring_hands_chunks_back_through_its_pipe() -> None:
         assert ring.argument() == f"ring={memfd},{free_read},4,4096"
         with mmap.mmap(memfd, 4 * 4096) as writable:
             writable[4096 : 4096 + 5] = b"hello"
-        assert ring.take(1, 5) == b"hello"
+        with ring.view(1, 5) as records:
+            assert records == b"hello"
+        ring.give_back(1)
         assert os.read(free_read, 16) == (1).to_bytes(4, "little")
     finally:
         ring.close()
+
+
+def _parsed(
+    data: bytes, size: int, window: tuple[int | None, int | None] | None, *, in_place: bool
+) -> list[Any]:
+    """The columnar reader's items for ``data`` fed in pieces of ``size`` bytes: copies,
+    or views of one chunk that is overwritten once each piece is parsed, as perf reuses a
+    ring chunk given back. Compared only at the end: a view kept would show the
+    overwriting. A time window (``--jobs``) sends every run through numpy."""
+    parser = RecordStreamParser("test stream", time_window=window)
+    chunk = bytearray(size)
+    items: list[Any] = []
+    try:
+        for at in range(0, len(data), size):
+            piece = data[at : at + size]
+            if not in_place:
+                items += parser.feed_columnar(piece)
+                continue
+            chunk[: len(piece)] = piece
+            with memoryview(chunk)[: len(piece)] as view:
+                items += parser.feed_columnar(view)
+            chunk[:] = b"\xee" * size
+        parser.close()
+    except BadInputError as e:
+        items.append(("error", str(e)))
+    return [plain_item(item) for item in items]
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_chunks_parsed_in_place_give_what_copies_give(
+    stream: bytes, insns_stream: bytes, plain_stream: bytes, data: st.DataObject
+) -> None:
+    """ptscope parses a ring chunk where it lies and gives it back at once: the parser
+    keeps no view of it (a record cut at its end, rows of runs read by numpy are copied),
+    whatever the records hold (bytes damaged, perf's text among them) and whichever reader
+    takes them."""
+    raw = bytearray(data.draw(st.sampled_from([stream, insns_stream, plain_stream])))
+    for _ in range(data.draw(st.integers(0, 3))):
+        at = data.draw(st.integers(rf.HEADER.size, len(raw) - 1))
+        raw[at] = data.draw(st.sampled_from([0, 1, 0x7F, 0x80, 0xFF, ord("\n")]))
+    size = data.draw(st.sampled_from([88 * 3 + 5, 4096, 1 << 16]))
+    window = data.draw(st.sampled_from([None, (0, None), (None, 1 << 60)]))
+    want = _parsed(bytes(raw), size, window, in_place=False)
+    assert _parsed(bytes(raw), size, window, in_place=True) == want
 
 
 # ----------------------------------------------------------------- with the real perf

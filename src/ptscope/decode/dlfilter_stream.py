@@ -110,7 +110,9 @@ except ImportError:  # pragma: no cover (built where a C compiler is found)
 # ------------------------------------------------------------------------ parser
 
 # Turns the run of `n` branch records at `pos` of a buffer into events or a batch.
-_BranchHandler = Callable[[bytes, int, int, list[Any]], None]
+_Buffer = bytes | memoryview
+"""What the parser reads: bytes, or a ring chunk where it lies (decode/record_ring.py)."""
+_BranchHandler = Callable[[_Buffer, int, int, list[Any]], None]
 
 
 @dataclass
@@ -230,19 +232,19 @@ class RecordStreamParser:
 
     # ---------------------------------------------------------------- public
 
-    def feed(self, data: bytes) -> list[Event]:
+    def feed(self, data: _Buffer) -> list[Event]:
         """Parse ``data`` (appended to any incomplete record left over) into events."""
         events: list[Event] = []
         self._feed(data, events, self._branches)
         return events
 
-    def feed_columnar(self, data: bytes) -> list[Event | BranchBatch]:
+    def feed_columnar(self, data: _Buffer) -> list[Event | BranchBatch]:
         """Like :meth:`feed`, but each run of branch records is one :class:`BranchBatch`."""
         items: list[Event | BranchBatch] = []
         self._feed(data, items, self._branch_batch)
         return items
 
-    def _feed(self, data: bytes, out: list[Any], branches: _BranchHandler) -> None:
+    def _feed(self, data: _Buffer, out: list[Any], branches: _BranchHandler) -> None:
         self.stats.bytes += len(data)
         was_enabled = gc.isenabled()
         gc.disable()  # events hold no cycles; collecting while building them is wasted
@@ -265,7 +267,8 @@ class RecordStreamParser:
             if was_enabled:
                 gc.enable()
         self._offset += pos
-        self._buf = data[pos:]
+        # A copy: ``data`` may be a view of a ring chunk, which goes back to perf.
+        self._buf = bytes(data[pos:])
 
     def close(self) -> None:
         """The stream ended: fail if it stopped inside a record or before the trailer."""
@@ -290,7 +293,7 @@ class RecordStreamParser:
         raise BadInputError(f"{self.source} {what}{where}")
 
     def _parse(
-        self, buf: bytes, events: list[Any], branches: _BranchHandler, start: int = 0
+        self, buf: _Buffer, events: list[Any], branches: _BranchHandler, start: int = 0
     ) -> int:
         """Parse the records of ``buf`` from ``start``; returns where the first one that
         is not whole (or the end) is."""
@@ -314,6 +317,10 @@ class RecordStreamParser:
                 branches(buf, pos, n, events)
                 pos += n * size
             elif tag not in _TAGS:
+                if not isinstance(buf, bytes):
+                    # Text amid a ring chunk's records (perf's own text comes through
+                    # stdout, so this is damage): read the rest as the pipe's bytes.
+                    buf = bytes(buf)
                 nl = buf.find(b"\n", pos)
                 if nl < 0:
                     if end - pos > 65536:
@@ -332,7 +339,7 @@ class RecordStreamParser:
                 pos += used
         return pos
 
-    def _run_length(self, buf: bytes, pos: int, n: int, *, insns: bool) -> int:
+    def _run_length(self, buf: _Buffer, pos: int, n: int, *, insns: bool) -> int:
         """How many of the ``n`` record-sized rows at ``pos`` make a run of branch records
         (0: wait for more data). Without instruction detail the run stops at the first
         other record; with it, lines records belong to the branch after them, so the run
@@ -352,7 +359,7 @@ class RecordStreamParser:
         self._run_has_lines = 0 <= first_lines < n
         return n
 
-    def _record(self, buf: bytes, pos: int, tag: int, events: list[Any]) -> int:
+    def _record(self, buf: _Buffer, pos: int, tag: int, events: list[Any]) -> int:
         """Parse one non-branch record at ``pos``; return its size, 0 if incomplete."""
         avail = len(buf) - pos
         if tag == rf.TAG_HEADER:
@@ -377,8 +384,7 @@ class RecordStreamParser:
                 return 0
             if sid != len(self._strings):
                 self._fail(f"has string id {sid} out of sequence", pos)
-            raw = buf[pos + rf.STRING.size : pos + size]
-            self._strings.append(raw.decode("utf-8", "replace"))
+            self._strings.append(str(buf[pos + rf.STRING.size : pos + size], "utf-8", "replace"))
             self.stats.strings += 1
             return size
         if tag == rf.TAG_LOCATION:
@@ -477,7 +483,7 @@ class RecordStreamParser:
             self._loc_array = arr
         return self._loc_array
 
-    def _branches(self, buf: bytes, pos: int, n: int, events: list[Event]) -> None:
+    def _branches(self, buf: _Buffer, pos: int, n: int, events: list[Event]) -> None:
         for rows in self._branch_records(buf, pos, n):
             if isinstance(rows, DecodeError):
                 events.append(rows)
@@ -520,7 +526,7 @@ class RecordStreamParser:
             )
         )
 
-    def _branch_batch(self, buf: bytes, pos: int, n: int, items: list[Any]) -> None:
+    def _branch_batch(self, buf: _Buffer, pos: int, n: int, items: list[Any]) -> None:
         if (
             _crecords is not None
             and not self._run_has_lines
@@ -544,7 +550,7 @@ class RecordStreamParser:
             self._table_id_array = np.array(self._table_ids, dtype=np.int32)
         return self._table_id_array
 
-    def _fast_batch(self, buf: bytes, pos: int, n: int) -> BranchBatch | None:
+    def _fast_batch(self, buf: _Buffer, pos: int, n: int) -> BranchBatch | None:
         """The run of ``n`` branch records at ``pos`` read in C (``decode/_crecords.c``),
         as :meth:`_branch_records` and :meth:`_batch` would read it when nothing in it is
         damaged (the only case the C reader takes: None otherwise)."""
@@ -608,13 +614,17 @@ class RecordStreamParser:
             )
         )
 
-    def _branch_records(self, buf: bytes, pos: int, n: int) -> list[_Rows | DecodeError]:
+    def _branch_records(self, buf: _Buffer, pos: int, n: int) -> list[_Rows | DecodeError]:
         """The branch records of the ``n`` rows at ``pos`` (branch and lines records) with
         their lines, checked, without those outside the window: runs of good records, and
         a decode error in place of each damaged one."""
         if self._ended:
             self._fail("holds records after its trailer", pos)
         recs = np.frombuffer(buf, dtype=self._branch_dtype, count=n, offset=pos)
+        if not isinstance(buf, bytes):
+            # A view of a ring chunk, which goes back to perf once parsed: the batches
+            # made from these rows keep views of them (rare runs: lines, damage, windows).
+            recs = recs.copy()
         offsets = lines = None
         if self.stats.insns:
             recs, offsets, lines = self._lines(buf, pos, recs)
@@ -729,7 +739,7 @@ class RecordStreamParser:
                     return None
         return _Rows(recs, offsets, lines)
 
-    def _lines(self, buf: bytes, pos: int, rows: np.ndarray[Any, np.dtype[np.void]]) -> _Rows:
+    def _lines(self, buf: _Buffer, pos: int, rows: np.ndarray[Any, np.dtype[np.void]]) -> _Rows:
         """The branch records among ``rows`` (at ``pos``) and their code lines as CSR
         columns: each branch's own (last) range, after the ranges of the lines records
         right before it (a run of rows ends with a branch)."""
@@ -852,7 +862,7 @@ class RecordStreamParser:
         )
 
 
-def scan_tags(buf: bytes, pos: int, n: int, size: int) -> tuple[int, int, int]:
+def scan_tags(buf: _Buffer, pos: int, n: int, size: int) -> tuple[int, int, int]:
     """The first byte of the ``n`` rows of ``size`` bytes at ``pos``, where a run of branch
     records (and the lines records before some of them, of the same size) may be: the
     first row that is neither (``n``: none), the first lines record and the last branch
@@ -1039,7 +1049,7 @@ class DlfilterProcess:
         """Like :meth:`batches`, with each run of branches as one :class:`BranchBatch`."""
         return self._read(self.parser.feed_columnar)
 
-    def _read(self, feed: Callable[[bytes], list[Any]]) -> Iterator[list[Any]]:
+    def _read(self, feed: Callable[[_Buffer], list[Any]]) -> Iterator[list[Any]]:
         parser = self.parser
         proc = self._proc
         done = False
@@ -1054,8 +1064,8 @@ class DlfilterProcess:
             else:
                 assert proc.stdout is not None
                 stdout = _pipe_chunks(proc.stdout.fileno(), self.watch, pause=self._ring is None)
-                for chunk in self._stream(stdout):
-                    events = feed(chunk)
+                for piece in self._stream(stdout):
+                    events = feed(piece)
                     if events:
                         yield events
             done = True
@@ -1074,7 +1084,7 @@ class DlfilterProcess:
             e.details = self.stderr
             raise
 
-    def _stream(self, stdout: Iterator[bytes]) -> Iterator[bytes]:
+    def _stream(self, stdout: Iterator[bytes]) -> Iterator[_Buffer]:
         """The record stream from what perf writes into stdout: in ring mode, the chunks
         and perf's text in order (:class:`~ptscope.decode.record_ring.RingReader`)."""
         if self._ring is None:

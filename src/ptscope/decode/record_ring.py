@@ -5,8 +5,10 @@ spins on the pipe's lock while ptscope reads, and each buffer takes fresh pages:
 tenth of a decode's CPU (``bench/decode.py --peers``: ``ptscope -j1`` against ``ptscope -j1
 pipe``). In ring mode the dlfilter copies its records into chunks of a memory file
 (``memfd``) that both processes map, and writes only a 16-byte *chunk record* into perf's
-stdout when a chunk is ready; ptscope copies the chunk out and gives it back through a pipe
-of chunk indices (``dlfilter.c``, "Ring mode").
+stdout when a chunk is ready; ptscope parses the chunk where it lies and gives it back
+through a pipe of chunk indices (``dlfilter.c``, "Ring mode"). The parser copies whatever
+it keeps of a chunk (a record cut at its end, the rows of the runs that the C reader does
+not take), so nothing refers to the chunk once it is parsed.
 
 perf's own text (decode errors, task events) still goes through stdout, and must come out
 between the records where it happened: the dlfilter hands its current chunk over as soon
@@ -80,21 +82,25 @@ class SharedRing:
                 os.close(fd)
         self._memfd = self._free_read = -1
 
-    def take(self, chunk: int, length: int) -> bytes:
-        """The records of a chunk perf handed over (copied out), and the chunk given back.
-
-        The copy is what makes giving the chunk back at once safe: the parser's numpy
-        views and the batches made from them may outlive this call."""
+    def view(self, chunk: int, length: int) -> memoryview:
+        """The records of a chunk perf handed over, read in place: give the chunk back
+        (:meth:`give_back`) once parsed. Copying each chunk out cost 8% of ptscope's CPU
+        on a decode (60k calls trace; 3.5% at 300k)."""
         start = chunk * self.chunk_bytes
-        data = self._map[start : start + length]
+        return memoryview(self._map)[start : start + length]
+
+    def give_back(self, chunk: int) -> None:
+        """perf may fill the chunk again."""
         with contextlib.suppress(BrokenPipeError):  # perf has ended: it takes no more
             os.write(self._free_write, chunk.to_bytes(4, "little"))
-        return data
 
     def close(self) -> None:
         with_map = getattr(self, "_map", None)
         if with_map is not None:
-            with_map.close()
+            # A decode that stopped part way may still hold a view of a chunk (in a
+            # traceback): the map then goes with the last of them.
+            with contextlib.suppress(BufferError):
+                with_map.close()
         self.started()
         if self._free_write >= 0:
             os.close(self._free_write)
@@ -115,7 +121,7 @@ class RingReader:
         self._rest = b""
         self._text: list[bytes] = []  # perf's lines since the last chunk record
 
-    def split(self, data: bytes) -> Iterator[bytes]:
+    def split(self, data: bytes) -> Iterator[bytes | memoryview]:
         buf = self._rest + data if self._rest else data
         at = 0
         size = rf.CHUNK.size
@@ -127,7 +133,11 @@ class RingReader:
                 self._check(buf, at, chunk, length)
                 at += size
                 if length:
-                    yield self.ring.take(chunk, length)
+                    view = self.ring.view(chunk, length)
+                    yield view
+                    # Parsed: the parser copied what it keeps (release() fails if not).
+                    view.release()
+                    self.ring.give_back(chunk)
                 if self._text:
                     yield b"".join(self._text)
                     self._text.clear()
