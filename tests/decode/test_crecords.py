@@ -33,14 +33,35 @@ COLUMNS = (*BRANCH_COLUMNS, "line_offsets", "lines", "gap_insns")
 
 
 def _read(data: bytes, chunk: int, c_reader: Any, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """What the columnar reader gives, as plain values (a batch as its columns' dtypes and
-    contents), and the BadInputError it raised if any."""
     monkeypatch.setattr(ds, "_crecords", c_reader)
-    parser = RecordStreamParser("test stream")
+    return columnar_items(data, chunk)
+
+
+def columnar_items(
+    data: bytes,
+    chunk: int,
+    *,
+    time_window: tuple[int | None, int | None] | None = None,
+    in_place: bool = False,
+) -> list[Any]:
+    """What the columnar reader gives for ``data`` fed in pieces of ``chunk`` bytes, as
+    plain values (a batch as its columns' dtypes and contents), and the BadInputError it
+    raised if any. ``in_place``: each piece is a view of one buffer that is overwritten
+    once the piece is parsed, as perf reuses a ring chunk given back; the items are made
+    plain only at the end, so a view the parser kept would show the overwriting."""
+    parser = RecordStreamParser("test stream", time_window=time_window)
+    buffer = bytearray(chunk)
     out: list[Any] = []
     try:
         for i in range(0, len(data), chunk):
-            out += parser.feed_columnar(data[i : i + chunk])
+            piece = data[i : i + chunk]
+            if not in_place:
+                out += parser.feed_columnar(piece)
+                continue
+            buffer[: len(piece)] = piece
+            with memoryview(buffer)[: len(piece)] as view:
+                out += parser.feed_columnar(view)
+            buffer[:] = b"\xee" * chunk
         parser.close()
     except BadInputError as e:
         out.append(("error", str(e)))

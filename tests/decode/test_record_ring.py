@@ -20,14 +20,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from decode.test_crecords import plain_item
+from decode.test_crecords import columnar_items
 from decode.test_dlfilter_insns_stream import insns_stream, plain_stream
 from decode.test_dlfilter_stream import stream
 from ptscope import _native
 from ptscope.decode import record_format as rf
 from ptscope.decode.dlfilter_stream import (
     DlfilterProcess,
-    RecordStreamParser,
     decode_with_dlfilter,
 )
 from ptscope.decode.record_ring import RING_CHUNK_BYTES, RING_CHUNKS, RingReader, SharedRing
@@ -138,32 +137,6 @@ def test_the_shared_ring_hands_chunks_back_through_its_pipe() -> None:
         ring.close()
 
 
-def _parsed(
-    data: bytes, size: int, window: tuple[int | None, int | None] | None, *, in_place: bool
-) -> list[Any]:
-    """The columnar reader's items for ``data`` fed in pieces of ``size`` bytes: copies,
-    or views of one chunk that is overwritten once each piece is parsed, as perf reuses a
-    ring chunk given back. Compared only at the end: a view kept would show the
-    overwriting. A time window (``--jobs``) sends every run through numpy."""
-    parser = RecordStreamParser("test stream", time_window=window)
-    chunk = bytearray(size)
-    items: list[Any] = []
-    try:
-        for at in range(0, len(data), size):
-            piece = data[at : at + size]
-            if not in_place:
-                items += parser.feed_columnar(piece)
-                continue
-            chunk[: len(piece)] = piece
-            with memoryview(chunk)[: len(piece)] as view:
-                items += parser.feed_columnar(view)
-            chunk[:] = b"\xee" * size
-        parser.close()
-    except BadInputError as e:
-        items.append(("error", str(e)))
-    return [plain_item(item) for item in items]
-
-
 @settings(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -181,8 +154,8 @@ def test_chunks_parsed_in_place_give_what_copies_give(
         raw[at] = data.draw(st.sampled_from([0, 1, 0x7F, 0x80, 0xFF, ord("\n")]))
     size = data.draw(st.sampled_from([88 * 3 + 5, 4096, 1 << 16]))
     window = data.draw(st.sampled_from([None, (0, None), (None, 1 << 60)]))
-    want = _parsed(bytes(raw), size, window, in_place=False)
-    assert _parsed(bytes(raw), size, window, in_place=True) == want
+    want = columnar_items(bytes(raw), size, time_window=window)
+    assert columnar_items(bytes(raw), size, time_window=window, in_place=True) == want
 
 
 # ----------------------------------------------------------------- with the real perf
