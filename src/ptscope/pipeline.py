@@ -14,13 +14,14 @@ from typing import Final, TypeVar
 
 from ptscope.decode.binary_files import reading_binaries
 from ptscope.decode.blocks import InstructionDetail
-from ptscope.decode.dlfilter_stream import DlfilterRun, choose_decoder, selection_arguments
+from ptscope.decode.dlfilter_stream import DlfilterRun, choose_decoder
 from ptscope.decode.landing_pads import LandingPads
 from ptscope.decode.parallel import (
     SegmentBreak,
     decode_parallel,
     decode_parallel_columnar,
 )
+from ptscope.decode.perf_launch import decode_extra
 from ptscope.decode.perf_map import MapResolver, load_perf_maps
 from ptscope.decode.perf_script import decode_perf_data_text, decode_text_file
 from ptscope.decode.perf_text import TextStats
@@ -433,10 +434,7 @@ def _feed_branches(
     batch. Both decoders feed the same engine: the dlfilter's as columns, the text
     decoder's as events (the C engine makes them columns)."""
     perf = find_perf()
-    filters = selection_arguments(options.pids, options.tids)
-    if options.symfs is not None:
-        filters.append(f"--symfs={options.symfs}")
-    filters += _kernel_symbols(options)
+    filters = decode_extra(options.pids, options.tids, options.symfs, options.kallsyms)
     locations = LocationTable()
     maps = MapResolver(load_perf_maps(recording.directory, recording.processes))
     text_stats: list[TextStats] = []

@@ -29,7 +29,15 @@ from ptscope.decode.dlfilter_stream import (
     DlfilterProcess,
     decode_with_dlfilter,
 )
-from ptscope.decode.record_ring import RING_CHUNK_BYTES, RING_CHUNKS, RingReader, SharedRing
+from ptscope.decode.record_ring import (
+    RING_CHUNK_BYTES,
+    RING_CHUNKS,
+    RingReader,
+    SharedRing,
+)
+from ptscope.decode.record_ring import (
+    RING_HEADROOM_CHUNKS as RING_HEADROOM,
+)
 from ptscope.errors import BadInputError
 from support.emulated_corpus import damaged_copy, decode_case_recording
 
@@ -44,12 +52,14 @@ class FakeRing:
 
     def __init__(self) -> None:
         self.returned: list[int] = []
+        self.behind: list[bool] = []
 
     def view(self, chunk: int, length: int) -> memoryview:
         return memoryview(bytes([65 + chunk]) * length)
 
-    def give_back(self, chunk: int) -> None:
+    def give_back(self, chunk: int, *, behind: bool = False) -> None:
         self.returned.append(chunk)
+        self.behind.append(behind)
 
 
 def marker(chunk: int, length: int) -> bytes:
@@ -123,7 +133,7 @@ def test_any_stdout_gives_pieces_or_a_clear_error(data: bytes, cuts: list[int]) 
 
 
 def test_the_shared_ring_hands_chunks_back_through_its_pipe() -> None:
-    ring = SharedRing(chunks=4, chunk_bytes=4096)
+    ring = SharedRing(chunks=4, chunk_bytes=4096, headroom=0)
     try:
         memfd, free_read = ring.perf_fds
         assert ring.argument() == f"ring={memfd},{free_read},4,4096"
@@ -135,6 +145,42 @@ def test_the_shared_ring_hands_chunks_back_through_its_pipe() -> None:
         assert os.read(free_read, 16) == (1).to_bytes(4, "little")
     finally:
         ring.close()
+
+
+def test_headroom_chunks_go_back_only_while_ptscope_is_behind() -> None:
+    """perf fills the headroom chunks (those after the circulating ones) at its start,
+    while ptscope imports its decoder; ptscope gives one back while more chunks wait for
+    it, and otherwise frees its memory, so that the ring shrinks back once caught up."""
+    ring = SharedRing(chunks=2, chunk_bytes=1 << 16, headroom=2)
+    try:
+        memfd, free_read = ring.perf_fds
+        assert ring.argument() == f"ring={memfd},{free_read},4,{1 << 16}"
+        os.set_blocking(free_read, False)
+        with mmap.mmap(memfd, 4 << 16) as writable:
+            writable[:] = b"x" * (4 << 16)  # perf filled every chunk
+            assert os.fstat(memfd).st_blocks * 512 >= 4 << 16
+            ring.give_back(2, behind=True)  # a headroom chunk, ptscope behind: back
+            assert os.read(free_read, 16) == (2).to_bytes(4, "little")
+            ring.give_back(1)  # a circulating chunk: always back
+            assert os.read(free_read, 16) == (1).to_bytes(4, "little")
+            ring.give_back(3)  # caught up: released, not back
+            with pytest.raises(BlockingIOError):
+                os.read(free_read, 16)
+            assert os.fstat(memfd).st_blocks * 512 <= 3 << 16  # its memory is gone
+            assert writable[3 << 16 : 4 << 16] == bytes(1 << 16)
+            assert writable[2 << 16 : 3 << 16] == b"x" * (1 << 16)
+    finally:
+        ring.close()
+
+
+def test_the_reader_says_when_more_chunks_wait() -> None:
+    """A chunk is given back as "behind" when more of stdout was read after its record."""
+    ring = FakeRing()
+    assert read_all(marker(0, 2) + marker(1, 2) + marker(0, 1), [], ring) == [b"AA", b"BB", b"A"]
+    assert ring.behind == [True, True, False]
+    ring = FakeRing()
+    read_all(marker(0, 2) + marker(1, 2), [16], ring)  # one record per read: caught up
+    assert ring.behind == [False, False]
 
 
 @settings(
@@ -174,7 +220,7 @@ def _events(perf_data: Path, monkeypatch: pytest.MonkeyPatch, mode: str, **kw: A
     else:
         monkeypatch.delenv("PTSCOPE_NO_RING", raising=False)
     # tiny chunks: records straddle chunks, and perf waits for chunks to come back
-    size = (2, 4096) if mode == "tiny chunks" else (RING_CHUNKS, RING_CHUNK_BYTES)
+    size = (2, 4096, 3) if mode == "tiny chunks" else (RING_CHUNKS, RING_CHUNK_BYTES, RING_HEADROOM)
     monkeypatch.setattr(SharedRing.__init__, "__defaults__", size)
     events = [repr(e) for batch in decode_with_dlfilter(perf_data, **kw) for e in batch]
     assert events
@@ -235,7 +281,7 @@ def test_perfs_waits_for_a_free_chunk_are_counted(
     """The trailer says how often, and how long, perf waited for ptscope to give a chunk
     back (ring sizes are chosen by it): here ptscope holds its chunks for 0.2 s."""
     monkeypatch.delenv("PTSCOPE_NO_RING", raising=False)
-    monkeypatch.setattr(SharedRing.__init__, "__defaults__", (2, 4096))
+    monkeypatch.setattr(SharedRing.__init__, "__defaults__", (2, 4096, 0))
     perf_data = decode_case_recording("basics-static", tmp_path_factory)
     process = DlfilterProcess(perf_data)
     batches = process.batches()

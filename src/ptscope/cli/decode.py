@@ -21,6 +21,7 @@ from ptscope.errors import UsageError
 if TYPE_CHECKING:
     from ptscope.decode.progress import Progress
     from ptscope.pipeline import DecodeOptions, DecodeSummary
+    from ptscope.recording import Recording
 
 # The pipeline (numpy, every stage) is imported when a command runs, not when the CLI
 # starts: `ptscope run` must start the workload as soon as perf is ready.
@@ -49,12 +50,20 @@ class DecodeCommand:
         add_decode_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
-        from ptscope.cli.output import print_summary
-        from ptscope.cli.progress import decode_progress
         from ptscope.cli.run import check_trace_output
-        from ptscope.pipeline import decode_perf_script_text
+        from ptscope.decode.perf_launch import early_launches
 
         check_trace_output(args.output)
+        with early_launches():
+            start_perf_early(args)
+            self._decode(args)
+        return serve_in_perfetto(args.output) if args.serve else 0
+
+    def _decode(self, args: argparse.Namespace) -> None:
+        from ptscope.cli.output import print_summary
+        from ptscope.cli.progress import decode_progress
+        from ptscope.pipeline import decode_perf_script_text
+
         options = decode_options(args)
         settle_for_streaming()
         if args.perf_script is not None:
@@ -74,7 +83,79 @@ class DecodeCommand:
                     args.recording, args.output, options, progress
                 )
         print_summary(summary, sys.stdout, served=args.serve)
-        return serve_in_perfetto(args.output) if args.serve else 0
+
+
+def start_perf_early(args: argparse.Namespace) -> None:
+    """``ptscope decode``'s recording, if it is one: see :func:`start_decode_early`."""
+    from ptscope.errors import PtscopeError
+    from ptscope.record.archive import is_archive
+    from ptscope.recording import Recording
+
+    if args.perf_script is not None or args.recording is None:
+        return
+    try:
+        path = check_input(Path(args.recording))
+        if is_archive(path):
+            return  # decoded from a temporary directory, with its own binaries
+        recording = Recording.find(path)
+        pids = parse_id_list(args.pid, "--pid") if args.pid else ()
+        tids = parse_id_list(args.tid, "--tid") if args.tid else ()
+    except PtscopeError:
+        return
+    start_decode_early(
+        recording,
+        decoder=args.decoder,
+        jobs=args.jobs,
+        pids=pids,
+        tids=tids,
+        symfs=args.symfs,
+        insn_detail=args.insn_detail,
+    )
+
+
+def start_decode_early(
+    recording: Recording,
+    *,
+    decoder: str,
+    jobs: int | None,
+    insn_detail: bool,
+    pids: tuple[int, ...] = (),
+    tids: tuple[int, ...] = (),
+    symfs: Path | None = None,
+) -> None:
+    """Start the perf of a plain decode (one job, the dlfilter) before the pipeline is
+    imported: perf decodes while Python imports numpy, the engine and the writer (0.1 s),
+    and the pipeline's reader takes it over (``decode/perf_launch.py``) if it asks for
+    the same perf command, as it does when given the same options (the tests check it).
+    Any doubt and nothing is started: the pipeline then starts perf itself, and says what
+    is wrong. Call it within :func:`~ptscope.decode.perf_launch.early_launches`."""
+    from ptscope.decode import perf_launch
+    from ptscope.errors import PtscopeError
+    from ptscope.perftool import find_perf
+
+    try:
+        paths = recording.perf_data_paths()
+        if jobs is None:
+            jobs = perf_launch.default_jobs()
+        # (a recording whose recorder was killed is finished by the pipeline first)
+        if (
+            recording.backend == "sampling"
+            or recording.notes.get("state") == "recording"
+            or jobs != 1
+            or not paths
+        ):
+            return
+        tool = find_perf()
+        if perf_launch.choose_decoder(decoder, tool).name != "dlfilter":
+            return
+    except PtscopeError:
+        return
+    extra = perf_launch.decode_extra(pids, tids, symfs, None)
+    perf_launch.start_early(
+        perf_launch.launch_spec(
+            paths[0], tool.path, insns=insn_detail, task_events=True, extra=extra
+        )
+    )
 
 
 def _decode_recording_or_archive(

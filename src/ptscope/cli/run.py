@@ -267,6 +267,20 @@ def decode_step(
     recording: Recording, output: Path, args: argparse.Namespace, place: RecordingPlace
 ) -> int:
     """Decode a recording into ``output`` (one call into the pipeline)."""
+    from ptscope.cli.decode import start_decode_early
+    from ptscope.decode.perf_launch import early_launches
+
+    with early_launches():
+        start_decode_early(
+            recording, decoder=args.decoder, jobs=args.jobs, insn_detail=args.insn_detail
+        )
+        _decode_now(recording, output, args, place)
+    return serve_in_perfetto(output) if args.serve else 0
+
+
+def _decode_now(
+    recording: Recording, output: Path, args: argparse.Namespace, place: RecordingPlace
+) -> None:
     from ptscope import pipeline
     from ptscope.cli.progress import decode_progress
 
@@ -286,7 +300,6 @@ def decode_step(
         summary = pipeline.decode_recording(recording, output, options, progress=progress)
 
     print_summary(summary, sys.stdout, served=args.serve)
-    return serve_in_perfetto(output) if args.serve else 0
 
 
 @dataclass

@@ -32,8 +32,6 @@ import fcntl
 import gc
 import logging
 import os
-import subprocess
-import tempfile
 from array import array
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -44,13 +42,21 @@ from typing import Any, Final, NamedTuple, NoReturn
 
 import numpy as np
 
-from ptscope import _native
-from ptscope.children import die_with_parent
 from ptscope.decode import record_format as rf
+from ptscope.decode.perf_launch import (
+    DEFAULT_ITRACE,
+    DecoderChoice,
+    check_dlfilter_prerequisites,
+    choose_decoder,
+    dlfilter_command,
+    launch_spec,
+    selection_arguments,
+    take_launch,
+)
 from ptscope.decode.perf_script import perf_failure, perf_stalled
 from ptscope.decode.perf_text import PerfTextParser, TextStats, make_location
-from ptscope.decode.record_ring import RingReader, SharedRing, ring_supported
-from ptscope.errors import BadInputError, ToolMissingError
+from ptscope.decode.record_ring import RingReader
+from ptscope.errors import BadInputError
 from ptscope.model import (
     COUNT_BUDGET,
     NOWHERE,
@@ -65,7 +71,7 @@ from ptscope.model import (
     PowerEvent,
     classify_flags,
 )
-from ptscope.perftool import PerfTool, PerfWatch, beat_pipe, find_perf, perf_env, stall_limit
+from ptscope.perftool import PerfTool, PerfWatch, find_perf
 
 log = logging.getLogger("ptscope")
 
@@ -85,9 +91,6 @@ __all__ = [
     "read_record_stream",
     "selection_arguments",
 ]
-
-DEFAULT_ITRACE: Final = "bep"
-"""Branches, errors, power events: the same as the text decoder, so both see the same."""
 
 CHUNK_SIZE: Final = 1 << 20
 _LOOKAHEAD: Final = 16384  # branch records checked per vectorised run search
@@ -902,61 +905,6 @@ def read_record_stream(
 # ---------------------------------------------------------------------- running perf
 
 
-def dlfilter_command(
-    perf_data: Path,
-    *,
-    perf: str = "perf",
-    dlfilter: Path | None = None,
-    itrace: str = DEFAULT_ITRACE,
-    keep_all: bool = False,
-    to_end: bool = True,
-    insns: bool = False,
-    extra: Sequence[str] = (),
-    beat: int | None = None,
-    ring: str | None = None,
-) -> list[str]:
-    """The ``perf script`` argv that decodes ``perf_data`` through the dlfilter to stdout.
-
-    ``--ns -F pid,tid,time`` makes whatever text perf prints besides decode errors (task
-    events with ``--show-task-events`` in ``extra``) look as it does for the text decoder.
-    ``to_end``: the decode reaches the end of the trace (not a time window before it), so
-    each thread's trailing dropped jump is written (as the text decoder does at its end).
-    ``insns``: instruction detail (exact instruction counts and code lines, ``--dlarg
-    insns``). ``beat``: the file descriptor of the watchdog's pipe (``--dlarg beat=FD``,
-    see :class:`~ptscope.perftool.PerfWatch`). ``ring``: ring mode's ``--dlarg``
-    (:meth:`~ptscope.decode.record_ring.SharedRing.argument`).
-    """
-    so = dlfilter if dlfilter is not None else _native.dlfilter_path()
-    argv = [perf, "script", "-i", str(perf_data), f"--itrace={itrace}", "--ns"]
-    argv += ["-F", "pid,tid,time", "--dlfilter", str(so), "--dlarg", "-"]
-    if keep_all:
-        argv += ["--dlarg", "keep-all"]
-    if to_end:
-        argv += ["--dlarg", "to-end"]
-    if insns:
-        argv += ["--dlarg", "insns"]
-    if beat is not None:
-        argv += ["--dlarg", f"beat={beat}"]
-    if ring is not None:
-        argv += ["--dlarg", ring]
-    argv += list(extra)
-    return argv
-
-
-def selection_arguments(pids: Sequence[int], tids: Sequence[int]) -> list[str]:
-    """perf options that keep only these processes / threads in a dlfilter decode.
-
-    perf applies its own ``--pid``/``--tid`` after the filter's ``filter_event_early`` has
-    seen (and written) a sample, so the lists go to the filter too; perf's options still
-    filter the text perf prints itself (task events), as for the text decoder."""
-    argv: list[str] = []
-    for name, ids in (("pid", pids), ("tid", tids)):
-        if ids:
-            listed = ",".join(map(str, ids))
-            argv += [f"--{name}={listed}", "--dlarg", f"{name}={listed}"]
-    return argv
-
-
 @dataclass
 class DlfilterRun:
     """One finished ``perf script --dlfilter`` run: its stream's stats and perf's stderr."""
@@ -997,22 +945,26 @@ class DlfilterProcess:
     ) -> None:
         tool = perf if perf is not None else find_perf()
         check_dlfilter_prerequisites(tool, perf_data)
-        limit = stall_limit()
         self.perf_data = perf_data
-        beat_read, beat_write = beat_pipe()
-        # Ring mode (decode/record_ring.py) when perf writes into a pipe we read.
-        self._ring = _shared_ring() if stdout_path is None and ring_supported() else None
-        self.argv = dlfilter_command(
-            perf_data,
-            perf=tool.path,
-            itrace=itrace,
-            keep_all=keep_all,
-            to_end=time_window is None or time_window[1] is None,
-            insns=insns,
-            extra=[*(["--show-task-events"] if task_events else []), *extra],
-            beat=beat_write,
-            ring=self._ring.argument() if self._ring is not None else None,
+        # perf may have been started early (decode/perf_launch.py) for this very spec.
+        launch = take_launch(
+            launch_spec(
+                perf_data,
+                tool.path,
+                itrace=itrace,
+                keep_all=keep_all,
+                time_window=time_window,
+                insns=insns,
+                task_events=task_events,
+                extra=extra,
+                stdout_path=stdout_path,
+            )
         )
+        self.argv = launch.argv
+        self._ring = launch.ring
+        self._proc = launch.proc
+        self._err = launch.err
+        self.watch = launch.watch
         self.parser = RecordStreamParser(
             f"dlfilter record stream of {perf_data}",
             time_window=time_window,
@@ -1020,26 +972,6 @@ class DlfilterProcess:
         )
         self.stdout_path = stdout_path
         self.stderr = ""
-        # perf's stderr goes to a file: a pipe nobody reads could fill up and stall perf.
-        self._err = tempfile.TemporaryFile()  # noqa: SIM115 (closed in _cleanup)
-        fds = (beat_write, *(self._ring.perf_fds if self._ring is not None else ()))
-        try:
-            if stdout_path is not None:
-                with open(stdout_path, "wb") as out:
-                    self._proc = _popen(self.argv, out, self._err, fds)
-            else:
-                self._proc = _popen(self.argv, subprocess.PIPE, self._err, fds)
-        except BaseException:
-            self._err.close()
-            os.close(beat_read)
-            if self._ring is not None:
-                self._ring.close()
-            raise
-        finally:
-            os.close(beat_write)
-            if self._ring is not None:
-                self._ring.started()
-        self.watch = PerfWatch(self._proc, limit, beat_read)
 
     def batches(self) -> Iterator[list[Event]]:
         """The decoded events, batch by batch; raises a PtscopeError if decoding failed."""
@@ -1180,23 +1112,6 @@ def decode_with_dlfilter_columnar(
         run_info.append(proc.run_info())
 
 
-def check_dlfilter_prerequisites(tool: PerfTool, perf_data: Path) -> None:
-    """Check what running the dlfilter needs; raise a one-line error if something is off."""
-    if not tool.has_dlfilter:
-        raise ToolMissingError(
-            f"perf {'.'.join(map(str, tool.version))} has no --dlfilter (needs perf >= 5.14)",
-            hint="use --decoder text, or install a newer perf",
-        )
-    if not _native.is_available():
-        raise ToolMissingError(
-            f"the ptscope dlfilter is not built ({_native.dlfilter_path()} is missing)",
-            hint="reinstall ptscope with perf's headers present (apt-get install linux-perf),"
-            " or use --decoder text",
-        )
-    if not perf_data.exists():
-        raise BadInputError(f"{perf_data}: no such file")
-
-
 def _grow_pipe(fd: int) -> int:
     """Ask for a 1 MiB pipe: fewer, bigger reads (and numpy batches) than the 64 KiB default.
 
@@ -1236,64 +1151,3 @@ def _pipe_chunks(fd: int, watch: PerfWatch | None = None, *, pause: bool = True)
         yield chunk
         if pause and len(chunk) < CHUNK_SIZE // 4:
             sleep(_FILL_PAUSE)
-
-
-def _shared_ring() -> SharedRing | None:
-    """The shared chunks of ring mode, or None (the pipe) when they cannot be made: a
-    memory file counts against the file size limit (``ulimit -f``), and may be refused."""
-    try:
-        return SharedRing()
-    except OSError as e:
-        log.debug("ring mode: %s; the records go through the pipe", e)
-        return None
-
-
-def _popen(
-    argv: list[str], stdout: Any, stderr: Any, fds: tuple[int, ...]
-) -> subprocess.Popen[bytes]:
-    try:
-        return subprocess.Popen(
-            argv,
-            stdout=stdout,
-            stderr=stderr,
-            env=perf_env(),
-            pass_fds=fds,
-            preexec_fn=die_with_parent,  # no perf left running if ptscope is killed
-        )
-    except OSError as e:
-        raise ToolMissingError(f"cannot run {argv[0]}: {e.strerror or e}") from e
-
-
-# ----------------------------------------------------------------- decoder choice
-
-
-@dataclass(frozen=True)
-class DecoderChoice:
-    """Which decoder to use and, in one line, why."""
-
-    name: str  # "dlfilter" or "text"
-    reason: str
-
-
-def choose_decoder(requested: str = "auto", perf: PerfTool | None = None) -> DecoderChoice:
-    """Resolve ``--decoder auto|dlfilter|text``.
-
-    ``auto`` picks the dlfilter when perf has ``--dlfilter`` (>= 5.14) and the library was
-    built, else the text decoder; ``dlfilter`` raises if either is missing.
-    """
-    if requested == "text":
-        return DecoderChoice("text", "text decoder requested")
-    if requested not in ("auto", "dlfilter"):
-        raise ValueError(f"unknown decoder {requested!r}")
-    tool = perf if perf is not None else find_perf()
-    version = ".".join(map(str, tool.version))
-    problem = None
-    if not tool.has_dlfilter:
-        problem = f"perf {version} has no --dlfilter (needs >= 5.14)"
-    elif not _native.is_available():
-        problem = f"the dlfilter library is not built ({_native.dlfilter_path().name} missing)"
-    if problem is None:
-        return DecoderChoice("dlfilter", f"perf {version} supports --dlfilter")
-    if requested == "dlfilter":
-        raise ToolMissingError(f"cannot decode with the dlfilter: {problem}")
-    return DecoderChoice("text", f"using the text decoder: {problem}")

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import bisect
 import mmap
-import os
 import struct
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -52,10 +51,12 @@ from ptscope.decode.dlfilter_stream import (
     decode_with_dlfilter,
     decode_with_dlfilter_columnar,
 )
+from ptscope.decode.perf_launch import MAX_DEFAULT_JOBS, default_jobs
 from ptscope.model import BranchBatch, BranchEvent, Event, LocationTable
 from ptscope.perftool import PerfTool, find_perf
 
 __all__ = [
+    "MAX_DEFAULT_JOBS",
     "SEGMENT_BREAK",
     "EventSink",
     "PsbPoint",
@@ -122,35 +123,6 @@ def feed_sink(
             sink.end_segment()
         else:
             sink.feed_all(item)
-
-
-MAX_DEFAULT_JOBS: Final = 4
-"""The most windows the default asks for (more only with an explicit ``--jobs``)."""
-
-
-def default_jobs(cpus: int | None = None, load: float | None = None) -> int:
-    """Default ``--jobs``: one window per free core beyond the one that the engine and
-    writer (one process, after every window) keep busy, at most :data:`MAX_DEFAULT_JOBS`;
-    one job below three free cores. Free: the CPUs this process may run on (``cpus``)
-    less the machine's load (``load``, the 1-minute average, rounded down).
-
-    Why: a window parallelises perf's decoding only; every window's records still go
-    through one engine, and one job already keeps two cores busy (perf, and the engine
-    beside it). On two cores ``--jobs 2`` was no faster than one job (within 2 %, wall
-    and CPU: bench/decode.py --peers, issue 19), so a second window needs a third core.
-    """
-    if cpus is None:
-        try:
-            cpus = len(os.sched_getaffinity(0))
-        except (AttributeError, OSError):
-            cpus = os.cpu_count() or 1
-    if load is None:
-        try:
-            load = os.getloadavg()[0]
-        except OSError:
-            load = 0.0
-    free = cpus - int(load)
-    return 1 if free < 3 else min(free - 1, MAX_DEFAULT_JOBS)
 
 
 # -------------------------------------------------------------- trace layout

@@ -26,10 +26,16 @@ import os
 from collections.abc import Iterator
 from typing import Final
 
-from ptscope.decode import record_format as rf
 from ptscope.errors import BadInputError
 
-__all__ = ["RING_CHUNKS", "RING_CHUNK_BYTES", "RingReader", "SharedRing", "ring_supported"]
+__all__ = [
+    "RING_CHUNKS",
+    "RING_CHUNK_BYTES",
+    "RING_HEADROOM_CHUNKS",
+    "RingReader",
+    "SharedRing",
+    "ring_supported",
+]
 
 RING_CHUNKS: Final = 16
 RING_CHUNK_BYTES: Final = 1 << 19
@@ -40,6 +46,14 @@ for a free chunk at every other chunk while ptscope wrote a batch of slices (300
 trace: 950 waits, 0.3-0.5 s of a 7-9 s decode); with these, 350-500 waits and 25-140 ms,
 for 0.6% more instructions in ptscope's process, and no more memory (the trailer's
 ``ring_waits``; ``ptscope decode -v`` logs them)."""
+RING_HEADROOM_CHUNKS: Final = 48
+"""Chunks beyond :data:`RING_CHUNKS`: 24 MiB, about 100 ms of perf's records, for perf to
+decode while ptscope still imports its decoder (``decode/perf_launch.py`` starts perf
+first). The dlfilter takes its free chunks in order, so it fills each of them once at the
+start; ptscope gives one back while it is behind (it read more chunk records than this
+one), else releases it (its memory goes, ``MADV_REMOVE``), so the ring shrinks back to
+:data:`RING_CHUNKS` once ptscope has caught up. With the 16 chunks alone, perf waited for
+ptscope 100-150 ms per decode of the 60k calls trace when it was started early."""
 
 
 def ring_supported() -> bool:
@@ -54,9 +68,16 @@ class SharedRing:
     Pass :attr:`perf_fds` to perf's process, :meth:`argument` to the dlfilter, then call
     :meth:`started` (perf holds its own copies of the descriptors)."""
 
-    def __init__(self, chunks: int = RING_CHUNKS, chunk_bytes: int = RING_CHUNK_BYTES) -> None:
-        self.chunks = chunks
+    def __init__(
+        self,
+        chunks: int = RING_CHUNKS,
+        chunk_bytes: int = RING_CHUNK_BYTES,
+        headroom: int = RING_HEADROOM_CHUNKS,
+    ) -> None:
+        self.circulating = chunks  # given back; the `headroom` chunks after them are not
+        self.chunks = chunks + headroom
         self.chunk_bytes = chunk_bytes
+        chunks = self.chunks
         self._memfd = os.memfd_create("ptscope-records", os.MFD_CLOEXEC)
         self._free_read = self._free_write = -1
         try:
@@ -89,8 +110,17 @@ class SharedRing:
         start = chunk * self.chunk_bytes
         return memoryview(self._map)[start : start + length]
 
-    def give_back(self, chunk: int) -> None:
-        """perf may fill the chunk again."""
+    def give_back(self, chunk: int, *, behind: bool = False) -> None:
+        """perf may fill the chunk again; a headroom chunk only while ptscope is
+        ``behind`` (more chunks wait to be parsed), else it is released."""
+        if chunk >= self.circulating:
+            # Out of our page tables either way, so that ptscope's RSS holds the
+            # circulating chunks only (perf fills a headroom chunk again only while
+            # ptscope is behind: its pages are read in again then, 128 faults a chunk).
+            advice = mmap.MADV_DONTNEED if behind else mmap.MADV_REMOVE
+            self._map.madvise(advice, chunk * self.chunk_bytes, self.chunk_bytes)
+            if not behind:
+                return
         with contextlib.suppress(BrokenPipeError):  # perf has ended: it takes no more
             os.write(self._free_write, chunk.to_bytes(4, "little"))
 
@@ -116,6 +146,13 @@ class RingReader:
     dlfilter's last chunk record)."""
 
     def __init__(self, ring: SharedRing, what: str) -> None:
+        # Imported here: record_format's dtypes import numpy, and a decode makes its ring
+        # before it imports numpy (decode/perf_launch.py starts perf first).
+        from ptscope.decode import record_format as rf
+
+        self._chunk = rf.CHUNK
+        self._tag = rf.TAG_CHUNK
+        self._none = rf.NO_CHUNK
         self.ring = ring
         self.what = what
         self._rest = b""
@@ -124,12 +161,12 @@ class RingReader:
     def split(self, data: bytes) -> Iterator[bytes | memoryview]:
         buf = self._rest + data if self._rest else data
         at = 0
-        size = rf.CHUNK.size
+        size = self._chunk.size
         while at < len(buf):
-            if buf[at] == rf.TAG_CHUNK:
+            if buf[at] == self._tag:
                 if len(buf) - at < size:
                     break
-                _, chunk, length = rf.CHUNK.unpack_from(buf, at)
+                _, chunk, length = self._chunk.unpack_from(buf, at)
                 self._check(buf, at, chunk, length)
                 at += size
                 if length:
@@ -137,7 +174,7 @@ class RingReader:
                     yield view
                     # Parsed: the parser copied what it keeps (release() fails if not).
                     view.release()
-                    self.ring.give_back(chunk)
+                    self.ring.give_back(chunk, behind=at < len(buf))
                 if self._text:
                     yield b"".join(self._text)
                     self._text.clear()
@@ -159,7 +196,7 @@ class RingReader:
 
     def _check(self, buf: bytes, at: int, chunk: int, length: int) -> None:
         reserved = buf[at + 1 : at + 4] + buf[at + 12 : at + 16]
-        none = chunk == rf.NO_CHUNK and length == 0
+        none = chunk == self._none and length == 0
         some = chunk < self.ring.chunks and 0 < length <= self.ring.chunk_bytes
         if any(reserved) or not (none or some):
             raise BadInputError(
