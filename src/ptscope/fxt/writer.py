@@ -62,7 +62,7 @@ except ImportError:  # pragma: no cover (a platform without isal wheels)
     _FastGzipFile = None  # type: ignore[assignment,misc]
 
 try:  # the C slice encoder (fxt/_cfxt.c); without it, the numpy twin below encodes
-    from ptscope.fxt import _cfxt  # type: ignore[attr-defined]
+    from ptscope.fxt import _cfxt
 except ImportError:  # pragma: no cover (built where a C compiler is found)
     _cfxt = None
 
