@@ -1,11 +1,13 @@
 """The default ``--jobs``: one window per free core beyond the engine's, none below three
-free cores (on two, a second window never paid: bench/decode.py --peers), at most four."""
+free cores (on two, a second window never paid: bench/decode.py --peers), at most four,
+and no more than the trace has 16 MiB of perf.data."""
 
 from __future__ import annotations
 
 import pytest
 
 from ptscope.decode.parallel import MAX_DEFAULT_JOBS, default_jobs
+from ptscope.decode.perf_launch import WINDOW_MIN_BYTES
 
 
 @pytest.mark.parametrize(
@@ -27,3 +29,21 @@ def test_the_default_follows_the_free_cores(cpus: int, load: float, jobs: int) -
 
 def test_the_default_on_this_machine_is_a_valid_job_count() -> None:
     assert 1 <= default_jobs() <= MAX_DEFAULT_JOBS
+
+
+@pytest.mark.parametrize(
+    ("cpus", "trace_mb", "jobs"),
+    [
+        (16, 1, 1),  # a small trace: one job, whatever the cores
+        (16, 12.5, 1),  # the 60k bench trace
+        (16, 40, 2),
+        (16, 121.6, MAX_DEFAULT_JOBS),  # the 700k one
+        (2, 500, 1),  # a long trace on two cores: still one
+        (4, 500, 3),
+    ],
+)
+def test_the_default_follows_the_traces_size(cpus: int, trace_mb: float, jobs: int) -> None:
+    size = int(trace_mb * (1 << 20))
+    assert default_jobs(cpus, 0.0, size) == jobs
+    assert default_jobs(cpus, 0.0, None) >= jobs  # (unknown size: the cores decide)
+    assert default_jobs(cpus, 0.0, WINDOW_MIN_BYTES - 1) == 1

@@ -136,7 +136,7 @@ def start_decode_early(
     try:
         paths = recording.perf_data_paths()
         if jobs is None:
-            jobs = perf_launch.default_jobs()
+            jobs = perf_launch.default_jobs(trace_bytes=perf_launch.trace_size(paths[0]))
         # (a recording whose recorder was killed is finished by the pipeline first)
         if (
             recording.backend == "sampling"

@@ -960,6 +960,7 @@ class DlfilterProcess:
                 stdout_path=stdout_path,
             )
         )
+        self._launch = launch
         self.argv = launch.argv
         self._ring = launch.ring
         self._proc = launch.proc
@@ -1029,9 +1030,7 @@ class DlfilterProcess:
 
     def kill(self) -> int:
         """Stop perf (if still running) and return its exit status."""
-        if self._proc.poll() is None:
-            self._proc.kill()
-        rc = self._proc.wait()
+        rc = self._launch.kill()
         self._cleanup()
         return rc
 
@@ -1039,15 +1038,8 @@ class DlfilterProcess:
         return DlfilterRun(self.argv, self.parser.stats, self.stderr)
 
     def _cleanup(self) -> None:
-        self.watch.close()
-        if self._ring is not None:
-            self._ring.close()
-        if self._proc.stdout is not None and not self._proc.stdout.closed:
-            self._proc.stdout.close()
         if not self._err.closed:
-            self._err.seek(0)
-            self.stderr = self._err.read().decode("utf-8", "replace")
-            self._err.close()
+            self.stderr = self._launch.close()
 
 
 def decode_with_dlfilter(

@@ -36,6 +36,7 @@ from ptscope.perftool import PerfTool, PerfWatch, beat_pipe, find_perf, perf_env
 __all__ = [
     "DEFAULT_ITRACE",
     "MAX_DEFAULT_JOBS",
+    "WINDOW_MIN_BYTES",
     "DecoderChoice",
     "LaunchSpec",
     "PerfLaunch",
@@ -50,6 +51,7 @@ __all__ = [
     "selection_arguments",
     "start_early",
     "take_launch",
+    "trace_size",
 ]
 
 log = logging.getLogger("ptscope")
@@ -171,17 +173,30 @@ def choose_decoder(requested: str = "auto", perf: PerfTool | None = None) -> Dec
 MAX_DEFAULT_JOBS: Final = 4
 """The most windows the default asks for (more only with an explicit ``--jobs``)."""
 
+WINDOW_MIN_BYTES: Final = 16 << 20
+"""The least perf.data per window the default asks for: about 1.2 s of one perf's decode
+here (the 60k bench trace is 12.5 MB and takes the floor 0.95 s). A window costs a perf
+of its own and its records go through a file; only one job starts perf before the
+imports; and every window's records still go through one engine, which does about half
+a one-job decode's work: so a window pays only on a long trace."""
 
-def default_jobs(cpus: int | None = None, load: float | None = None) -> int:
+
+def default_jobs(
+    cpus: int | None = None, load: float | None = None, trace_bytes: int | None = None
+) -> int:
     """Default ``--jobs``: one window per free core beyond the one that the engine and
     writer (one process, after every window) keep busy, at most :data:`MAX_DEFAULT_JOBS`;
-    one job below three free cores. Free: the CPUs this process may run on (``cpus``)
-    less the machine's load (``load``, the 1-minute average, rounded down).
+    one job below three free cores, and no more windows than the trace has
+    :data:`WINDOW_MIN_BYTES` (``trace_bytes``: the perf.data's size; None: not limited).
+    Free: the CPUs this process may run on (``cpus``) less the machine's load (``load``,
+    the 1-minute average, rounded down).
 
     Why: a window parallelises perf's decoding only; every window's records still go
     through one engine, and one job already keeps two cores busy (perf, and the engine
-    beside it). On two cores ``--jobs 2`` was no faster than one job (within 2 %, wall
-    and CPU: bench/decode.py --peers, issue 19), so a second window needs a third core.
+    beside it). On two cores ``--jobs 2`` was no faster than one job (bench/decode.py
+    --peers, issue 19: 1.6-1.8x the floor's wall against 1.2-1.3x, and a quarter to a
+    third more CPU), so a second window needs a third core, and a trace long enough to
+    repay its costs.
     """
     if cpus is None:
         try:
@@ -194,7 +209,18 @@ def default_jobs(cpus: int | None = None, load: float | None = None) -> int:
         except OSError:
             load = 0.0
     free = cpus - int(load)
-    return 1 if free < 3 else min(free - 1, MAX_DEFAULT_JOBS)
+    jobs = 1 if free < 3 else min(free - 1, MAX_DEFAULT_JOBS)
+    if trace_bytes is not None:
+        jobs = max(1, min(jobs, trace_bytes // WINDOW_MIN_BYTES))
+    return jobs
+
+
+def trace_size(perf_data: Path) -> int | None:
+    """The size of a perf.data, for :func:`default_jobs` (None if it cannot be read)."""
+    try:
+        return perf_data.stat().st_size
+    except OSError:
+        return None
 
 
 # ------------------------------------------------------------------- starting perf
@@ -261,7 +287,7 @@ class PerfLaunch:
     stdout (a pipe, or the spec's file), its stderr (a temporary file: a pipe nobody reads
     could fill up and stall perf), ring mode's shared chunks when perf writes into a pipe
     and memory files work, and the watchdog over it. perf dies with ptscope.
-    :meth:`stop` kills perf and lets everything go (the reader does it, once taken)."""
+    :meth:`kill` stops perf, :meth:`close` lets go of everything it was given."""
 
     def __init__(self, spec: LaunchSpec) -> None:
         limit = stall_limit()
@@ -299,17 +325,26 @@ class PerfLaunch:
                 self.ring.started()
         self.watch = PerfWatch(self.proc, limit, beat_read)
 
-    def stop(self) -> None:
-        """Kill perf (if still running) and close everything it was given."""
+    def kill(self) -> int:
+        """Kill perf (if still running); its exit status."""
         if self.proc.poll() is None:
             self.proc.kill()
-        self.proc.wait()
+        return self.proc.wait()
+
+    def close(self) -> str:
+        """Close what perf was given (once it has exited, or to let it go); returns what
+        it wrote into stderr."""
         self.watch.close()
         if self.ring is not None:
             self.ring.close()
-        if self.proc.stdout is not None:
+        if self.proc.stdout is not None and not self.proc.stdout.closed:
             self.proc.stdout.close()
+        if self.err.closed:
+            return ""
+        self.err.seek(0)
+        text = self.err.read().decode("utf-8", "replace")
         self.err.close()
+        return text
 
 
 def _shared_ring() -> SharedRing | None:
@@ -375,7 +410,8 @@ def discard_early() -> None:
     global _early
     if _early is not None:
         launch, _early = _early, None
-        launch.stop()
+        launch.kill()
+        launch.close()
         _counts["discarded"] += 1
         log.debug("perf started early was not used: stopped")
 
