@@ -482,13 +482,34 @@ def _cli_decode(perf_data: Path, _jobs: int) -> dict[str, float]:
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "trace.fxt.gz"
-        argv = [sys.executable, "-m", "ptscope", "decode", str(perf_data.parent)]
+        argv = [sys.executable, "-c", _CLI_WITH_RSS, "decode", str(perf_data.parent)]
         done = subprocess.run(
             [*argv, "-o", str(out), "-j1"], capture_output=True, text=True, check=True
         )
         found = re.search(r"([\d,]+) slices", done.stdout + done.stderr)
         slices = int(found.group(1).replace(",", "")) if found else 0
-        return {"events": 0, "slices": slices, "trace_bytes": out.stat().st_size}
+        own, perf = json.loads(done.stdout.strip().splitlines()[-1])
+        return {
+            "events": 0,
+            "slices": slices,
+            "trace_bytes": out.stat().st_size,
+            "rss_cli_mb": own,
+            "rss_cli_perf_mb": perf,
+        }
+
+
+# The `ptscope` command as its entry point runs it (cli.run: main, then os._exit), which
+# first prints the peak RSS of the command's own process and of its perf (a parent's view
+# of a child's rusage mixes the two).
+_CLI_WITH_RSS = """
+import json, os, resource, sys
+from ptscope import cli
+code = cli.main(sys.argv[1:])
+who = (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+print(json.dumps([resource.getrusage(w).ru_maxrss / 1024 for w in who]), flush=True)
+sys.stderr.flush()
+os._exit(code)
+"""
 
 
 PEERS_SET = [
@@ -596,6 +617,9 @@ def child_main(name: str, perf_data: Path, jobs: int) -> None:
     result["cpu"] = _cpu_seconds() - cpu0
     result["rss_python_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     result["rss_perf_mb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    if "rss_cli_mb" in result:  # the command's own process, not this one's
+        result["rss_python_mb"] = result.pop("rss_cli_mb")
+        result["rss_perf_mb"] = result.pop("rss_cli_perf_mb")
     print(json.dumps(result))
 
 
