@@ -60,6 +60,11 @@ with a shared VM's speed (times here moved by a third between runs), so a change
 shows at once; it ignores the kernel's work (system time) and what one instruction costs
 (memory stalls), which the timed modes keep. Needs valgrind (``make bench-system-deps``);
 a 60k-round run takes a few minutes.
+
+``--timeline`` splits the ``ptscope decode -j1`` command's wall time around perf's decode:
+from its launch to perf's start (Python's start-up and whatever runs before perf), perf's
+own run, and from perf's end to the command's (the last batches, closing the trace), with
+the floor's perf beside it; medians of ``--repeat`` runs.
 """
 
 from __future__ import annotations
@@ -777,6 +782,56 @@ def memory_main(rounds: list[int]) -> None:
         )
 
 
+def timeline_main(perf_data: Path, repeat: int) -> None:
+    """--timeline: where the wall time of the ``ptscope decode -j1`` command goes around
+    perf's decode: from the command's launch to perf's (a wrapper named by PTSCOPE_PERF
+    notes the times perf starts and ends), perf's own run, and from perf's end to the
+    command's; the floor's perf alone beside it. Medians of ``repeat`` runs."""
+    import tempfile
+
+    from ptscope.perftool import find_perf, perf_env
+
+    perf = find_perf().path
+    floor_argv = _floor_argv(perf, perf_data, ITRACE)
+    rows: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "times"
+        wrapper = Path(tmp) / "perf"
+        wrapper.write_text(
+            "#!/bin/sh\n"
+            f'[ "$1" = script ] && date +"start %s.%N" >> {log}\n'
+            f'{perf} "$@"\nrc=$?\n'
+            f'[ "$1" = script ] && date +"end %s.%N" >> {log}\n'
+            "exit $rc\n"
+        )
+        wrapper.chmod(0o755)
+        env = {**os.environ, "PTSCOPE_PERF": str(wrapper)}
+        argv = [sys.executable, "-m", "ptscope", "decode", str(perf_data.parent), "-j1"]
+        for _ in range(repeat):
+            log.write_text("")
+            t0 = time.time()
+            subprocess.run(
+                [*argv, "-o", f"{tmp}/trace.fxt.gz"], env=env, check=True, capture_output=True
+            )
+            t1 = time.time()
+            times = dict(line.split() for line in log.read_text().splitlines())
+            start, end = float(times["start"]), float(times["end"])
+            t2 = time.time()
+            subprocess.run(floor_argv, check=True, capture_output=True, env=perf_env())
+            floor = time.time() - t2
+            for key, value in (
+                ("command", t1 - t0),
+                ("before perf starts", start - t0),
+                ("perf (with the dlfilter)", end - start),
+                ("after perf ends", t1 - end),
+                ("floor (perf alone)", floor),
+            ):
+                rows.setdefault(key, []).append(value)
+    print(f"\n{'ptscope decode -j1':<28} {'median ms':>10} {'min ms':>8}")
+    for key, values in rows.items():
+        print(f"{key:<28} {statistics.median(values) * 1e3:10.0f} {min(values) * 1e3:8.0f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--perf-data", type=Path, help="an Intel PT perf.data to decode")
@@ -822,6 +877,12 @@ def main() -> None:
         help="instruction counts (callgrind, every process): the floor, perf2perfetto and "
         "`ptscope decode -j1` (default, --no-drill, --no-insn-detail)",
     )
+    ap.add_argument(
+        "--timeline",
+        action="store_true",
+        help="the ptscope decode -j1 command's wall time before perf starts, perf's own, "
+        "and after perf ends, against the floor's perf",
+    )
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -840,6 +901,10 @@ def main() -> None:
     if args.instructions:
         print(f"recording: {perf_data}")
         instructions_main(perf_data)
+        return
+    if args.timeline:
+        print(f"recording: {perf_data}")
+        timeline_main(perf_data, args.repeat)
         return
     size = os.path.getsize(perf_data)
     print(
