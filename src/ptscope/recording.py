@@ -39,6 +39,7 @@ __all__ = [
     "Recording",
     "TriggerHit",
     "check_metadata",
+    "is_archive",
     "keep_perf_maps",
     "plain_name",
     "require_format",
@@ -434,3 +435,16 @@ def keep_perf_maps(directory: Path, pids: Iterable[int]) -> list[str]:
                 continue
             kept.append(source.name)
     return kept
+
+
+def is_archive(path: Path) -> bool:
+    """A recording packed by ``ptscope archive`` (``record/archive.py``): a gzip file or a
+    tar file (a perf.data is neither), told by its first bytes: a damaged archive still
+    counts, to be refused as one. Here, not with the archive's code, so that a decode can
+    tell before it imports that (tarfile, ISA-L) and starts perf."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(262)
+    except OSError:
+        return False
+    return head[:2] == b"\x1f\x8b" or head[257:262] == b"ustar"

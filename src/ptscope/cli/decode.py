@@ -88,8 +88,7 @@ class DecodeCommand:
 def start_perf_early(args: argparse.Namespace) -> None:
     """``ptscope decode``'s recording, if it is one: see :func:`start_decode_early`."""
     from ptscope.errors import PtscopeError
-    from ptscope.record.archive import is_archive
-    from ptscope.recording import Recording
+    from ptscope.recording import Recording, is_archive
 
     if args.perf_script is not None or args.recording is None:
         return

@@ -45,6 +45,7 @@ from ptscope.record.build_id import file_build_id, kernel_build_id
 from ptscope.recording import (
     METADATA_NAME,
     Recording,
+    is_archive,
     plain_name,
     require_format,
     schema_error,
@@ -373,18 +374,6 @@ def create_archive(
 
 
 # -- reading ----------------------------------------------------------------------------
-
-
-def is_archive(path: Path) -> bool:
-    """A gzip file or a tar file (what :func:`create_archive` writes; a perf.data is
-    neither), told by its first bytes: a damaged archive still counts, to be refused
-    as one."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(262)
-    except OSError:
-        return False
-    return head[:2] == b"\x1f\x8b" or head[257:262] == b"ustar"
 
 
 def _check_member(member: tarfile.TarInfo) -> None:
