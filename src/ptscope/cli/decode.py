@@ -99,7 +99,7 @@ def start_perf_early(args: argparse.Namespace) -> None:
         recording = Recording.find(path)
         pids = parse_id_list(args.pid, "--pid") if args.pid else ()
         tids = parse_id_list(args.tid, "--tid") if args.tid else ()
-    except PtscopeError:
+    except (PtscopeError, OSError):
         return
     start_decode_early(
         recording,
@@ -134,20 +134,21 @@ def start_decode_early(
 
     try:
         paths = recording.perf_data_paths()
-        if jobs is None:
-            jobs = perf_launch.default_jobs(trace_bytes=perf_launch.trace_size(paths[0]))
         # (a recording whose recorder was killed is finished by the pipeline first)
         if (
-            recording.backend == "sampling"
+            not paths
+            or recording.backend == "sampling"
             or recording.notes.get("state") == "recording"
-            or jobs != 1
-            or not paths
         ):
+            return
+        if jobs is None:
+            jobs = perf_launch.default_jobs(trace_bytes=perf_launch.trace_size(paths[0]))
+        if jobs != 1:
             return
         tool = find_perf()
         if perf_launch.choose_decoder(decoder, tool).name != "dlfilter":
             return
-    except PtscopeError:
+    except (PtscopeError, OSError):
         return
     extra = perf_launch.decode_extra(pids, tids, symfs, None)
     perf_launch.start_early(

@@ -388,8 +388,8 @@ def start_early(spec: LaunchSpec) -> None:
     try:
         check_dlfilter_prerequisites(find_perf(), spec.perf_data)
         _early = PerfLaunch(spec)
-    except PtscopeError as e:
-        log.debug("perf not started early: %s", e.message)
+    except (PtscopeError, OSError) as e:
+        log.debug("perf not started early: %s", e)
         return
     _counts["started early"] += 1
     log.debug("perf started early: %s", " ".join(_early.argv))
