@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -185,3 +186,21 @@ def test_run_decodes_with_the_perf_it_started_early(tmp_path: Path) -> None:
     assert result["started"]
     assert result["counts"] == {"started early": 1, "taken": 1, "discarded": 0}
     assert out.stat().st_size > 1000
+
+
+def test_a_recording_whose_perf_data_is_gone_is_one_clear_error(
+    perf_data: Path, tmp_path: Path
+) -> None:
+    """Nothing starts early for it, and the pipeline says what is wrong, as before."""
+    copy = tmp_path / "rec"
+    shutil.copytree(perf_data.parent, copy)
+    (copy / perf_data.name).unlink()
+    argv = ["decode", str(copy), "-o", str(tmp_path / "t.fxt")]
+    run = subprocess.run(
+        [sys.executable, "-c", _DRIVER, *argv], capture_output=True, text=True, timeout=300
+    )
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert result["code"] != 0
+    assert not result["started"]
+    assert "no such file (the recording is incomplete)" in run.stderr
+    assert "Traceback" not in run.stderr
