@@ -76,3 +76,18 @@ def test_with_another_thread_alive_it_exits_as_python_does(tmp_path: Path) -> No
     assert done.returncode == 0, done.stderr
     assert mark.startswith("thread;")  # waited for
     assert "atexit;" in mark
+
+
+def test_a_command_restores_the_allocator_unless_the_process_leaves(tmp_path: Path) -> None:
+    """In a process that runs more commands (a test session, a library user) a command's
+    allocator settings are undone after it; the ``ptscope`` command, which ends with its
+    command, skips that work (``main(leaving=True)``)."""
+    from ptscope.cli import base, main
+
+    trace = _trace(tmp_path)
+    assert main(["stats", str(trace)]) == 0
+    assert not base._malloc_tuned
+    with base.malloc_restored():  # (undone here, for the rest of this session)
+        assert main(["stats", str(trace)], leaving=True) == 0
+        assert base._malloc_tuned
+    assert not base._malloc_tuned
