@@ -509,7 +509,7 @@ def _cli_decode(perf_data: Path, _jobs: int) -> dict[str, float]:
 _CLI_WITH_RSS = """
 import json, os, resource, sys
 from ptscope import cli
-code = cli.main(sys.argv[1:])
+code = cli.main(sys.argv[1:], leaving=True)
 who = (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
 print(json.dumps([resource.getrusage(w).ru_maxrss / 1024 for w in who]), flush=True)
 sys.stderr.flush()
