@@ -51,16 +51,19 @@ def perf_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return decode_case_recording("threads-pie", tmp_path_factory)
 
 
-def _decode_early(perf_data: Path, out: Path, *options: str) -> dict[str, object]:
+def _drive(*argv: str) -> tuple[dict[str, object], str]:
+    """What the driver saw running ``ptscope ARGV``, and the command's stderr."""
     run = subprocess.run(
-        [sys.executable, "-c", _DRIVER, "decode", str(perf_data), "-o", str(out), *options],
-        capture_output=True,
-        text=True,
-        timeout=300,
+        [sys.executable, "-c", _DRIVER, *argv], capture_output=True, text=True, timeout=300
     )
     assert run.returncode == 0, run.stderr
     result: dict[str, object] = json.loads(run.stdout.strip().splitlines()[-1])
-    assert result["code"] == 0, run.stderr
+    return result, run.stderr
+
+
+def _decode_early(perf_data: Path, out: Path, *options: str) -> dict[str, object]:
+    result, stderr = _drive("decode", str(perf_data), "-o", str(out), *options)
+    assert result["code"] == 0, stderr
     return result
 
 
@@ -173,16 +176,8 @@ def test_run_decodes_with_the_perf_it_started_early(tmp_path: Path) -> None:
     too, once the program has run."""
     program = programs.build("leaf37", static=True)
     out = tmp_path / "t.fxt"
-    argv = ["run", "--backend", "emulated", "-o", str(out), "--", str(program)]
-    run = subprocess.run(
-        [sys.executable, "-c", _DRIVER, *argv],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert run.returncode == 0, run.stderr
-    result = json.loads(run.stdout.strip().splitlines()[-1])
-    assert result["code"] == 0, run.stderr
+    result, stderr = _drive("run", "--backend", "emulated", "-o", str(out), "--", str(program))
+    assert result["code"] == 0, stderr
     assert result["started"]
     assert result["counts"] == {"started early": 1, "taken": 1, "discarded": 0}
     assert out.stat().st_size > 1000
@@ -195,12 +190,8 @@ def test_a_recording_whose_perf_data_is_gone_is_one_clear_error(
     copy = tmp_path / "rec"
     shutil.copytree(perf_data.parent, copy)
     (copy / perf_data.name).unlink()
-    argv = ["decode", str(copy), "-o", str(tmp_path / "t.fxt")]
-    run = subprocess.run(
-        [sys.executable, "-c", _DRIVER, *argv], capture_output=True, text=True, timeout=300
-    )
-    result = json.loads(run.stdout.strip().splitlines()[-1])
+    result, stderr = _drive("decode", str(copy), "-o", str(tmp_path / "t.fxt"))
     assert result["code"] != 0
     assert not result["started"]
-    assert "no such file (the recording is incomplete)" in run.stderr
-    assert "Traceback" not in run.stderr
+    assert "no such file (the recording is incomplete)" in stderr
+    assert "Traceback" not in stderr

@@ -962,17 +962,11 @@ class DlfilterProcess:
         )
         self._launch = launch
         self.argv = launch.argv
-        self._ring = launch.ring
-        self._proc = launch.proc
-        self._err = launch.err
-        self.watch = launch.watch
         self.parser = RecordStreamParser(
             f"dlfilter record stream of {perf_data}",
             time_window=time_window,
             locations=locations,
         )
-        self.stdout_path = stdout_path
-        self.stderr = ""
 
     def batches(self) -> Iterator[list[Event]]:
         """The decoded events, batch by batch; raises a PtscopeError if decoding failed."""
@@ -982,21 +976,27 @@ class DlfilterProcess:
         """Like :meth:`batches`, with each run of branches as one :class:`BranchBatch`."""
         return self._read(self.parser.feed_columnar)
 
+    @property
+    def stderr(self) -> str:
+        """What perf wrote into stderr (once it has been read)."""
+        return self._launch.stderr
+
     def _read(self, feed: Callable[[_Buffer], list[Any]]) -> Iterator[list[Any]]:
         parser = self.parser
-        proc = self._proc
+        launch = self._launch
+        proc, watch, stdout_path = launch.proc, launch.watch, launch.spec.stdout_path
         done = False
         try:
-            if self.stdout_path is not None:
-                self.watch.wait(self.stdout_path)
-                with open(self.stdout_path, "rb") as f:
+            if stdout_path is not None:
+                watch.wait(stdout_path)
+                with open(stdout_path, "rb") as f:
                     while chunk := f.read(CHUNK_SIZE):
                         events = feed(chunk)
                         if events:
                             yield events
             else:
                 assert proc.stdout is not None
-                stdout = _pipe_chunks(proc.stdout.fileno(), self.watch, pause=self._ring is None)
+                stdout = _pipe_chunks(proc.stdout.fileno(), watch, pause=launch.ring is None)
                 for piece in self._stream(stdout):
                     events = feed(piece)
                     if events:
@@ -1005,10 +1005,10 @@ class DlfilterProcess:
         finally:
             # perf closed its stdout: it is exiting. Otherwise we stopped early (an error,
             # or the consumer went away): stop perf rather than wait for it.
-            rc = proc.wait() if done else self.kill()
-            self._cleanup()
-        if self.watch.stalled is not None:
-            raise perf_stalled(self.argv, self.watch.stalled, self.stderr, str(self.perf_data))
+            rc = proc.wait() if done else launch.kill()
+            launch.close()
+        if watch.stalled is not None:
+            raise perf_stalled(self.argv, watch.stalled, self.stderr, str(self.perf_data))
         if rc != 0:
             raise perf_failure(self.argv, rc, self.stderr, str(self.perf_data))
         try:
@@ -1020,10 +1020,11 @@ class DlfilterProcess:
     def _stream(self, stdout: Iterator[bytes]) -> Iterator[_Buffer]:
         """The record stream from what perf writes into stdout: in ring mode, the chunks
         and perf's text in order (:class:`~ptscope.decode.record_ring.RingReader`)."""
-        if self._ring is None:
+        ring = self._launch.ring
+        if ring is None:
             yield from stdout
             return
-        reader = RingReader(self._ring, self.parser.source)
+        reader = RingReader(ring, self.parser.source)
         for piece in stdout:
             yield from reader.split(piece)
         yield from reader.finish()
@@ -1031,15 +1032,11 @@ class DlfilterProcess:
     def kill(self) -> int:
         """Stop perf (if still running) and return its exit status."""
         rc = self._launch.kill()
-        self._cleanup()
+        self._launch.close()
         return rc
 
     def run_info(self) -> DlfilterRun:
         return DlfilterRun(self.argv, self.parser.stats, self.stderr)
-
-    def _cleanup(self) -> None:
-        if not self._err.closed:
-            self.stderr = self._launch.close()
 
 
 def decode_with_dlfilter(

@@ -324,6 +324,8 @@ class PerfLaunch:
             if self.ring is not None:
                 self.ring.started()
         self.watch = PerfWatch(self.proc, limit, beat_read)
+        self.stderr = ""
+        """What perf wrote into stderr (read by :meth:`close`)."""
 
     def kill(self) -> int:
         """Kill perf (if still running); its exit status."""
@@ -331,20 +333,18 @@ class PerfLaunch:
             self.proc.kill()
         return self.proc.wait()
 
-    def close(self) -> str:
-        """Close what perf was given (once it has exited, or to let it go); returns what
-        it wrote into stderr."""
+    def close(self) -> None:
+        """Close what perf was given (once it has exited, or to let it go), keeping what it
+        wrote into stderr (:attr:`stderr`). Closing again does nothing."""
         self.watch.close()
         if self.ring is not None:
             self.ring.close()
         if self.proc.stdout is not None and not self.proc.stdout.closed:
             self.proc.stdout.close()
-        if self.err.closed:
-            return ""
-        self.err.seek(0)
-        text = self.err.read().decode("utf-8", "replace")
-        self.err.close()
-        return text
+        if not self.err.closed:
+            self.err.seek(0)
+            self.stderr = self.err.read().decode("utf-8", "replace")
+            self.err.close()
 
 
 def _shared_ring() -> SharedRing | None:

@@ -77,12 +77,11 @@ class SharedRing:
         self.circulating = chunks  # given back; the `headroom` chunks after them are not
         self.chunks = chunks + headroom
         self.chunk_bytes = chunk_bytes
-        chunks = self.chunks
         self._memfd = os.memfd_create("ptscope-records", os.MFD_CLOEXEC)
         self._free_read = self._free_write = -1
         try:
-            os.ftruncate(self._memfd, chunks * chunk_bytes)
-            self._map = mmap.mmap(self._memfd, chunks * chunk_bytes, access=mmap.ACCESS_READ)
+            os.ftruncate(self._memfd, self.chunks * chunk_bytes)
+            self._map = mmap.mmap(self._memfd, self.chunks * chunk_bytes, access=mmap.ACCESS_READ)
             self._free_read, self._free_write = os.pipe2(os.O_CLOEXEC)
         except BaseException:
             self.close()
