@@ -434,7 +434,7 @@ def _feed_branches(
     batch. Both decoders feed the same engine: the dlfilter's as columns, the text
     decoder's as events (the C engine makes them columns)."""
     perf = find_perf()
-    filters = decode_extra(options.pids, options.tids, options.symfs, options.kallsyms)
+    filters = decode_extra(options.pids, options.tids, options.symfs) + _kernel_symbols(options)
     locations = LocationTable()
     maps = MapResolver(load_perf_maps(recording.directory, recording.processes))
     text_stats: list[TextStats] = []

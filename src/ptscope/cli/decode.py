@@ -150,7 +150,7 @@ def start_decode_early(
             return
     except (PtscopeError, OSError):
         return
-    extra = perf_launch.decode_extra(pids, tids, symfs, None)
+    extra = perf_launch.decode_extra(pids, tids, symfs)
     perf_launch.start_early(
         perf_launch.launch_spec(
             paths[0], tool.path, insns=insn_detail, task_events=True, extra=extra

@@ -269,16 +269,12 @@ def launch_spec(
     )
 
 
-def decode_extra(
-    pids: Sequence[int], tids: Sequence[int], symfs: Path | None, kallsyms: Path | None
-) -> list[str]:
-    """What a decode adds to perf's argv: its process and thread selection, where perf
-    finds the binaries and the kernel's symbols."""
+def decode_extra(pids: Sequence[int], tids: Sequence[int], symfs: Path | None) -> list[str]:
+    """What a decode adds to perf's argv: its process and thread selection, and where perf
+    finds the binaries."""
     extra = selection_arguments(pids, tids)
     if symfs is not None:
         extra.append(f"--symfs={symfs}")
-    if kallsyms is not None:
-        extra.append(f"--kallsyms={kallsyms}")
     return extra
 
 
