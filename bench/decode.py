@@ -498,8 +498,8 @@ def _cli_decode(perf_data: Path, _jobs: int) -> dict[str, float]:
             "events": 0,
             "slices": slices,
             "trace_bytes": out.stat().st_size,
-            "rss_cli_mb": own,
-            "rss_cli_perf_mb": perf,
+            "rss_python_mb": own,
+            "rss_perf_mb": perf,
         }
 
 
@@ -620,11 +620,9 @@ def child_main(name: str, perf_data: Path, jobs: int) -> None:
     result = CHILDREN[name](perf_data, jobs)
     result["inner_wall"] = time.perf_counter() - t0
     result["cpu"] = _cpu_seconds() - cpu0
-    result["rss_python_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    result["rss_perf_mb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    if "rss_cli_mb" in result:  # the command's own process, not this one's
-        result["rss_python_mb"] = result.pop("rss_cli_mb")
-        result["rss_perf_mb"] = result.pop("rss_cli_perf_mb")
+    # (unless the measurement ran a command of its own, which says its own figures)
+    result.setdefault("rss_python_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    result.setdefault("rss_perf_mb", resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)
     print(json.dumps(result))
 
 
