@@ -221,3 +221,29 @@ def test_decode_while_decoding(
     _stopped(done, sig)
     assert not out.exists()
     assert leftovers(tmp_path, tmp_path) == []
+
+
+class _Stopped(Exception):
+    pass
+
+
+def test_a_signal_while_the_pipeline_is_imported_is_delivered_after_it() -> None:
+    """A decode imports its pipeline while its perf already runs; a signal then must not
+    interrupt the import (an exception inside a C extension's import becomes an
+    ImportError), but stop the command right after it."""
+    from ptscope.cli.base import signals_deferred
+
+    def stop(signum: int, _frame: object) -> None:
+        raise _Stopped(signum)
+
+    old = signal.signal(signal.SIGHUP, stop)
+    try:
+        finished = []
+        with pytest.raises(_Stopped), signals_deferred():
+            signal.raise_signal(signal.SIGHUP)
+            signal.raise_signal(signal.SIGHUP)
+            finished.append(True)  # the block runs to its end first
+        assert finished == [True]
+        assert signal.getsignal(signal.SIGHUP) is stop
+    finally:
+        signal.signal(signal.SIGHUP, old)

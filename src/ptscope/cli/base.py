@@ -7,7 +7,9 @@ import contextlib
 import gc
 import math
 import os
+import signal
 import stat
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
@@ -334,3 +336,29 @@ def malloc_restored() -> Iterator[None]:
                     libc.mallopt(option, value)
                 if hasattr(libc, "malloc_trim"):
                     libc.malloc_trim(0)
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Ctrl-C, SIGTERM and SIGHUP held while the block runs, then delivered (the first of
+    them): for importing the pipeline, which a decode now does while its perf already runs
+    (``decode/perf_launch.py``). An exception raised inside a C extension's import (numpy's
+    ``PyCapsule_Import``) becomes an ImportError, and the command an internal error,
+    instead of stopping as the signal asks."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    held = {}
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        handler = signal.getsignal(sig)
+        if handler not in (signal.SIG_IGN, None):
+            held[sig] = handler
+            signal.signal(sig, lambda signum, _frame: received.append(signum))
+    try:
+        yield
+    finally:
+        for sig, handler in held.items():
+            signal.signal(sig, handler)
+        if received:
+            signal.raise_signal(received[0])

@@ -13,6 +13,7 @@ from ptscope.cli.base import (
     check_input,
     parse_id_list,
     settle_for_streaming,
+    signals_deferred,
 )
 from ptscope.cli.output import summary_of_incomplete
 from ptscope.cli.serve import add_serve_option, serve_in_perfetto
@@ -62,7 +63,9 @@ class DecodeCommand:
     def _decode(self, args: argparse.Namespace) -> None:
         from ptscope.cli.output import print_summary
         from ptscope.cli.progress import decode_progress
-        from ptscope.pipeline import decode_perf_script_text
+
+        with signals_deferred():  # (perf may be running already: a signal stops both)
+            from ptscope.pipeline import decode_perf_script_text
 
         options = decode_options(args)
         settle_for_streaming()

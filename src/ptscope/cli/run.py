@@ -281,8 +281,11 @@ def decode_step(
 def _decode_now(
     recording: Recording, output: Path, args: argparse.Namespace, place: RecordingPlace
 ) -> None:
-    from ptscope import pipeline
+    from ptscope.cli.base import signals_deferred
     from ptscope.cli.progress import decode_progress
+
+    with signals_deferred():  # (perf may be running already: a signal stops both)
+        from ptscope import pipeline
 
     options = pipeline.DecodeOptions(
         decoder=args.decoder,
