@@ -65,6 +65,14 @@ a 60k-round run takes a few minutes.
 from its launch to perf's start (Python's start-up and whatever runs before perf), perf's
 own run, and from perf's end to the command's (the last batches, closing the trace), with
 the floor's perf beside it; medians of ``--repeat`` runs.
+
+``--writer-thread`` measures the trace's writing (encoding, compression, the file) on a
+thread of its own beside the engine, against the same decode without it, every slice's
+``drill`` arg written as the CLI does: ``-j1``, ``--jobs N``, and ptscope's side alone (the
+record stream decoded beforehand and held in memory, then the engine and the writing
+timed: what the decode's process does when it does not wait for perf, as with windows on
+a machine with cores to spare). ``ptscope decode`` turns the thread on only where a core
+is free for it (``ptscope.fxt.background.wanted``).
 """
 
 from __future__ import annotations
@@ -80,6 +88,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / "bench" / "cache"
@@ -349,7 +358,13 @@ def _child_parallel_engine(perf_data: Path, jobs: int) -> dict[str, float]:
 
 
 def _pipeline(
-    perf_data: Path, decoder: str, jobs: int | None, *, insns: bool = True, drill: bool = False
+    perf_data: Path,
+    decoder: str,
+    jobs: int | None,
+    *,
+    insns: bool = True,
+    drill: bool = False,
+    writer_thread: bool | None = None,
 ) -> dict[str, float]:
     import tempfile
 
@@ -365,6 +380,7 @@ def _pipeline(
                 jobs=jobs,
                 insn_detail=insns,
                 drill=perf_data.parent.resolve() if drill else None,
+                writer_thread=writer_thread,
             ),
         )
         size = sum(p.file_bytes for p in summary.parts)
@@ -373,6 +389,45 @@ def _pipeline(
             "slices": summary.slices,
             "trace_bytes": size,
             "ring_wait_s": summary.ring_wait_ns / 1e9,
+        }
+
+
+def _consumer(perf_data: Path, writer_thread: bool) -> dict[str, float]:
+    """ptscope's side of a decode alone: the record stream decoded beforehand and held in
+    memory (not timed), then the engine and the trace's writing (with every slice's
+    ``drill`` arg, as the CLI writes it), timed: what a decode's process does when perf is
+    not what it waits for (windows on a machine with cores to spare)."""
+    import tempfile
+
+    from ptscope import pipeline  # type: ignore[attr-defined, unused-ignore]
+    from ptscope.decode.parallel import SegmentBreak, decode_parallel_columnar
+    from ptscope.decode.progress import ProgressTracker
+    from ptscope.recording import Recording
+
+    recording = Recording.find(perf_data)
+    items = list(decode_parallel_columnar(perf_data, jobs=1, task_events=True, insns=True))
+    options = pipeline.DecodeOptions(
+        jobs=1, drill=perf_data.parent.resolve(), writer_thread=writer_thread
+    )
+
+    def feed(engine: Any, after: Callable[[], None]) -> None:
+        for item in items:
+            if isinstance(item, SegmentBreak):
+                engine.end_segment()
+            else:
+                engine.feed_all(item)
+            after()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        summary = pipeline.DecodeSummary(Path(tmp) / "trace.fxt.gz", "dlfilter", "bench")
+        t0 = time.perf_counter()
+        cpu0 = _cpu_seconds()
+        pipeline._stream(recording, options, summary, ProgressTracker(None, []), feed, perfs=1)
+        return {
+            "inner_wall": time.perf_counter() - t0,
+            "cpu": _cpu_seconds() - cpu0,
+            "slices": summary.slices,
+            "trace_bytes": sum(p.file_bytes for p in summary.parts),
         }
 
 
@@ -558,6 +613,18 @@ CHILDREN: dict[str, Callable[[Path, int], dict[str, float]]] = {
     "ptscope -j1 pipe": lambda p, _j: _without_ring(lambda: _pipeline(p, "dlfilter", 1)),
     "ptscope --jobs 2": lambda p, _j: _pipeline(p, "dlfilter", 2),
     "ptscope default": lambda p, _j: _pipeline(p, "dlfilter", None),
+    "ptscope -j1 drill": lambda p, _j: _pipeline(p, "dlfilter", 1, drill=True, writer_thread=False),
+    "ptscope -j1 drill, writer thread": lambda p, _j: _pipeline(
+        p, "dlfilter", 1, drill=True, writer_thread=True
+    ),
+    "ptscope --jobs drill": lambda p, j: _pipeline(
+        p, "dlfilter", j, drill=True, writer_thread=False
+    ),
+    "ptscope --jobs drill, writer thread": lambda p, j: _pipeline(
+        p, "dlfilter", j, drill=True, writer_thread=True
+    ),
+    "engine+writer alone": lambda p, _j: _consumer(p, False),
+    "engine+writer alone, writer thread": lambda p, _j: _consumer(p, True),
     "ptscope decode -j1 (CLI)": _cli_decode,
     "perf i0ns text": _child_perf_i0ns_text,
 }
@@ -577,8 +644,24 @@ INSNS_SET = [
     "perf i0ns floor",
     "perf i0ns text",
 ]
+# --writer-thread: each decode with the trace's writing on a thread of its own and without
+WRITER_SET = [
+    "floor",
+    "ptscope -j1 drill",
+    "ptscope -j1 drill, writer thread",
+    "ptscope --jobs drill",
+    "ptscope --jobs drill, writer thread",
+    "engine+writer alone",
+    "engine+writer alone, writer thread",
+]
 # Measurements only --only or --insns ask for (perf's per-instruction paths are slow).
-NOT_BY_DEFAULT = {"perf i0ns floor", "perf i0ns text", "text insns", *PEERS_SET[1:]}
+NOT_BY_DEFAULT = {
+    "perf i0ns floor",
+    "perf i0ns text",
+    "text insns",
+    *PEERS_SET[1:],
+    *WRITER_SET[1:],
+}
 
 
 def run_child(name: str, perf_data: Path, jobs: int) -> dict[str, float] | None:
@@ -618,8 +701,9 @@ def child_main(name: str, perf_data: Path, jobs: int) -> None:
     t0 = time.perf_counter()
     cpu0 = _cpu_seconds()
     result = CHILDREN[name](perf_data, jobs)
-    result["inner_wall"] = time.perf_counter() - t0
-    result["cpu"] = _cpu_seconds() - cpu0
+    # (unless the measurement timed a part of its own)
+    result.setdefault("inner_wall", time.perf_counter() - t0)
+    result.setdefault("cpu", _cpu_seconds() - cpu0)
     # (unless the measurement ran a command of its own, which says its own figures)
     result.setdefault("rss_python_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     result.setdefault("rss_perf_mb", resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)
@@ -881,6 +965,12 @@ def main() -> None:
         help="the ptscope decode -j1 command's wall time before perf starts, perf's own, "
         "and after perf ends, against the floor's perf",
     )
+    ap.add_argument(
+        "--writer-thread",
+        action="store_true",
+        help="the trace's writing on a thread of its own against the same decode without it: "
+        "-j1, --jobs N and ptscope's side alone (the records held in memory)",
+    )
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -909,7 +999,15 @@ def main() -> None:
         f"recording: {perf_data} ({size / 1e6:.1f} MB), {os.cpu_count()} CPUs, --jobs {args.jobs}"
     )
     results: dict[str, dict[str, float]] = {}
-    names = args.only or (INSNS_SET if args.insns else PEERS_SET if args.peers else [])
+    names = args.only or (
+        INSNS_SET
+        if args.insns
+        else PEERS_SET
+        if args.peers
+        else WRITER_SET
+        if args.writer_thread
+        else []
+    )
     names = names or [n for n in CHILDREN if n not in NOT_BY_DEFAULT]
     if "perf2perfetto" in names:
         library = build_perf2perfetto()
@@ -1016,6 +1114,9 @@ def main() -> None:
         ("ptscope dlfilter drill", "ptscope dlfilter"),
         ("perf i0ns floor", "dlfilter insns"),
         ("perf i0ns text", "dlfilter insns"),
+        ("ptscope -j1 drill, writer thread", "ptscope -j1 drill"),
+        ("ptscope --jobs drill, writer thread", "ptscope --jobs drill"),
+        ("engine+writer alone, writer thread", "engine+writer alone"),
     ):
         if a in results and b in results:
             wall = results[a]["inner_wall"] / results[b]["inner_wall"]

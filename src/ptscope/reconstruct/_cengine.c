@@ -5,6 +5,11 @@
  * and its output vectors into buffers numpy reads without a copy (Block). The landing-pad
  * lookups it asks for go to a Python callable (decode/landing_pads.py through
  * fast_engine.py), once per location.
+ *
+ * feed() lets other Python threads run while the engine works on a batch (the trace's
+ * writer thread, fxt/background.py, encodes and compresses beside it): it holds the GIL
+ * again only to ask a landing-pad question. Meanwhile the object refuses every other call
+ * (`feeding`), so that no second thread can reach the engine's state.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -16,6 +21,7 @@ typedef struct {
 	Engine core;
 	PyObject *landing_pads; /* location id -> [(start, end)] call sites landing there */
 	Vec pairs;		/* the last answer of landing_pads, for the engine */
+	bool feeding;		/* feed() runs without the GIL: nothing else may run */
 } EngineObject;
 
 /* The exception for a failure code (the engine's message says what). */
@@ -44,6 +50,7 @@ static size_t python_landing_pads(void *ctx, int32_t loc, const int64_t **pairs)
 	EngineObject *self = ctx;
 	self->pairs.n = 0;
 	*pairs = NULL;
+	PyGILState_STATE gil = PyGILState_Ensure(); /* feed() let it go */
 	PyObject *res = PyObject_CallFunction(self->landing_pads, "i", loc);
 	PyObject *seq = res ? PySequence_Fast(res, "landing pads: not a sequence") : NULL;
 	size_t count = 0;
@@ -70,13 +77,25 @@ static size_t python_landing_pads(void *ctx, int32_t loc, const int64_t **pairs)
 	Py_XDECREF(seq);
 	Py_XDECREF(res);
 	PyErr_Clear();
+	PyGILState_Release(gil);
 	*pairs = self->pairs.v;
 	return count;
 }
 
+/* NULL with the exception while another thread's feed() runs the engine. */
+#define IDLE(self)                                                                        \
+	do {                                                                              \
+		if ((self)->feeding) {                                                    \
+			PyErr_SetString(PyExc_RuntimeError,                               \
+					"the engine is in use by another thread");        \
+			return NULL;                                                      \
+		}                                                                         \
+	} while (0)
+
 /* NULL with the exception when the engine takes no more (see ptscope_engine_usable). */
 #define USABLE(self, open)                                                                \
 	do {                                                                              \
+		IDLE(self);                                                               \
 		int refused = ptscope_engine_usable(&(self)->core, (open));               \
 		if (refused)                                                              \
 			return failed((self), refused);                                   \
@@ -144,6 +163,7 @@ static ptscope_column as_column(const Column *c)
 
 static PyObject *engine_add_locations(EngineObject *self, PyObject *args)
 {
+	IDLE(self);
 	PyObject *objs[4];
 	if (!PyArg_ParseTuple(args, "OOOO", &objs[0], &objs[1], &objs[2], &objs[3]))
 		return NULL;
@@ -176,6 +196,7 @@ static PyObject *engine_add_locations(EngineObject *self, PyObject *args)
 
 static PyObject *engine_mark_function(EngineObject *self, PyObject *args)
 {
+	IDLE(self);
 	int fn, flags;
 	if (!PyArg_ParseTuple(args, "ii", &fn, &flags))
 		return NULL;
@@ -187,6 +208,7 @@ static PyObject *engine_mark_function(EngineObject *self, PyObject *args)
 
 static PyObject *engine_set_landing_pads(EngineObject *self, PyObject *args)
 {
+	IDLE(self);
 	PyObject *cb;
 	if (!PyArg_ParseTuple(args, "O", &cb))
 		return NULL;
@@ -204,6 +226,7 @@ static PyObject *engine_set_landing_pads(EngineObject *self, PyObject *args)
 
 static PyObject *engine_feed_batch(EngineObject *self, PyObject *args)
 {
+	IDLE(self);
 	PyObject *objs[NCOLS + 3] = {0};
 	if (!PyArg_ParseTuple(args, "OOOOOOOOO|OOO", &objs[0], &objs[1], &objs[2], &objs[3],
 			      &objs[4], &objs[5], &objs[6], &objs[7], &objs[8], &objs[9],
@@ -264,9 +287,15 @@ static PyObject *engine_feed_batch(EngineObject *self, PyObject *args)
 	ptscope_column in[NCOLS + 3];
 	for (int i = 0; i < NCOLS + 3; i++)
 		in[i] = as_column(&cols[i]);
-	int error = ptscope_engine_feed(e, in, (size_t)n, has_lines ? &in[NCOLS] : NULL,
-					has_lines ? (const uint64_t *)cols[NCOLS + 1].p : NULL,
-					has_gap_insns ? &in[NCOLS + 2] : NULL);
+	int error;
+	/* The columns' buffers stay held (cols) until the engine is done with them. */
+	self->feeding = true;
+	Py_BEGIN_ALLOW_THREADS
+	error = ptscope_engine_feed(e, in, (size_t)n, has_lines ? &in[NCOLS] : NULL,
+				    has_lines ? (const uint64_t *)cols[NCOLS + 1].p : NULL,
+				    has_gap_insns ? &in[NCOLS + 2] : NULL);
+	Py_END_ALLOW_THREADS
+	self->feeding = false;
 	columns_release(cols, NCOLS + 3);
 	if (error)
 		return failed(self, error);
@@ -277,6 +306,7 @@ static PyObject *engine_feed_batch(EngineObject *self, PyObject *args)
  * error was attributed to a thread (if not, Python keeps it as an orphan). */
 static PyObject *engine_decode_error(EngineObject *self, PyObject *args)
 {
+	IDLE(self);
 	long long pid, tid, time;
 	int has_time;
 	Py_ssize_t message;
@@ -292,6 +322,7 @@ static PyObject *engine_decode_error(EngineObject *self, PyObject *args)
 
 static PyObject *engine_counter(EngineObject *self, PyObject *args)
 {
+	IDLE(self);
 	long long pid, tid, time, value;
 	Py_ssize_t name;
 	if (!PyArg_ParseTuple(args, "LLLnL", &pid, &tid, &time, &name, &value))
@@ -304,6 +335,7 @@ static PyObject *engine_counter(EngineObject *self, PyObject *args)
 
 static PyObject *engine_end_segment(EngineObject *self, PyObject *Py_UNUSED(ignored))
 {
+	IDLE(self);
 	int error = ptscope_engine_end_segment(&self->core);
 	if (error)
 		return failed(self, error);
@@ -312,6 +344,7 @@ static PyObject *engine_end_segment(EngineObject *self, PyObject *Py_UNUSED(igno
 
 static PyObject *engine_close_all(EngineObject *self, PyObject *Py_UNUSED(ignored))
 {
+	IDLE(self);
 	int error = ptscope_engine_close_all(&self->core);
 	if (error)
 		return failed(self, error);
@@ -320,6 +353,7 @@ static PyObject *engine_close_all(EngineObject *self, PyObject *Py_UNUSED(ignore
 
 static PyObject *engine_slot_count(EngineObject *self, PyObject *args)
 {
+	IDLE(self);
 	long long pid, tid;
 	if (!PyArg_ParseTuple(args, "LL", &pid, &tid))
 		return NULL;
@@ -329,6 +363,7 @@ static PyObject *engine_slot_count(EngineObject *self, PyObject *args)
 
 static PyObject *engine_stats(EngineObject *self, PyObject *Py_UNUSED(ignored))
 {
+	IDLE(self);
 	Engine *e = &self->core;
 	return Py_BuildValue("(LLLLLLLL)", (long long)e->events, (long long)e->branches,
 			     (long long)e->decode_errors, (long long)e->segments_started,
@@ -339,6 +374,7 @@ static PyObject *engine_stats(EngineObject *self, PyObject *Py_UNUSED(ignored))
 /* What the engine holds now: for tests and benchmarks of its memory. */
 static PyObject *engine_memory(EngineObject *self, PyObject *Py_UNUSED(ignored))
 {
+	IDLE(self);
 	Engine *e = &self->core;
 	size_t window = 0, waiters = 0, arena = 0, groups = 0, contexts = 0;
 	for (size_t i = 0; i < e->nthreads; i++) {
@@ -360,12 +396,14 @@ static PyObject *engine_memory(EngineObject *self, PyObject *Py_UNUSED(ignored))
 
 static PyObject *engine_lines_on(EngineObject *self, PyObject *Py_UNUSED(ignored))
 {
+	IDLE(self);
 	return PyBool_FromLong(self->core.lines_on);
 }
 
 /* Slices written and not yet taken. */
 static PyObject *engine_pending(EngineObject *self, PyObject *Py_UNUSED(ignored))
 {
+	IDLE(self);
 	Engine *e = &self->core;
 	return PyLong_FromSize_t(e->out[O_PID].n + e->inst[I_PID].n + e->ctr[N_PID].n);
 }
@@ -373,6 +411,7 @@ static PyObject *engine_pending(EngineObject *self, PyObject *Py_UNUSED(ignored)
 /* The earliest time of any thread's first slot (no slice starts before it), or None. */
 static PyObject *engine_first_time(EngineObject *self, PyObject *Py_UNUSED(ignored))
 {
+	IDLE(self);
 	if (!self->core.nthreads)
 		Py_RETURN_NONE;
 	return PyLong_FromLongLong(self->core.first_time);
@@ -380,6 +419,7 @@ static PyObject *engine_first_time(EngineObject *self, PyObject *Py_UNUSED(ignor
 
 static PyObject *engine_examples(EngineObject *self, PyObject *Py_UNUSED(ignored))
 {
+	IDLE(self);
 	Engine *e = &self->core;
 	PyObject *list = PyList_New((Py_ssize_t)e->nexamples);
 	if (!list)
@@ -399,6 +439,7 @@ static PyObject *engine_examples(EngineObject *self, PyObject *Py_UNUSED(ignored
 
 static PyObject *engine_thread_keys(EngineObject *self, PyObject *Py_UNUSED(ignored))
 {
+	IDLE(self);
 	Engine *e = &self->core;
 	PyObject *list = PyList_New((Py_ssize_t)e->nthreads);
 	if (!list)
@@ -507,6 +548,7 @@ static PyObject *vecs_blocks(Vec *v, int n)
  * time, message id; counters: pid, tid, time, name id, value). */
 static PyObject *engine_take_output(EngineObject *self, PyObject *Py_UNUSED(ignored))
 {
+	IDLE(self);
 	Engine *e = &self->core;
 	USABLE(self, false);
 	PyObject *s = vecs_blocks(e->out, NOUT);

@@ -1,0 +1,267 @@
+"""The trace's writing on a thread of its own (fxt/background.py): batches written in the
+order given, a write's failure raised in the decoding thread, nothing left behind by a
+decode that fails or is interrupted, and the same trace, byte for byte, as a decode that
+writes in its own thread (real perf and QEMU recordings)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ptscope import pipeline
+from ptscope.fxt.background import BackgroundWrites, wanted
+from ptscope.fxt.stream import TooManyParts
+from ptscope.pipeline import DecodeOptions, decode_recording
+from ptscope.recording import Recording
+from ptscope.timeline import SliceBatch
+from support.emulated_corpus import decode_case_recording
+
+
+def _batch(k: int) -> SliceBatch:
+    one = np.array([k], dtype=np.int64)
+    return SliceBatch(
+        names=["f"],
+        pid=one,
+        tid=one,
+        start=one,
+        end=one + 1,
+        name_id=np.zeros(1, dtype=np.int32),
+        address=one.view(np.uint64),
+        instructions=one,
+        cycles=one,
+        flags=np.zeros(1, dtype=np.uint8),
+    )
+
+
+class _ListSink:
+    """Keeps what it is given; fails at batch ``fail_at`` (its index), slowly if asked."""
+
+    def __init__(self, fail_at: int | None = None, gate: threading.Event | None = None) -> None:
+        self.written: list[int] = []
+        self.fail_at = fail_at
+        self.gate = gate
+        self.error = OSError(28, "No space left on device")
+
+    def write(self, batch: SliceBatch) -> None:
+        if self.gate is not None:
+            self.gate.wait(10)
+        if len(self.written) == self.fail_at:
+            raise self.error
+        self.written.append(int(batch.pid[0]))
+
+
+def _writer_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "ptscope-writer"]
+
+
+def test_batches_are_written_in_order_and_finish_waits_for_them() -> None:
+    sink = _ListSink()
+    writes = BackgroundWrites(sink)
+    for k in range(50):
+        writes.write(_batch(k))
+    writes.finish()
+    assert sink.written == list(range(50))
+    assert not _writer_threads()
+
+
+def test_a_failed_write_is_raised_in_the_decoding_thread_as_it_was() -> None:
+    sink = _ListSink(fail_at=3)
+    writes = BackgroundWrites(sink)
+    with pytest.raises(OSError) as raised:
+        for k in range(50):
+            writes.write(_batch(k))
+        writes.finish()
+    assert raised.value is sink.error
+    assert sink.written == [0, 1, 2]
+    writes.abandon()
+    assert not _writer_threads()
+
+
+def test_a_failure_in_the_last_batch_is_raised_by_finish() -> None:
+    sink = _ListSink(fail_at=1)
+    writes = BackgroundWrites(sink)
+    writes.write(_batch(0))
+    writes.write(_batch(1))
+    with pytest.raises(OSError):
+        writes.finish()
+    assert sink.written == [0]
+
+
+def test_abandoning_drops_what_is_queued_and_ends_the_thread() -> None:
+    gate = threading.Event()
+    sink = _ListSink(gate=gate)
+    writes = BackgroundWrites(sink, depth=2)
+    for k in range(3):  # one being written (held at the gate), two queued
+        writes.write(_batch(k))
+    stopper = threading.Thread(target=writes.abandon)
+    stopper.start()
+    gate.set()
+    stopper.join(10)
+    assert not stopper.is_alive()
+    assert sink.written == [0]
+    assert not _writer_threads()
+
+
+@pytest.mark.parametrize(
+    ("cpus", "load", "busy", "expected"),
+    [
+        (2, 0.0, 2, False),  # one job on two cores: perf and the engine fill them
+        (3, 0.0, 2, True),
+        (4, 0.0, 3, True),  # the default's two windows on four cores
+        (4, 1.5, 3, False),
+        (16, 0.0, 5, True),
+    ],
+)
+def test_a_writer_thread_is_wanted_only_with_a_core_of_its_own(
+    cpus: int, load: float, busy: int, expected: bool
+) -> None:
+    assert wanted(busy, cpus, load) is expected
+
+
+# ------------------------------------------------------------ real decodes
+
+
+@pytest.fixture(scope="module")
+def perf_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return decode_case_recording("threads-pie", tmp_path_factory)
+
+
+@pytest.fixture
+def small_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batches of a few slices: the short recording goes through the queue many times."""
+    monkeypatch.setattr(pipeline, "_DRAIN_SLICES", 64)
+
+
+def _parts(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(out.parent.iterdir())}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "options",
+    [
+        DecodeOptions(jobs=1),
+        DecodeOptions(jobs=2),
+        DecodeOptions(jobs=1, time_axis="instructions", insn_detail=True),
+        DecodeOptions(jobs=1, split_size=20_000),
+    ],
+    ids=["j1", "j2", "instructions", "split"],
+)
+@pytest.mark.usefixtures("small_batches")
+def test_the_writer_thread_writes_the_same_trace(
+    perf_data: Path, tmp_path: Path, options: DecodeOptions, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queued: list[int] = []
+
+    class Counted(BackgroundWrites):
+        def write(self, batch: SliceBatch) -> None:
+            queued.append(len(batch))
+            super().write(batch)
+
+    monkeypatch.setattr(pipeline, "BackgroundWrites", Counted)
+    recording = Recording.find(perf_data)
+    traces = []
+    for threaded in (False, True):
+        out = tmp_path / f"threaded-{threaded}" / "trace.fxt.gz"
+        out.parent.mkdir()
+        options = DecodeOptions(
+            **{**options.__dict__, "drill": perf_data.parent, "writer_thread": threaded}
+        )
+        summary = decode_recording(recording, out, options)
+        assert summary.slices > 200
+        traces.append((_parts(out), summary.slices, summary.top_functions))
+        # Through the queue, a few slices at a time (or not at all without the thread).
+        assert (len(queued) > 1) is threaded
+        assert sum(queued) == (summary.slices if threaded else 0)
+    assert traces[0] == traces[1]
+    if options.split_size:
+        assert len(traces[0][0]) > 1
+    assert not _writer_threads()
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("small_batches")
+def test_a_failure_in_the_writer_thread_is_the_decodes_error(
+    perf_data: Path, tmp_path: Path
+) -> None:
+    """A split that would make too many parts is refused from the writer thread: the same
+    one-line error as without it, and no part is left."""
+    out = tmp_path / "trace.fxt.gz"
+    with pytest.raises(TooManyParts):
+        decode_recording(
+            Recording.find(perf_data),
+            out,
+            DecodeOptions(jobs=1, split_time=1, writer_thread=True),
+        )
+    assert list(tmp_path.iterdir()) == []
+    assert not _writer_threads()
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("small_batches")
+def test_an_interrupted_decode_leaves_no_trace_and_no_thread(
+    perf_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C while batches wait for the writer: the thread ends, the trace is removed."""
+    feed_branches = pipeline._feed_branches
+    batches: list[int] = []
+
+    def interrupted(*args: Any) -> None:
+        *rest, after = args
+
+        def after_then_stop() -> None:
+            after()
+            batches.append(1)
+            if len(batches) == 5:
+                raise KeyboardInterrupt
+
+        feed_branches(*rest, after_then_stop)
+
+    monkeypatch.setattr(pipeline, "_feed_branches", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        decode_recording(
+            Recording.find(perf_data),
+            tmp_path / "trace.fxt.gz",
+            DecodeOptions(jobs=1, writer_thread=True),
+        )
+    assert list(tmp_path.iterdir()) == []
+    assert not _writer_threads()
+
+
+def test_the_engine_answers_nothing_else_while_it_feeds() -> None:
+    """feed() runs without the GIL, which it takes back to ask a landing-pad question: the
+    lookup runs (in Python), and any other call on the engine meanwhile is refused
+    instead of racing with its state; the trace is the one a plain run gives."""
+    from ptscope.reconstruct import fast_engine
+    from ptscope.reconstruct.fast_engine import FastEngine
+    from support.engine_diff import to_items
+    from support.event_script import parse_script
+
+    if not fast_engine.is_available():
+        pytest.skip("the C engine is not built")
+    golden = Path(__file__).parents[1] / "engine" / "golden" / "ocaml_raise.golden"
+    script = parse_script(golden.read_text())
+    assert script.landing_pads is not None
+    pads = script.landing_pads
+    refused: list[str] = []
+    engine: FastEngine | None = None
+
+    def asking(dso: str, ip: int) -> list[tuple[int, int]]:
+        assert engine is not None
+        try:
+            engine.take_output()
+        except RuntimeError as e:
+            refused.append(str(e))
+        return pads(dso, ip)
+
+    engine = FastEngine(landing_pads=asking)
+    engine.feed_all(to_items(script.events))
+    asked = engine.finish()
+    plain = FastEngine(landing_pads=pads)
+    plain.feed_all(to_items(script.events))
+    assert refused and set(refused) == {"the engine is in use by another thread"}
+    assert asked.slice_count() == plain.finish().slice_count() > 0
