@@ -71,8 +71,8 @@ thread of its own beside the engine, against the same decode without it, every s
 ``drill`` arg written as the CLI does: ``-j1``, ``--jobs N``, and ptscope's side alone (the
 record stream decoded beforehand and held in memory, then the engine and the writing
 timed: what the decode's process does when it does not wait for perf, as with windows on
-a machine with cores to spare). ``ptscope decode`` turns the thread on only where a core
-is free for it (``ptscope.fxt.background.wanted``).
+a machine with cores to spare). ``ptscope decode`` always writes on the thread (at
+nice 19, the decoding thread writing the oldest batches itself while it is behind).
 """
 
 from __future__ import annotations
@@ -364,7 +364,7 @@ def _pipeline(
     *,
     insns: bool = True,
     drill: bool = False,
-    writer_thread: bool | None = None,
+    writer_thread: bool = True,
 ) -> dict[str, float]:
     import tempfile
 
@@ -422,7 +422,7 @@ def _consumer(perf_data: Path, writer_thread: bool) -> dict[str, float]:
         summary = pipeline.DecodeSummary(Path(tmp) / "trace.fxt.gz", "dlfilter", "bench")
         t0 = time.perf_counter()
         cpu0 = _cpu_seconds()
-        pipeline._stream(recording, options, summary, ProgressTracker(None, []), feed, perfs=1)
+        pipeline._stream(recording, options, summary, ProgressTracker(None, []), feed)
         return {
             "inner_wall": time.perf_counter() - t0,
             "cpu": _cpu_seconds() - cpu0,

@@ -21,7 +21,7 @@ from ptscope.decode.parallel import (
     decode_parallel,
     decode_parallel_columnar,
 )
-from ptscope.decode.perf_launch import decode_extra, default_jobs, trace_size
+from ptscope.decode.perf_launch import decode_extra
 from ptscope.decode.perf_map import MapResolver, load_perf_maps
 from ptscope.decode.perf_script import decode_perf_data_text, decode_text_file
 from ptscope.decode.perf_text import TextStats
@@ -32,7 +32,7 @@ from ptscope.decode.progress import (
     counted,
 )
 from ptscope.errors import BadInputError, PtscopeError, UsageError
-from ptscope.fxt import WriteStats, background, write_timeline
+from ptscope.fxt import WriteStats, write_timeline
 from ptscope.fxt.background import BackgroundWrites
 from ptscope.fxt.stream import PartInfo, TraceStream
 from ptscope.fxt.totals import FunctionStat, top_functions
@@ -95,9 +95,9 @@ class DecodeOptions:
     (``--no-insn-detail`` turns it off)."""
     drill: Path | None = None
     """The kept recording that every slice's ``drill`` command names (None: no drill arg)."""
-    writer_thread: bool | None = None
+    writer_thread: bool = True
     """Encode, compress and write the trace on a thread of its own, beside the engine
-    (None: when a core is free for it, :func:`ptscope.fxt.background.wanted`)."""
+    (:mod:`ptscope.fxt.background`; never with ``region``)."""
 
 
 @dataclass
@@ -203,7 +203,6 @@ def _decode_recording(
                 lambda engine, after: _feed_branches(
                     engine, recording, options, summary, choice.name, tracker, after
                 ),
-                perfs=_perfs(recording, options, choice.name),
             )
             _check_decoded(summary, str(recording.directory), options)
             summary.seconds = time.perf_counter() - started
@@ -251,7 +250,7 @@ def decode_perf_script_text(
                 engine.feed_all(batch)
                 after()
 
-        _stream(recording, options, summary, tracker, feed, perfs=0)
+        _stream(recording, options, summary, tracker, feed)
     else:
         timeline = timeline_from_events(events, summary=summary)
     if stats:
@@ -339,27 +338,18 @@ def _stream(
     summary: DecodeSummary,
     tracker: ProgressTracker,
     feed: Callable[[FastEngine, Callable[[], None]], None],
-    *,
-    perfs: int,
 ) -> None:
     """Decode straight into the trace file(s): ``feed`` gives the engine its events and
     calls back after each batch; the C engine writes each slice once known, so memory
-    does not grow with the trace. ``perfs``: how many perfs the decode runs at once (its
-    windows), which decides whether the trace is written on a thread of its own."""
+    does not grow with the trace."""
     pads = LandingPads(_binary_resolver(options.symfs)).call_sites_landing_at
     engine = FastEngine(
         landing_pads=pads, axis=options.time_axis, spread_by_instructions=options.insn_detail
     )
     sink: TraceStream | None = None
-    # The writing runs beside the engine when a core is free for it, or with windows: the
-    # second and later ones are read from files once their perfs have ended, when cores are
-    # free (--jobs 2 on two cores: 0.89-0.91x the wall time with the thread, one job
-    # 1.01-1.06x). Not with --filter, whose batches wait on disk until the end.
-    threaded = options.region is None and (
-        options.writer_thread
-        if options.writer_thread is not None
-        else perfs > 1 or background.wanted(perfs + 1)
-    )
+    # The writing runs beside the engine (fxt/background.py), but not with --filter, whose
+    # batches wait on disk until the end.
+    threaded = options.writer_thread and options.region is None
     writes: BackgroundWrites | None = None
     # --filter: the batches wait on disk until the regions are known (at the end).
     regions = (
@@ -412,6 +402,12 @@ def _stream(
         write(engine.close())
         if writes is not None:
             writes.finish()
+            log.info(
+                "trace written on its own thread: %d of %d batches (the rest here, "
+                "while it was behind)",
+                writes.batches - writes.written_here,
+                writes.batches,
+            )
         if regions is not None:
             kept = regions.regions()
             sink = open_sink(kept[0][0])
@@ -446,16 +442,6 @@ def _stream(
             regions.close()
     tracker.slices(sink.slices)
     tracker.finished()
-
-
-def _perfs(recording: Recording, options: DecodeOptions, decoder: str) -> int:
-    """How many perfs a decode of ``recording`` runs at once (its windows)."""
-    if decoder != "dlfilter":
-        return 1
-    if options.jobs is not None:
-        return options.jobs
-    sizes = [trace_size(path) for path in recording.perf_data_paths()]
-    return default_jobs(trace_bytes=max((size or 0 for size in sizes), default=0))
 
 
 def _feed_branches(

@@ -1,7 +1,6 @@
-"""The default ``--jobs``: none below three free cores (on two, a second window never paid:
-bench/decode.py --peers), two on three, then one window per free core beyond the engine's
-and its writer thread's, at most four, and no more than the trace has 16 MiB of
-perf.data."""
+"""The default ``--jobs``: one window per free core beyond the engine's, none below three
+free cores (on two, a second window never paid: bench/decode.py --peers), at most four,
+and no more than the trace has 16 MiB of perf.data."""
 
 from __future__ import annotations
 
@@ -17,9 +16,7 @@ from ptscope.decode.perf_launch import WINDOW_MIN_BYTES
         (1, 0.0, 1),
         (2, 0.0, 1),  # the CI machine: one job
         (3, 0.0, 2),
-        (4, 0.0, 2),  # two windows, the engine and the writer thread
-        (5, 0.0, 3),
-        (6, 0.0, MAX_DEFAULT_JOBS),
+        (4, 0.0, 3),
         (16, 0.0, MAX_DEFAULT_JOBS),
         (16, 13.9, 2),  # 13 cores busy: 3 free
         (16, 14.0, 1),
@@ -42,8 +39,7 @@ def test_the_default_on_this_machine_is_a_valid_job_count() -> None:
         (16, 40, 2),
         (16, 121.6, MAX_DEFAULT_JOBS),  # the 700k one
         (2, 500, 1),  # a long trace on two cores: still one
-        (4, 500, 2),
-        (5, 500, 3),
+        (4, 500, 3),
     ],
 )
 def test_the_default_follows_the_traces_size(cpus: int, trace_mb: float, jobs: int) -> None:

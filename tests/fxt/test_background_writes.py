@@ -5,7 +5,10 @@ writes in its own thread (real perf and QEMU recordings)."""
 
 from __future__ import annotations
 
+import os
+import random
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +16,7 @@ import numpy as np
 import pytest
 
 from ptscope import pipeline
-from ptscope.fxt.background import BackgroundWrites, wanted
+from ptscope.fxt.background import WRITER_NICE, BackgroundWrites
 from ptscope.fxt.stream import TooManyParts
 from ptscope.pipeline import DecodeOptions, decode_recording
 from ptscope.recording import Recording
@@ -38,34 +41,104 @@ def _batch(k: int) -> SliceBatch:
 
 
 class _ListSink:
-    """Keeps what it is given; fails at batch ``fail_at`` (its index), slowly if asked."""
+    """Keeps what it is given; fails at batch ``fail_at`` (its index); waits at ``gate``
+    (once ``entered`` is set) when given one; sleeps up to ``jitter`` seconds."""
 
-    def __init__(self, fail_at: int | None = None, gate: threading.Event | None = None) -> None:
+    def __init__(
+        self,
+        fail_at: int | None = None,
+        gate: threading.Event | None = None,
+        jitter: float = 0.0,
+    ) -> None:
         self.written: list[int] = []
+        self.threads: set[str] = set()
         self.fail_at = fail_at
         self.gate = gate
+        self.entered = threading.Event()
+        self.jitter = random.Random(7) if jitter else None
+        self.max_jitter = jitter
         self.error = OSError(28, "No space left on device")
 
     def write(self, batch: SliceBatch) -> None:
+        self.entered.set()
         if self.gate is not None:
             self.gate.wait(10)
+        if self.jitter is not None:
+            time.sleep(self.jitter.random() * self.max_jitter)
         if len(self.written) == self.fail_at:
             raise self.error
         self.written.append(int(batch.pid[0]))
+        self.threads.add(threading.current_thread().name)
 
 
 def _writer_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "ptscope-writer"]
 
 
-def test_batches_are_written_in_order_and_finish_waits_for_them() -> None:
+def test_batches_are_written_in_order_and_finish_writes_the_rest() -> None:
     sink = _ListSink()
     writes = BackgroundWrites(sink)
     for k in range(50):
         writes.write(_batch(k))
     writes.finish()
     assert sink.written == list(range(50))
+    assert writes.batches == 50
     assert not _writer_threads()
+
+
+def test_in_order_whichever_thread_writes() -> None:
+    """A writer that is slow now and then: the decoding thread writes the oldest batches
+    itself while more than two wait, and the order holds."""
+    sink = _ListSink(jitter=0.002)
+    writes = BackgroundWrites(sink)
+    for k in range(300):
+        writes.write(_batch(k))
+    writes.finish()
+    assert sink.written == list(range(300))
+    assert 0 < writes.written_here < 300
+    assert sink.threads == {"ptscope-writer", threading.current_thread().name}
+
+
+def test_a_writer_that_never_runs_only_delays_the_batches(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No core for the writer thread (here: it waits to start): the decoding thread writes
+    all but two batches itself as they come, and the rest at finish()."""
+    start = threading.Event()
+    run = BackgroundWrites._run
+
+    def held(self: BackgroundWrites) -> None:
+        start.wait(10)
+        run(self)
+
+    monkeypatch.setattr(BackgroundWrites, "_run", held)
+    sink = _ListSink()
+    writes = BackgroundWrites(sink)
+    for k in range(10):
+        writes.write(_batch(k))
+        assert sink.written == list(range(max(0, k - 1)))
+    writes_done = threading.Thread(target=writes.finish)
+    writes_done.start()
+    writes_done.join(0.5)
+    assert sink.written == list(range(10))  # finish() wrote the last two itself
+    start.set()
+    writes_done.join(10)
+    assert not _writer_threads()
+
+
+def test_the_writer_thread_yields_to_every_other_thread() -> None:
+    ours = os.getpriority(os.PRIO_PROCESS, 0)  # (Linux: this thread's)
+    gate = threading.Event()
+    sink = _ListSink(gate=gate)
+    writes = BackgroundWrites(sink)
+    writes.write(_batch(0))
+    assert sink.entered.wait(10)
+    native_id = writes._thread.native_id
+    assert native_id is not None
+    assert os.getpriority(os.PRIO_PROCESS, native_id) == WRITER_NICE == 19
+    gate.set()
+    writes.finish()
+    assert os.getpriority(os.PRIO_PROCESS, 0) == ours  # the decoding thread's is unchanged
 
 
 def test_a_failed_write_is_raised_in_the_decoding_thread_as_it_was() -> None:
@@ -91,35 +164,22 @@ def test_a_failure_in_the_last_batch_is_raised_by_finish() -> None:
     assert sink.written == [0]
 
 
-def test_abandoning_drops_what_is_queued_and_ends_the_thread() -> None:
+def test_abandoning_drops_what_waits_and_ends_the_thread() -> None:
     gate = threading.Event()
     sink = _ListSink(gate=gate)
     writes = BackgroundWrites(sink, depth=2)
-    for k in range(3):  # one being written (held at the gate), two queued
-        writes.write(_batch(k))
+    writes.write(_batch(0))
+    assert sink.entered.wait(10)  # the thread writes it (held at the gate)
+    writes.write(_batch(1))
+    writes.write(_batch(2))  # two wait: not more than the depth
     stopper = threading.Thread(target=writes.abandon)
     stopper.start()
+    stopper.join(0.2)
     gate.set()
     stopper.join(10)
     assert not stopper.is_alive()
     assert sink.written == [0]
     assert not _writer_threads()
-
-
-@pytest.mark.parametrize(
-    ("cpus", "load", "busy", "expected"),
-    [
-        (2, 0.0, 2, False),  # one job on two cores: perf and the engine fill them
-        (3, 0.0, 2, True),
-        (4, 0.0, 3, True),  # the default's two windows on four cores
-        (4, 1.5, 3, False),
-        (16, 0.0, 5, True),
-    ],
-)
-def test_a_writer_thread_is_wanted_only_with_a_core_of_its_own(
-    cpus: int, load: float, busy: int, expected: bool
-) -> None:
-    assert wanted(busy, cpus, load) is expected
 
 
 # ------------------------------------------------------------ real decodes

@@ -103,9 +103,9 @@ def add_decoder_arguments(parser: argparse.ArgumentParser) -> argparse._Argument
         type=int_between(1, MAX_JOBS),
         default=None,
         metavar="N",
-        help="decode N time windows in parallel (default: one job below three free cores, "
-        "two on three, then one per free core beyond two, at most 4, at most one per "
-        f"16 MiB of perf.data; at most {MAX_JOBS})",
+        help="decode N time windows in parallel (default: one per free core beyond the "
+        "first, none below three free cores, at most 4, at most one per 16 MiB of "
+        f"perf.data; at most {MAX_JOBS})",
     )
     group.add_argument(
         "--time-axis",

@@ -184,21 +184,19 @@ a one-job decode's work: so a window pays only on a long trace."""
 def default_jobs(
     cpus: int | None = None, load: float | None = None, trace_bytes: int | None = None
 ) -> int:
-    """Default ``--jobs``: one job below three free cores, two on three, and from four
-    free cores one window per core beyond the two that the engine and the trace's writer
-    thread keep busy (:mod:`ptscope.fxt.background`), at most :data:`MAX_DEFAULT_JOBS`;
-    and no more windows than the trace has :data:`WINDOW_MIN_BYTES` (``trace_bytes``: the
-    perf.data's size; None: not limited). Free: the CPUs this process may run on
-    (``cpus``) less the machine's load (``load``, the 1-minute average, rounded down).
+    """Default ``--jobs``: one window per free core beyond the one that the engine and
+    writer (one process, after every window) keep busy, at most :data:`MAX_DEFAULT_JOBS`;
+    one job below three free cores, and no more windows than the trace has
+    :data:`WINDOW_MIN_BYTES` (``trace_bytes``: the perf.data's size; None: not limited).
+    Free: the CPUs this process may run on (``cpus``) less the machine's load (``load``,
+    the 1-minute average, rounded down).
 
     Why: a window parallelises perf's decoding only; every window's records still go
-    through one engine. On two cores ``--jobs 2`` was no faster than one job
-    (bench/decode.py --peers, issue 19: 1.6-1.8x the floor's wall against 1.2-1.3x, and a
-    quarter to a third more CPU), so a second window needs a third core. With cores to
-    spare, ptscope's side (the engine and the writing) is what the windows wait for:
-    without the writer thread it takes about 0.9x the floor's time whatever the windows,
-    with it half that (bench/decode.py --writer-thread, "alone"), so its core is worth more
-    than a third or fourth window's.
+    through one engine, and one job already keeps two cores busy (perf, and the engine
+    beside it). On two cores ``--jobs 2`` was no faster than one job (bench/decode.py
+    --peers, issue 19: 1.6-1.8x the floor's wall against 1.2-1.3x, and a quarter to a
+    third more CPU), so a second window needs a third core, and a trace long enough to
+    repay its costs.
     """
     if cpus is None:
         try:
@@ -211,7 +209,7 @@ def default_jobs(
         except OSError:
             load = 0.0
     free = cpus - int(load)
-    jobs = 1 if free < 3 else 2 if free == 3 else min(free - 2, MAX_DEFAULT_JOBS)
+    jobs = 1 if free < 3 else min(free - 1, MAX_DEFAULT_JOBS)
     if trace_bytes is not None:
         jobs = max(1, min(jobs, trace_bytes // WINDOW_MIN_BYTES))
     return jobs

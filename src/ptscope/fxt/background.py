@@ -2,82 +2,99 @@
 
 A decode's process does two jobs in turn: the engine turns branches into slices, and the
 trace stream encodes, compresses and writes them (about two fifths of its CPU with the
-``drill`` strings). Both spend their time in C that lets other threads run (the slice
-encoder, ISA-L's compression, the file's writes), so with a core to spare the writing
-can run beside the engine: :class:`BackgroundWrites` hands each batch to a writer thread
-through a short queue, in order, and the engine goes on.
+``drill`` strings). Both spend their time in C that lets other threads run (the engine's
+feed, the slice encoder, ISA-L's compression, the file's writes), so the writing can run
+beside the engine: :class:`BackgroundWrites` hands each batch to a writer thread, and the
+engine goes on.
 
-It pays only when a core is free for it: on two cores a one-job decode already keeps both
-busy (perf's decoding, and this process), and a third busy thread takes time from perf's
-(see :func:`wanted`). The writer thread owns the stream between the first batch and
-:meth:`BackgroundWrites.finish`; its failure (a full disk, a split with too many parts)
-is raised in the decoding thread at its next batch, or at ``finish``, as the same
-exception the stream raised.
+The writer thread runs at the lowest priority (nice 19): it takes the time no other
+thread wants, and never perf's. When it falls behind (no core is idle for it: perf's
+thread and the engine's fill two cores), the decoding thread writes the oldest waiting
+batches itself, so that the decode is never slower than without the thread by more than
+the hand-over, and a busy machine cannot starve it. Batches are written in the order
+given, whichever thread writes them (one at a time, the oldest first).
+
+A write's failure (a full disk, a split with too many parts) is raised in the decoding
+thread at its next batch, or at :meth:`BackgroundWrites.finish`, as the stream raised it.
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import os
-import queue
 import threading
 from typing import Final, Protocol
 
 from ptscope.timeline import SliceBatch
 
-__all__ = ["QUEUE_BATCHES", "BackgroundWrites", "BatchSink", "wanted"]
+__all__ = ["QUEUE_BATCHES", "WRITER_NICE", "BackgroundWrites", "BatchSink"]
 
 QUEUE_BATCHES: Final = 2
-"""Batches waiting for the writer at most (each 32,768 slices, a few MB): enough to keep
-it busy while the engine makes the next, and memory stays bounded when the disk is slow."""
+"""Batches that may wait for the writer thread (each 32,768 slices, a few MB); with more,
+the decoding thread writes the oldest itself."""
+
+WRITER_NICE: Final = 19
+"""The writer thread's niceness: it runs when a core is idle, never in perf's way."""
 
 
 class BatchSink(Protocol):
-    """What the writer thread writes into (a :class:`~ptscope.fxt.stream.TraceStream`)."""
+    """What the batches are written into (a :class:`~ptscope.fxt.stream.TraceStream`)."""
 
     def write(self, batch: SliceBatch) -> None: ...
 
 
-def wanted(busy_threads: int, cpus: int | None = None, load: float | None = None) -> bool:
-    """Whether a writer thread has a core of its own: the CPUs this process may run on
-    (``cpus``), less the machine's load (``load``, the 1-minute average, rounded down),
-    leave one free beside the ``busy_threads`` that the decode keeps running (its perfs,
-    and the engine's thread)."""
-    if cpus is None:
-        try:
-            cpus = len(os.sched_getaffinity(0))
-        except (AttributeError, OSError):
-            cpus = os.cpu_count() or 1
-    if load is None:
-        try:
-            load = os.getloadavg()[0]
-        except OSError:
-            load = 0.0
-    return cpus - int(load) > busy_threads
-
-
-_STOP: Final = None
-
-
 class BackgroundWrites:
-    """Writes batches into ``sink`` on a thread of its own, in the order given."""
+    """Writes batches into ``sink`` in the order given, on a thread of its own when it
+    keeps up and in the caller's thread when it does not."""
 
-    def __init__(self, sink: BatchSink, *, depth: int = QUEUE_BATCHES) -> None:
+    def __init__(
+        self, sink: BatchSink, *, depth: int = QUEUE_BATCHES, nice: int = WRITER_NICE
+    ) -> None:
         self._sink = sink
-        self._queue: queue.Queue[SliceBatch | None] = queue.Queue(maxsize=depth)
+        self._depth = depth
+        self._nice = nice
+        self._pending: collections.deque[SliceBatch] = collections.deque()
+        self._changed = threading.Condition()  # guards _pending and _closing
+        self._closing = False
+        self._writing = threading.Lock()  # held by the thread writing a batch
         self._error: BaseException | None = None
         self._abandoned = False
+        self.batches = 0
+        """Batches handed over."""
+        self.written_here = 0
+        """Of those, how many the decoding thread wrote itself (the writer was behind)."""
         self._thread = threading.Thread(target=self._run, name="ptscope-writer", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
-        while (batch := self._queue.get()) is not _STOP:
-            # After a failure (or once abandoned) the rest is only taken off the queue, so
-            # that the decoding thread never waits on a full one.
-            if self._error is None and not self._abandoned:
-                try:
-                    self._sink.write(batch)
-                except BaseException as e:  # raised in the decoding thread
-                    self._error = e
+        if self._nice:
+            # Linux: a thread's niceness is its own (the tid is a process id here).
+            with contextlib.suppress(OSError, AttributeError):
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self._nice)
+        while True:
+            with self._changed:
+                while not self._pending and not self._closing:
+                    self._changed.wait()
+                if not self._pending:
+                    return
+            with self._writing:
+                self._write_oldest()
+
+    def _write_oldest(self) -> bool:
+        """Write the oldest waiting batch, if any (the caller holds ``_writing``, so that
+        batches are taken and written one at a time, in order)."""
+        with self._changed:
+            if not self._pending:
+                return False
+            batch = self._pending.popleft()
+        # After a failure (or once abandoned) batches are only taken off.
+        if self._error is None and not self._abandoned:
+            try:
+                self._sink.write(batch)
+            except BaseException as e:  # raised in the decoding thread
+                self._error = e
+        return True
 
     def _raise(self) -> None:
         if self._error is not None:
@@ -86,23 +103,39 @@ class BackgroundWrites:
             raise error
 
     def write(self, batch: SliceBatch) -> None:
-        """Queue ``batch`` (waits while the queue is full); raises what an earlier batch's
-        write raised."""
+        """Hand ``batch`` over; when more than ``depth`` wait, write the oldest here.
+        Raises what an earlier batch's write raised."""
         self._raise()
-        self._queue.put(batch)
+        self.batches += 1
+        with self._changed:
+            self._pending.append(batch)
+            self._changed.notify()
+            behind = len(self._pending) > self._depth
+        if behind:
+            with self._writing:
+                while len(self._pending) > self._depth and self._write_oldest():
+                    self.written_here += 1
+            self._raise()
 
     def finish(self) -> None:
-        """Wait until every queued batch is written; raises what a write raised."""
-        if self._thread.is_alive():
-            self._queue.put(_STOP)
-            self._thread.join()
+        """Write every batch still waiting (here, not waiting for the thread) and end the
+        thread; raises what a write raised."""
+        with self._changed:
+            self._closing = True
+            self._changed.notify()
+        with self._writing:
+            while self._write_oldest():
+                self.written_here += 1
+        self._thread.join()
         self._raise()
 
     def abandon(self) -> None:
-        """Stop writing (a decode that failed): what is queued is dropped, the batch being
+        """Stop writing (a decode that failed): what waits is dropped, a batch being
         written is finished, and the thread has ended when this returns."""
         self._abandoned = True
-        if self._thread.is_alive():
-            self._queue.put(_STOP)
-            self._thread.join()
+        with self._changed:
+            self._pending.clear()
+            self._closing = True
+            self._changed.notify()
+        self._thread.join()
         self._error = None
