@@ -36,6 +36,7 @@ from ptscope.fxt import WriteStats, write_timeline
 from ptscope.fxt.background import BackgroundWrites
 from ptscope.fxt.stream import PartInfo, TraceStream
 from ptscope.fxt.totals import FunctionStat, top_functions
+from ptscope.fxt.writer import written_in_place
 from ptscope.model import (
     CommEvent,
     DecodeError,
@@ -348,8 +349,11 @@ def _stream(
     )
     sink: TraceStream | None = None
     # The writing runs beside the engine (fxt/background.py), but not with --filter, whose
-    # batches wait on disk until the end.
-    threaded = options.writer_thread and options.region is None
+    # batches wait on disk until the end, nor into a FIFO or a device: a write there waits
+    # for its reader, and only the main thread is interrupted by a signal (Ctrl-C).
+    threaded = (
+        options.writer_thread and options.region is None and not written_in_place(summary.output)
+    )
     writes: BackgroundWrites | None = None
     # --filter: the batches wait on disk until the regions are known (at the end).
     regions = (

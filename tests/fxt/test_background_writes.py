@@ -95,8 +95,10 @@ def test_in_order_whichever_thread_writes() -> None:
         writes.write(_batch(k))
     writes.finish()
     assert sink.written == list(range(300))
-    assert 0 < writes.written_here < 300
-    assert sink.threads == {"ptscope-writer", threading.current_thread().name}
+    # (how many each wrote depends on the machine's load: at nice 19 on a busy machine the
+    # writer thread may not run at all)
+    assert writes.written_here > 0
+    assert threading.current_thread().name in sink.threads
 
 
 def test_a_writer_that_never_runs_only_delays_the_batches(

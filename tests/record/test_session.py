@@ -144,7 +144,9 @@ def test_run_single_trigger_stops_perf_but_lets_the_program_finish(
     options = SessionOptions(
         directory=tmp_path, make_hit_source=trigger_factory(path, "trigger_target")
     )
-    result = run_program([str(path), "20"], find_perf(), PerfEventBackend(), options)
+    # It lingers 500 ms after its calls: the snapshot of the first hit is asked for while
+    # it runs (with no linger, a loaded machine let it end first: no snapshot, a warning).
+    result = run_program([str(path), "20", "500"], find_perf(), PerfEventBackend(), options)
     assert result.exit_code == 0  # it ran to its end: both calls happened
     assert result.snapshots == 1
     assert len(result.hits) >= 1

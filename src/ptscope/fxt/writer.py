@@ -54,6 +54,7 @@ __all__ = [
     "UInt64",
     "WriteStats",
     "write_timeline",
+    "written_in_place",
 ]
 
 try:  # ISA-L's gzip: the same format, about 6x faster than zlib at the same ratio
@@ -449,7 +450,7 @@ class FxtWriter:
         if compress is None:
             compress = path.suffix == ".gz"
         final = Path(os.path.realpath(path)) if path.is_symlink() else path
-        temporary = None if _in_place(final) else _temporary_name(final)
+        temporary = None if written_in_place(final) else _temporary_name(final)
         try:
             if temporary is not None:
                 _sweep_temporaries(final)
@@ -1057,9 +1058,10 @@ class FxtWriter:
                 )
 
 
-def _in_place(path: Path) -> bool:
+def written_in_place(path: Path) -> bool:
     """Whether ``path`` is something other than a regular file (or a new one): written
-    directly, since it cannot be replaced by renaming."""
+    directly, since it cannot be replaced by renaming (a FIFO, a device), and a write to it
+    may wait for as long as its reader does."""
     try:
         return not path.is_file() and path.exists()
     except OSError:
