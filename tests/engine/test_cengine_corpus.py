@@ -10,7 +10,11 @@ from pathlib import Path
 import pytest
 
 from ptscope import _native
-from ptscope.decode.dlfilter_stream import decode_with_dlfilter, decode_with_dlfilter_columnar
+from ptscope.decode.dlfilter_stream import (
+    DlfilterRun,
+    decode_with_dlfilter,
+    decode_with_dlfilter_columnar,
+)
 from ptscope.decode.parallel import (
     decode_parallel,
     decode_parallel_columnar,
@@ -81,11 +85,17 @@ def test_time_windows_too(recordings: dict[str, Path], key: str, jobs: int) -> N
     windows = plan_windows(read_trace_layout(perf_data), jobs, min_window_bytes=1)
     assert len(windows) == jobs
     table = LocationTable()
+    runs: list[DlfilterRun] = []
     a = _compare(
         decode_parallel(perf_data, windows=windows, task_events=True),
-        decode_parallel_columnar(perf_data, windows=windows, task_events=True, locations=table),
+        decode_parallel_columnar(
+            perf_data, windows=windows, task_events=True, locations=table, run_info=runs
+        ),
     )
     assert a.stats.segments_started >= 1  # the windows were stitched
+    # Inside its window, a window's runs of records are read in C, as a whole decode's
+    # (on these short traces a window may have none that its edges leave whole).
+    assert len(runs) == jobs and sum(run.stats.runs_in_c for run in runs) > 0
     # One table for every window: each location once.
     assert len({(x.ip, x.symbol, x.offset, x.dso) for x in table.locations}) == len(table)
 

@@ -41,6 +41,7 @@ from time import sleep
 from typing import Any, Final, NamedTuple, NoReturn
 
 import numpy as np
+import numpy.typing as npt
 
 from ptscope.decode import record_format as rf
 from ptscope.decode.perf_launch import (
@@ -142,6 +143,9 @@ class StreamStats:
     insns: bool = False
     """The stream has instruction detail (``--dlarg insns``): exact counts and lines."""
     lines_records: int = 0
+    runs_in_c: int = 0
+    """Runs of branch records read by the C reader (``decode/_crecords.c``); the others
+    went through the numpy reader (lines records, damage, a window's edges)."""
 
 
 class CountFix(NamedTuple):
@@ -533,12 +537,14 @@ class RecordStreamParser:
         if (
             _crecords is not None
             and not self._run_has_lines
-            and self._lo is None
-            and self._hi is None
             and not self._ended
+            and self._inside_window(buf, pos, n)
         ):
             batch = self._fast_batch(buf, pos, n)
             if batch is not None:
+                if self._hi is not None:
+                    self._note_thread_columns(batch.pid, batch.tid)
+                self.stats.runs_in_c += 1
                 items.append(batch)
                 return
         for rows in self._branch_records(buf, pos, n):
@@ -546,6 +552,17 @@ class RecordStreamParser:
                 items.append(rows)
             else:
                 self._batch(rows, items)
+
+    def _inside_window(self, buf: _Buffer, pos: int, n: int) -> bool:
+        """Whether every one of the ``n`` branch records at ``pos`` is inside the time
+        window (a window's runs are, but for those at its edges: the lead-in before its
+        start, what perf decodes past its end)."""
+        if self._lo is None and self._hi is None:
+            return True
+        times = np.frombuffer(buf, dtype=self._branch_dtype, count=n, offset=pos)["time"]
+        return (self._lo is None or int(times.min()) >= self._lo) and (
+            self._hi is None or int(times.max()) <= self._hi
+        )
 
     def _table_id_column(self) -> np.ndarray[Any, np.dtype[np.int32]]:
         """Stream location id -> id in ``locations``, as an array (rebuilt when it grew)."""
@@ -814,9 +831,18 @@ class RecordStreamParser:
         return offsets, lines
 
     def _note_threads(self, recs: np.ndarray[Any, np.dtype[np.void]]) -> None:
-        if len(recs):
-            keys = (recs["pid"].astype(np.int64) << 32) | recs["tid"].astype(np.uint32)
-            self._threads_seen.update(np.unique(keys).tolist())
+        self._note_thread_columns(recs["pid"], recs["tid"])
+
+    def _note_thread_columns(self, pid: npt.NDArray[Any], tid: npt.NDArray[Any]) -> None:
+        """Remember the threads of these rows (this decode saw a branch of each)."""
+        if not len(pid):
+            return
+        if (pid == pid[0]).all() and (tid == tid[0]).all():
+            # One thread (the usual run): no need to sort.
+            self._threads_seen.add((int(pid[0]) << 32) | (int(tid[0]) & 0xFFFFFFFF))
+            return
+        keys = (pid.astype(np.int64) << 32) | tid.astype(np.uint32)
+        self._threads_seen.update(np.unique(keys).tolist())
 
     def _note_first_after_end(self, rows: _Rows) -> None:
         """Remember each thread's first kept branch after the window (see ``first_after_end``)."""
