@@ -71,8 +71,9 @@ thread of its own beside the engine, against the same decode without it, every s
 ``drill`` arg written as the CLI does: ``-j1``, ``--jobs N``, and ptscope's side alone (the
 record stream decoded beforehand and held in memory, then the engine and the writing
 timed: what the decode's process does when it does not wait for perf, as with windows on
-a machine with cores to spare). ``ptscope decode`` always writes on the thread (at
-nice 19, the decoding thread writing the oldest batches itself while it is behind).
+a machine with cores to spare). ``ptscope decode`` writes on the thread (at nice 19, the
+decoding thread writing the oldest batches itself while it is behind) when a core is idle
+for it or the decode has windows (``ptscope.fxt.background.wanted``).
 """
 
 from __future__ import annotations
@@ -364,7 +365,7 @@ def _pipeline(
     *,
     insns: bool = True,
     drill: bool = False,
-    writer_thread: bool = True,
+    writer_thread: bool | None = None,
 ) -> dict[str, float]:
     import tempfile
 
@@ -422,7 +423,7 @@ def _consumer(perf_data: Path, writer_thread: bool) -> dict[str, float]:
         summary = pipeline.DecodeSummary(Path(tmp) / "trace.fxt.gz", "dlfilter", "bench")
         t0 = time.perf_counter()
         cpu0 = _cpu_seconds()
-        pipeline._stream(recording, options, summary, ProgressTracker(None, []), feed)
+        pipeline._stream(recording, options, summary, ProgressTracker(None, []), feed, perfs=1)
         return {
             "inner_wall": time.perf_counter() - t0,
             "cpu": _cpu_seconds() - cpu0,

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from ptscope import pipeline
-from ptscope.fxt.background import WRITER_NICE, BackgroundWrites
+from ptscope.fxt import background
+from ptscope.fxt.background import WRITER_NICE, BackgroundWrites, wanted
 from ptscope.fxt.stream import TooManyParts
 from ptscope.pipeline import DecodeOptions, decode_recording
 from ptscope.recording import Recording
@@ -184,6 +185,22 @@ def test_abandoning_drops_what_waits_and_ends_the_thread() -> None:
     assert not _writer_threads()
 
 
+@pytest.mark.parametrize(
+    ("cpus", "load", "busy", "expected"),
+    [
+        (2, 0.0, 2, False),  # one job on two cores: perf and the engine fill them
+        (3, 0.0, 2, True),
+        (4, 0.0, 3, True),
+        (4, 1.5, 3, False),
+        (16, 0.0, 5, True),
+    ],
+)
+def test_a_writer_thread_is_wanted_where_a_core_is_idle_for_it(
+    cpus: int, load: float, busy: int, expected: bool
+) -> None:
+    assert wanted(busy, cpus, load) is expected
+
+
 # ------------------------------------------------------------ real decodes
 
 
@@ -327,3 +344,45 @@ def test_the_engine_answers_nothing_else_while_it_feeds() -> None:
     plain.feed_all(to_items(script.events))
     assert refused and set(refused) == {"the engine is in use by another thread"}
     assert asked.slice_count() == plain.finish().slice_count() > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("jobs", "idle_core", "threaded"),
+    [(1, False, False), (1, True, True), (2, False, True)],
+    ids=["one-job-no-idle-core", "one-job-idle-core", "windows"],
+)
+def test_the_decode_writes_on_the_thread_where_it_pays(
+    perf_data: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    jobs: int,
+    idle_core: bool,
+    threaded: bool,
+) -> None:
+    """By default: with windows (the later ones are read once their perfs have ended), or
+    when a core is idle beside perf's and the engine's; not otherwise (two busy cores)."""
+    started: list[int] = []
+
+    class Counted(BackgroundWrites):
+        def __init__(self, sink: Any) -> None:
+            started.append(1)
+            super().__init__(sink)
+
+    asked: list[int] = []
+
+    def idle(busy: int) -> bool:
+        asked.append(busy)
+        return idle_core
+
+    monkeypatch.setattr(pipeline, "BackgroundWrites", Counted)
+    monkeypatch.setattr(background, "wanted", idle)
+    decode_recording(Recording.find(perf_data), tmp_path / "t.fxt.gz", DecodeOptions(jobs=jobs))
+    assert bool(started) is threaded
+    assert asked == ([] if jobs > 1 else [2])  # perf's thread and the engine's
+    # Into a FIFO or a device: never (a signal must reach the thread that waits).
+    started.clear()
+    decode_recording(
+        Recording.find(perf_data), Path("/dev/null"), DecodeOptions(jobs=jobs, writer_thread=True)
+    )
+    assert not started

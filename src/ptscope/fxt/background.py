@@ -16,6 +16,10 @@ given, whichever thread writes them (one at a time, the oldest first).
 
 A write's failure (a full disk, a split with too many parts) is raised in the decoding
 thread at its next batch, or at :meth:`BackgroundWrites.finish`, as the stream raised it.
+
+It pays when a core is idle for it (:func:`wanted`): on two cores a one-job decode keeps
+both busy (perf's decoding, and this process), and there the thread cost 1-4 % of the
+wall time (bench/decode.py --writer-thread).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from typing import Final, Protocol
 
 from ptscope.timeline import SliceBatch
 
-__all__ = ["QUEUE_BATCHES", "WRITER_NICE", "BackgroundWrites", "BatchSink"]
+__all__ = ["QUEUE_BATCHES", "WRITER_NICE", "BackgroundWrites", "BatchSink", "wanted"]
 
 QUEUE_BATCHES: Final = 2
 """Batches that may wait for the writer thread (each 32,768 slices, a few MB); with more,
@@ -42,6 +46,24 @@ class BatchSink(Protocol):
     """What the batches are written into (a :class:`~ptscope.fxt.stream.TraceStream`)."""
 
     def write(self, batch: SliceBatch) -> None: ...
+
+
+def wanted(busy_threads: int, cpus: int | None = None, load: float | None = None) -> bool:
+    """Whether a writer thread would find a core idle: the CPUs this process may run on
+    (``cpus``), less the machine's load (``load``, the 1-minute average, rounded down),
+    leave one beside the ``busy_threads`` that the decode keeps running (its perfs and the
+    engine's thread)."""
+    if cpus is None:
+        try:
+            cpus = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            cpus = os.cpu_count() or 1
+    if load is None:
+        try:
+            load = os.getloadavg()[0]
+        except OSError:
+            load = 0.0
+    return cpus - int(load) > busy_threads
 
 
 class BackgroundWrites:
