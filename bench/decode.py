@@ -73,7 +73,7 @@ record stream decoded beforehand and held in memory, then the engine and the wri
 timed: what the decode's process does when it does not wait for perf, as with windows on
 a machine with cores to spare). ``ptscope decode`` writes on the thread (at nice 19, the
 decoding thread writing the oldest batches itself while it is behind) when a core is idle
-for it or the decode has windows (``ptscope.fxt.background.wanted``).
+for it or the decode has windows (``ptscope.decode.perf_launch.core_idle_beside``).
 """
 
 from __future__ import annotations

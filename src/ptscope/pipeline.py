@@ -21,7 +21,12 @@ from ptscope.decode.parallel import (
     decode_parallel,
     decode_parallel_columnar,
 )
-from ptscope.decode.perf_launch import decode_extra, default_jobs, trace_size
+from ptscope.decode.perf_launch import (
+    core_idle_beside,
+    decode_extra,
+    default_jobs,
+    trace_size,
+)
 from ptscope.decode.perf_map import MapResolver, load_perf_maps
 from ptscope.decode.perf_script import decode_perf_data_text, decode_text_file
 from ptscope.decode.perf_text import TextStats
@@ -32,7 +37,7 @@ from ptscope.decode.progress import (
     counted,
 )
 from ptscope.errors import BadInputError, PtscopeError, UsageError
-from ptscope.fxt import WriteStats, background, write_timeline
+from ptscope.fxt import WriteStats, write_timeline
 from ptscope.fxt.background import BackgroundWrites
 from ptscope.fxt.stream import PartInfo, TraceStream
 from ptscope.fxt.totals import FunctionStat, top_functions
@@ -99,7 +104,8 @@ class DecodeOptions:
     writer_thread: bool | None = None
     """Encode, compress and write the trace on a thread of its own, beside the engine
     (:mod:`ptscope.fxt.background`; never with ``region``, nor into a FIFO or a device).
-    None: when a core is idle for it, or the decode has windows."""
+    None: when a core is idle for it (:func:`~ptscope.decode.perf_launch.core_idle_beside`),
+    or the decode has windows."""
 
 
 @dataclass
@@ -362,7 +368,7 @@ def _stream(
     wanted = (
         options.writer_thread
         if options.writer_thread is not None
-        else perfs > 1 or background.wanted(perfs + 1)
+        else perfs > 1 or core_idle_beside(perfs + 1)
     )
     threaded = wanted and options.region is None and not written_in_place(summary.output)
     writes: BackgroundWrites | None = None

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from ptscope import pipeline
-from ptscope.fxt import background
-from ptscope.fxt.background import WRITER_NICE, BackgroundWrites, wanted
+from ptscope.decode.perf_launch import core_idle_beside
+from ptscope.fxt.background import WRITER_NICE, BackgroundWrites
 from ptscope.fxt.stream import TooManyParts
 from ptscope.pipeline import DecodeOptions, decode_recording
 from ptscope.recording import Recording
@@ -198,7 +198,7 @@ def test_abandoning_drops_what_waits_and_ends_the_thread() -> None:
 def test_a_writer_thread_is_wanted_where_a_core_is_idle_for_it(
     cpus: int, load: float, busy: int, expected: bool
 ) -> None:
-    assert wanted(busy, cpus, load) is expected
+    assert core_idle_beside(busy, cpus, load) is expected
 
 
 # ------------------------------------------------------------ real decodes
@@ -376,7 +376,7 @@ def test_the_decode_writes_on_the_thread_where_it_pays(
         return idle_core
 
     monkeypatch.setattr(pipeline, "BackgroundWrites", Counted)
-    monkeypatch.setattr(background, "wanted", idle)
+    monkeypatch.setattr(pipeline, "core_idle_beside", idle)
     decode_recording(Recording.find(perf_data), tmp_path / "t.fxt.gz", DecodeOptions(jobs=jobs))
     assert bool(started) is threaded
     assert asked == ([] if jobs > 1 else [2])  # perf's thread and the engine's

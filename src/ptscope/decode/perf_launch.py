@@ -181,6 +181,29 @@ imports; and every window's records still go through one engine, which does abou
 a one-job decode's work: so a window pays only on a long trace."""
 
 
+def free_cores(cpus: int | None = None, load: float | None = None) -> int:
+    """The CPUs this process may run on (``cpus``) less the machine's load (``load``, the
+    1-minute average, rounded down): the cores a decode may keep busy."""
+    if cpus is None:
+        try:
+            cpus = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            cpus = os.cpu_count() or 1
+    if load is None:
+        try:
+            load = os.getloadavg()[0]
+        except OSError:
+            load = 0.0
+    return cpus - int(load)
+
+
+def core_idle_beside(busy_threads: int, cpus: int | None = None, load: float | None = None) -> bool:
+    """Whether one more thread would find a core idle (:func:`free_cores`) beside the
+    ``busy_threads`` that a decode keeps running (its perfs and the engine's thread): where
+    the trace's writer thread (``fxt/background.py``) pays."""
+    return free_cores(cpus, load) > busy_threads
+
+
 def default_jobs(
     cpus: int | None = None, load: float | None = None, trace_bytes: int | None = None
 ) -> int:
@@ -198,17 +221,7 @@ def default_jobs(
     third more CPU), so a second window needs a third core, and a trace long enough to
     repay its costs.
     """
-    if cpus is None:
-        try:
-            cpus = len(os.sched_getaffinity(0))
-        except (AttributeError, OSError):
-            cpus = os.cpu_count() or 1
-    if load is None:
-        try:
-            load = os.getloadavg()[0]
-        except OSError:
-            load = 0.0
-    free = cpus - int(load)
+    free = free_cores(cpus, load)
     jobs = 1 if free < 3 else min(free - 1, MAX_DEFAULT_JOBS)
     if trace_bytes is not None:
         jobs = max(1, min(jobs, trace_bytes // WINDOW_MIN_BYTES))

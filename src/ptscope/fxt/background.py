@@ -17,7 +17,8 @@ given, whichever thread writes them (one at a time, the oldest first).
 A write's failure (a full disk, a split with too many parts) is raised in the decoding
 thread at its next batch, or at :meth:`BackgroundWrites.finish`, as the stream raised it.
 
-It pays when a core is idle for it (:func:`wanted`): on two cores a one-job decode keeps
+It pays when a core is idle for it (the pipeline asks
+:func:`ptscope.decode.perf_launch.core_idle_beside`): on two cores a one-job decode keeps
 both busy (perf's decoding, and this process), and there the thread cost 1-4 % of the
 wall time (bench/decode.py --writer-thread).
 """
@@ -32,7 +33,7 @@ from typing import Final, Protocol
 
 from ptscope.timeline import SliceBatch
 
-__all__ = ["QUEUE_BATCHES", "WRITER_NICE", "BackgroundWrites", "BatchSink", "wanted"]
+__all__ = ["QUEUE_BATCHES", "WRITER_NICE", "BackgroundWrites", "BatchSink"]
 
 QUEUE_BATCHES: Final = 2
 """Batches that may wait for the writer thread (each 32,768 slices, a few MB); with more,
@@ -48,34 +49,13 @@ class BatchSink(Protocol):
     def write(self, batch: SliceBatch) -> None: ...
 
 
-def wanted(busy_threads: int, cpus: int | None = None, load: float | None = None) -> bool:
-    """Whether a writer thread would find a core idle: the CPUs this process may run on
-    (``cpus``), less the machine's load (``load``, the 1-minute average, rounded down),
-    leave one beside the ``busy_threads`` that the decode keeps running (its perfs and the
-    engine's thread)."""
-    if cpus is None:
-        try:
-            cpus = len(os.sched_getaffinity(0))
-        except (AttributeError, OSError):
-            cpus = os.cpu_count() or 1
-    if load is None:
-        try:
-            load = os.getloadavg()[0]
-        except OSError:
-            load = 0.0
-    return cpus - int(load) > busy_threads
-
-
 class BackgroundWrites:
     """Writes batches into ``sink`` in the order given, on a thread of its own when it
     keeps up and in the caller's thread when it does not."""
 
-    def __init__(
-        self, sink: BatchSink, *, depth: int = QUEUE_BATCHES, nice: int = WRITER_NICE
-    ) -> None:
+    def __init__(self, sink: BatchSink, *, depth: int = QUEUE_BATCHES) -> None:
         self._sink = sink
         self._depth = depth
-        self._nice = nice
         self._pending: collections.deque[SliceBatch] = collections.deque()
         self._changed = threading.Condition()  # guards _pending and _closing
         self._closing = False
@@ -90,10 +70,9 @@ class BackgroundWrites:
         self._thread.start()
 
     def _run(self) -> None:
-        if self._nice:
-            # Linux: a thread's niceness is its own (the tid is a process id here).
-            with contextlib.suppress(OSError, AttributeError):
-                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self._nice)
+        # Linux: a thread's niceness is its own (the tid is a process id here).
+        with contextlib.suppress(OSError, AttributeError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WRITER_NICE)
         while True:
             with self._changed:
                 while not self._pending and not self._closing:
@@ -139,12 +118,18 @@ class BackgroundWrites:
                     self.written_here += 1
             self._raise()
 
+    def _close(self, *, drop: bool) -> None:
+        """No more batches come: the thread ends once none waits (``drop``: now)."""
+        with self._changed:
+            if drop:
+                self._pending.clear()
+            self._closing = True
+            self._changed.notify()
+
     def finish(self) -> None:
         """Write every batch still waiting (here, not waiting for the thread) and end the
         thread; raises what a write raised."""
-        with self._changed:
-            self._closing = True
-            self._changed.notify()
+        self._close(drop=False)
         with self._writing:
             while self._write_oldest():
                 self.written_here += 1
@@ -155,9 +140,6 @@ class BackgroundWrites:
         """Stop writing (a decode that failed): what waits is dropped, a batch being
         written is finished, and the thread has ended when this returns."""
         self._abandoned = True
-        with self._changed:
-            self._pending.clear()
-            self._closing = True
-            self._changed.notify()
+        self._close(drop=True)
         self._thread.join()
         self._error = None
