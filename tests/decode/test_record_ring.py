@@ -4,7 +4,9 @@ perf's text in order.
 The reader alone on crafted stdout (chunk records between text lines, cut anywhere); then
 the real perf with the real dlfilter, ring against pipe, on recordings whose decode prints
 text amid the records (decode errors of a damaged trace, task events of a forking program)
-and with chunks so small that records straddle them: the same events in the same order.
+and with chunks so small that perf waits for them: the same events in the same order. The
+dlfilter never cuts a record at a chunk's end (the reader still can join one: a string
+longer than a chunk).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from ptscope import _native
 from ptscope.decode import record_format as rf
 from ptscope.decode.dlfilter_stream import (
     DlfilterProcess,
+    RecordStreamParser,
     decode_with_dlfilter,
 )
 from ptscope.decode.record_ring import (
@@ -219,7 +222,7 @@ def _events(perf_data: Path, monkeypatch: pytest.MonkeyPatch, mode: str, **kw: A
         monkeypatch.setenv("PTSCOPE_NO_RING", "1")
     else:
         monkeypatch.delenv("PTSCOPE_NO_RING", raising=False)
-    # tiny chunks: records straddle chunks, and perf waits for chunks to come back
+    # tiny chunks: many chunk ends among the records, and perf waits for chunks to come back
     size = (2, 4096, 3) if mode == "tiny chunks" else (RING_CHUNKS, RING_CHUNK_BYTES, RING_HEADROOM)
     monkeypatch.setattr(SharedRing.__init__, "__defaults__", size)
     events = [repr(e) for batch in decode_with_dlfilter(perf_data, **kw) for e in batch]
@@ -251,6 +254,34 @@ def test_ring_and_pipe_give_the_same_events(
     assert text  # perf printed text amid the records: ring mode must keep its place
     assert _events(perf_data, monkeypatch, "ring", **kw) == pipe
     assert _events(perf_data, monkeypatch, "tiny chunks", **kw) == pipe
+
+
+@pytest.mark.parametrize("insns", [False, True])
+@real_perf[0]
+@real_perf[1]
+@real_perf[2]
+def test_no_record_straddles_two_chunks(
+    insns: bool, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A record that does not fit in what is left of a chunk starts the next one, so each
+    chunk is parsed whole where it lies: nothing is left over to join with the next chunk's
+    start (a second run of records, and its Python work, per chunk)."""
+    monkeypatch.delenv("PTSCOPE_NO_RING", raising=False)
+    monkeypatch.setattr(SharedRing.__init__, "__defaults__", (2, 4096, 3))
+    left_over: list[int] = []
+    feed = RecordStreamParser._feed
+
+    def spy(parser: RecordStreamParser, data: Any, *args: Any) -> None:
+        feed(parser, data, *args)
+        left_over.append(len(parser._buf))
+
+    monkeypatch.setattr(RecordStreamParser, "_feed", spy)
+    perf_data = decode_case_recording("basics-static", tmp_path_factory)
+    process = DlfilterProcess(perf_data, insns=insns)
+    assert any(a.startswith("ring=") for a in process.argv)
+    assert sum(len(b) for b in process.columnar_batches()) > 100
+    assert len(left_over) > 10  # many chunks
+    assert set(left_over) == {0}
 
 
 @real_perf[0]

@@ -47,7 +47,8 @@
  * Ring mode: a pipe costs a copy on each side, perf spinning on the pipe's lock while
  * ptscope reads, and fresh pages for each buffer: a tenth of a decode's CPU. In ring mode
  * the records are copied once, into memory ptscope maps, and only 16-byte chunk
- * records cross stdout. perf's text must still come out in order: before each sample (and
+ * records cross stdout. A record never straddles two chunks unless it is longer than one
+ * (filter_output.c, ring_write), so that ptscope reads each chunk in one run. perf's text must still come out in order: before each sample (and
  * at the end) the filter checks whether stdout's buffer holds anything since its last
  * chunk record; if so, perf printed it after the records written so far, and the current
  * chunk is handed over at once (the reader takes a chunk, then the text before its chunk
@@ -135,6 +136,7 @@ static uint32_t name_id(struct ptscope_filter *f, const char *s)
 		r.tag = PTSCOPE_TAG_STRING;
 		r.id = id;
 		r.length = (uint32_t)len;
+		emit_whole(f, sizeof(r) + len);
 		emit(f, &r, sizeof(r));
 		if (len)
 			emit(f, s, len);
@@ -349,6 +351,10 @@ static void keep_branch(struct ptscope_filter *f, struct thread_state *th,
 	th->last_kept = r->time;
 	if (f->insns) {
 		struct ptscope_insns_branch_rec ir = { .branch = *r };
+		/* its lines records and itself in one chunk: the reader takes them together */
+		uint32_t ranges = th->lines.n ? th->lines.n - 1 : 0;
+		uint32_t recs = (ranges + PTSCOPE_LINES_PER_REC - 1) / PTSCOPE_LINES_PER_REC;
+		emit_whole(f, recs * sizeof(struct ptscope_lines_rec) + sizeof(ir));
 		ir.last = take_lines(f, &th->lines);
 		emit(f, &ir, sizeof(ir));
 	} else {

@@ -160,6 +160,16 @@ static inline void emit(struct ptscope_filter *f, const void *rec, size_t size)
 	}
 }
 
+/* Ring mode: a record written in parts (a string record, then its bytes) of `size`
+ * bytes in all is kept whole in one chunk, as ring_write keeps a record written at once. */
+static inline void emit_whole(struct ptscope_filter *f, size_t size)
+{
+	struct ring *r = &f->ring;
+	if (r->base && r->used && r->chunk_bytes - r->used < size && size <= r->chunk_bytes &&
+	    ring_publish(f, 0) < 0)
+		f->failed = 1;
+}
+
 void emit_header(struct ptscope_filter *f);
 
 /* The watchdog's beat: one byte into the beat pipe, if any. */

@@ -8,7 +8,8 @@ pipe``). In ring mode the dlfilter copies its records into chunks of a memory fi
 stdout when a chunk is ready; ptscope parses the chunk where it lies and gives it back
 through a pipe of chunk indices (``dlfilter.c``, "Ring mode"). The parser copies whatever
 it keeps of a chunk (a record cut at its end, the rows of the runs that the C reader does
-not take), so nothing refers to the chunk once it is parsed.
+not take), so nothing refers to the chunk once it is parsed. The dlfilter cuts no record
+at a chunk's end (but one longer than a chunk), so a chunk is usually one run of records.
 
 perf's own text (decode errors, task events) still goes through stdout, and must come out
 between the records where it happened: the dlfilter hands its current chunk over as soon
