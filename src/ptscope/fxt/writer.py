@@ -871,8 +871,13 @@ class FxtWriter:
         prefix = -1 if drill_arg is None else len(drill_arg[1])
         most = _cfxt.complete_bound(len(slots), len(args) - two, two, prefix)
         if len(self._scratch) < most:
-            # reused: fresh pages for every chunk would cost more than the encoding
-            self._scratch = np.empty(most, dtype=np.uint64)
+            # Reused: fresh pages for every chunk would cost more than the encoding. Grown by
+            # half again, so that batches a little larger than the last do not regrow it
+            # each time, and the old one let go first (both were held while the new one
+            # was made: 11 MB at 60k). Pages never written are not resident.
+            grown = max(most, len(self._scratch) * 3 // 2)
+            self._scratch = np.empty(0, dtype=np.uint64)
+            self._scratch = np.empty(grown, dtype=np.uint64)
         words = _cfxt.encode_complete(header, slots, c.start, c.end, args, drill_arg, self._scratch)
         return self._scratch[:words]
 
