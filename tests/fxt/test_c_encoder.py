@@ -104,6 +104,32 @@ def test_c_encoder_writes_the_numpy_encoders_words(
     assert got.tolist() == want.tolist()
 
 
+def test_a_batch_a_little_larger_than_the_first_reuses_the_scratch() -> None:
+    """The encoder's output buffer is made with room to spare: a regrown one left the old
+    block resident in the heap beside it (peak RSS +10 MB at 60k, when the second batch
+    was 1 % larger than the first). The words are those of a fresh encoder."""
+    fx = FxtWriter(io.BytesIO())
+    header = 4 | (4 << 16) | (3 << 24) | (1 << 32)
+    rows = [
+        (10**9 + 10 * i, 5, 0x1000 + i, i, -1, 3, 0, 0, 10**9 + 10 * i, 0, 0) for i in range(1200)
+    ]
+    which = (True, True, True, False, False, True, True, False)
+    first = _chunk(rows[:1000], which)
+    fx._encode_complete_c(
+        header, np.zeros(1000, np.int32), first["columns"], (first["drill"], 0, 1000)
+    )
+    scratch = fx._scratch
+    larger = _chunk(rows, which)
+    got = fx._encode_complete_c(
+        header, np.zeros(1200, np.int32), larger["columns"], (larger["drill"], 0, 1200)
+    )
+    assert fx._scratch is scratch
+    want = FxtWriter(io.BytesIO())._encode_complete_c(
+        header, np.zeros(1200, np.int32), larger["columns"], (larger["drill"], 0, 1200)
+    )
+    assert got.tolist() == want.tolist()
+
+
 def test_c_encoder_refuses_columns_of_the_wrong_size() -> None:
     n = np.zeros(3, dtype=np.uint64)
     slots = np.zeros(3, dtype=np.int32)
