@@ -48,8 +48,9 @@
  * ptscope reads, and fresh pages for each buffer: a tenth of a decode's CPU. In ring mode
  * the records are copied once, into memory ptscope maps, and only 16-byte chunk
  * records cross stdout. A record never straddles two chunks unless it is longer than one
- * (filter_output.c, ring_write), so that ptscope reads each chunk in one run. perf's text must still come out in order: before each sample (and
- * at the end) the filter checks whether stdout's buffer holds anything since its last
+ * (filter_output.c, ring_write), so that ptscope reads each chunk in one run. perf's text
+ * must still come out in order: before each sample (and at the end) the filter checks
+ * whether stdout's buffer holds anything since its last
  * chunk record; if so, perf printed it after the records written so far, and the current
  * chunk is handed over at once (the reader takes a chunk, then the text before its chunk
  * record). Each chunk record is flushed, so "nothing since" is "nothing pending".
