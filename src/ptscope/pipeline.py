@@ -21,12 +21,7 @@ from ptscope.decode.parallel import (
     decode_parallel,
     decode_parallel_columnar,
 )
-from ptscope.decode.perf_launch import (
-    core_idle_beside,
-    decode_extra,
-    default_jobs,
-    trace_size,
-)
+from ptscope.decode.perf_launch import core_idle_beside, decode_extra, decode_jobs
 from ptscope.decode.perf_map import MapResolver, load_perf_maps
 from ptscope.decode.perf_script import decode_perf_data_text, decode_text_file
 from ptscope.decode.perf_text import TextStats
@@ -469,10 +464,7 @@ def _perfs(recording: Recording, options: DecodeOptions, decoder: str) -> int:
     """How many perfs a decode of ``recording`` runs at once (its windows)."""
     if decoder != "dlfilter":
         return 1
-    if options.jobs is not None:
-        return options.jobs
-    sizes = [trace_size(path) for path in recording.perf_data_paths()]
-    return default_jobs(trace_bytes=max((size or 0 for size in sizes), default=0))
+    return max((decode_jobs(options.jobs, p) for p in recording.perf_data_paths()), default=1)
 
 
 def _feed_branches(

@@ -160,8 +160,13 @@ static inline void emit(struct ptscope_filter *f, const void *rec, size_t size)
 	}
 }
 
-/* Ring mode: a record written in parts (a string record, then its bytes) of `size`
- * bytes in all is kept whole in one chunk, as ring_write keeps a record written at once. */
+/* Ring mode: a record of `size` bytes (or one written in parts: a string record and its
+ * bytes, a branch record and its lines records) that does not fit in what is left of the
+ * chunk starts the next one, rather than straddle two: the reader then finds each chunk's
+ * records whole and reads them in one run where they lie, instead of joining the piece
+ * left over with the next chunk's start (a second run, and its Python work, per chunk).
+ * The chunk's tail stays unused (its chunk record gives the length used); a record longer
+ * than a chunk (a long string) still straddles. */
 static inline void emit_whole(struct ptscope_filter *f, size_t size)
 {
 	struct ring *r = &f->ring;

@@ -57,15 +57,9 @@ void ring_write(struct ptscope_filter *f, const void *rec, size_t size)
 {
 	struct ring *r = &f->ring;
 	const uint8_t *p = rec;
-	/* A record that fits in a chunk starts a new one rather than straddle two: the
-	 * reader then finds each chunk's records whole, and reads them in one run in place
-	 * instead of joining the piece left over with the next chunk's start (a second run,
-	 * and its Python work, per chunk). The chunk's tail stays unused (its chunk record
-	 * gives the length used). Longer records (a long string) still straddle. */
-	if (size <= r->chunk_bytes && r->used && ring_publish(f, 0) < 0) {
-		f->failed = 1;
+	emit_whole(f, size);
+	if (f->failed)
 		return;
-	}
 	while (size) {
 		if (r->used == r->chunk_bytes && ring_publish(f, 0) < 0) {
 			f->failed = 1;

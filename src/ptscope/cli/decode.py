@@ -144,9 +144,7 @@ def start_decode_early(
             or recording.notes.get("state") == "recording"
         ):
             return
-        if jobs is None:
-            jobs = perf_launch.default_jobs(trace_bytes=perf_launch.trace_size(paths[0]))
-        if jobs != 1:
+        if perf_launch.decode_jobs(jobs, paths[0]) != 1:
             return
         tool = find_perf()
         if perf_launch.choose_decoder(decoder, tool).name != "dlfilter":

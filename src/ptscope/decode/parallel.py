@@ -51,7 +51,7 @@ from ptscope.decode.dlfilter_stream import (
     decode_with_dlfilter,
     decode_with_dlfilter_columnar,
 )
-from ptscope.decode.perf_launch import MAX_DEFAULT_JOBS, default_jobs, trace_size
+from ptscope.decode.perf_launch import MAX_DEFAULT_JOBS, decode_jobs, default_jobs
 from ptscope.model import BranchBatch, BranchEvent, Event, LocationTable
 from ptscope.perftool import PerfTool, find_perf
 
@@ -535,7 +535,7 @@ def _decode_windows(
     """Both decodes: events (``locations`` None) or columnar batches over ``locations``."""
     tool = perf if perf is not None else find_perf()
     if windows is None:
-        n = jobs if jobs is not None else default_jobs(trace_bytes=trace_size(perf_data))
+        n = decode_jobs(jobs, perf_data)
         windows = plan_windows(read_trace_layout(perf_data) if n > 1 else None, n)
     if len(windows) == 1 and windows[0] == TimeWindow(None, None):
         if locations is not None:

@@ -228,6 +228,12 @@ def default_jobs(
     return jobs
 
 
+def decode_jobs(jobs: int | None, perf_data: Path) -> int:
+    """The windows a dlfilter decode of ``perf_data`` runs: ``jobs`` when given (``--jobs``),
+    else :func:`default_jobs` for its size."""
+    return jobs if jobs is not None else default_jobs(trace_bytes=trace_size(perf_data))
+
+
 def trace_size(perf_data: Path) -> int | None:
     """The size of a perf.data, for :func:`default_jobs` (None if it cannot be read)."""
     try:

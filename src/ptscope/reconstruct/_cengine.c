@@ -92,10 +92,10 @@ static size_t python_landing_pads(void *ctx, int32_t loc, const int64_t **pairs)
 		}                                                                         \
 	} while (0)
 
-/* NULL with the exception when the engine takes no more (see ptscope_engine_usable). */
+/* NULL with the exception when the engine takes no more (see ptscope_engine_usable);
+ * after IDLE, which every method checks first. */
 #define USABLE(self, open)                                                                \
 	do {                                                                              \
-		IDLE(self);                                                               \
 		int refused = ptscope_engine_usable(&(self)->core, (open));               \
 		if (refused)                                                              \
 			return failed((self), refused);                                   \
