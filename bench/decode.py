@@ -74,6 +74,12 @@ timed: what the decode's process does when it does not wait for perf, as with wi
 a machine with cores to spare). ``ptscope decode`` writes on the thread (at nice 19, the
 decoding thread writing the oldest batches itself while it is behind) when a core is idle
 for it or the decode has windows (``ptscope.decode.perf_launch.core_idle_beside``).
+
+``--scaling N ...`` measures how the decode scales with windows on a machine with cores to
+spare: the floor, ``ptscope -j1``, ``--jobs N`` for each N given, and no ``--jobs`` (its
+default, with the windows it chose), in interleaved rounds; wall and CPU time as multiples
+of the floor, and each row's speed-up over ``-j1`` (medians of the rounds' own ratios).
+This is what ``ptscope.decode.perf_launch.default_jobs`` is chosen by.
 """
 
 from __future__ import annotations
@@ -915,6 +921,55 @@ def timeline_main(perf_data: Path, repeat: int) -> None:
         print(f"{key:<28} {statistics.median(values) * 1e3:10.0f} {min(values) * 1e3:8.0f}")
 
 
+def scaling_main(perf_data: Path, jobs_list: list[int], repeat: int) -> None:
+    """``--scaling``: the floor, ``-j1``, ``--jobs N`` for each N and the default, in
+    interleaved rounds; medians of each round's own ratios (to the floor and to ``-j1``)."""
+    from ptscope.decode.perf_launch import decode_jobs, free_cores
+
+    chosen = decode_jobs(None, perf_data)
+    print(
+        f"recording: {perf_data} ({os.path.getsize(perf_data) / 1e6:.1f} MB), "
+        f"{os.cpu_count()} CPUs, {free_cores()} free; the default runs {chosen} window(s)"
+    )
+    rows = [("floor", "floor", 0), ("-j1", "ptscope --jobs", 1)]
+    rows += [(f"--jobs {n}", "ptscope --jobs", n) for n in jobs_list if n != 1]
+    rows.append((f"default ({chosen})", "ptscope default", 0))
+    rounds: list[dict[str, dict[str, float]]] = []
+    for k in range(repeat):
+        rounds.append({})
+        for label, child, jobs in rows if k % 2 == 0 else rows[::-1]:
+            r = run_child(child, perf_data, jobs)
+            if r is not None:
+                rounds[-1][label] = r
+                print(
+                    f"  round {k + 1}: {label:<12} {r['inner_wall']:7.2f} s wall"
+                    f" {r['cpu']:7.2f} s CPU",
+                    flush=True,
+                )
+
+    def median_ratio(label: str, base: str, key: str) -> float:
+        ratios = [rd[label][key] / rd[base][key] for rd in rounds if label in rd and base in rd]
+        return statistics.median(ratios) if ratios else float("nan")
+
+    print(
+        f"\n{'':<12} {'wall s':>7} {'x floor':>8} {'speed-up':>9} {'CPU s':>7} {'x floor':>8}"
+        f" {'RSS py MB':>9} {'RSS perf':>8}"
+    )
+    for label, _child, _jobs in rows:
+        runs = [rd[label] for rd in rounds if label in rd]
+        if not runs:
+            continue
+        wall = statistics.median(r["inner_wall"] for r in runs)
+        cpu = statistics.median(r["cpu"] for r in runs)
+        speedup = 1 / median_ratio(label, "-j1", "inner_wall") if label != "floor" else 0.0
+        print(
+            f"{label:<12} {wall:7.2f} {median_ratio(label, 'floor', 'inner_wall'):8.2f}"
+            f" {speedup:9.2f} {cpu:7.2f} {median_ratio(label, 'floor', 'cpu'):8.2f}"
+            f" {max(r['rss_python_mb'] for r in runs):9.0f}"
+            f" {max(r['rss_perf_mb'] for r in runs):8.0f}"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--perf-data", type=Path, help="an Intel PT perf.data to decode")
@@ -972,6 +1027,14 @@ def main() -> None:
         help="the trace's writing on a thread of its own against the same decode without it: "
         "-j1, --jobs N and ptscope's side alone (the records held in memory)",
     )
+    ap.add_argument(
+        "--scaling",
+        nargs="+",
+        type=int,
+        metavar="N",
+        help="the floor, -j1, --jobs N for each N and the default, interleaved: how the "
+        "decode scales with windows (speed-up over -j1)",
+    )
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -994,6 +1057,9 @@ def main() -> None:
     if args.timeline:
         print(f"recording: {perf_data}")
         timeline_main(perf_data, args.repeat)
+        return
+    if args.scaling:
+        scaling_main(perf_data, args.scaling, args.repeat)
         return
     size = os.path.getsize(perf_data)
     print(
