@@ -1,13 +1,14 @@
 """The default ``--jobs``: one window per free core beyond the engine's, none below three
-free cores (on two, a second window never paid: bench/decode.py --peers), at most four,
-and no more than the trace has 16 MiB of perf.data."""
+free cores (on two, a second window never paid: bench/decode.py --peers), at most six,
+none for a perf.data under 32 MiB, and no more than the trace has 8 MiB of perf.data
+(bench/decode.py --scaling on 16 cores)."""
 
 from __future__ import annotations
 
 import pytest
 
 from ptscope.decode.parallel import MAX_DEFAULT_JOBS, default_jobs
-from ptscope.decode.perf_launch import WINDOW_MIN_BYTES
+from ptscope.decode.perf_launch import WINDOW_MIN_BYTES, WINDOWS_FROM_BYTES
 
 
 @pytest.mark.parametrize(
@@ -36,7 +37,9 @@ def test_the_default_on_this_machine_is_a_valid_job_count() -> None:
     [
         (16, 1, 1),  # a small trace: one job, whatever the cores
         (16, 12.5, 1),  # the 60k bench trace
-        (16, 40, 2),
+        (16, 31.9, 1),  # under 32 MiB: one job
+        (16, 40, 5),
+        (16, 52, 6),  # the 300k one: 6 windows of 9 MB paid 1.28x on 16 cores
         (16, 121.6, MAX_DEFAULT_JOBS),  # the 700k one
         (2, 500, 1),  # a long trace on two cores: still one
         (4, 500, 3),
@@ -47,3 +50,5 @@ def test_the_default_follows_the_traces_size(cpus: int, trace_mb: float, jobs: i
     assert default_jobs(cpus, 0.0, size) == jobs
     assert default_jobs(cpus, 0.0, None) >= jobs  # (unknown size: the cores decide)
     assert default_jobs(cpus, 0.0, WINDOW_MIN_BYTES - 1) == 1
+    assert default_jobs(cpus, 0.0, WINDOWS_FROM_BYTES - 1) == 1
+    assert default_jobs(cpus, 0.0, 1 << 40) <= MAX_DEFAULT_JOBS

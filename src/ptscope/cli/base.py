@@ -104,8 +104,8 @@ def add_decoder_arguments(parser: argparse.ArgumentParser) -> argparse._Argument
         default=None,
         metavar="N",
         help="decode N time windows in parallel (default: one per free core beyond the "
-        "first, none below three free cores, at most 4, at most one per 16 MiB of "
-        f"perf.data; at most {MAX_JOBS})",
+        "first, none below three free cores or for a perf.data under 32 MiB, at most 6, "
+        f"at most one per 8 MiB of perf.data; at most {MAX_JOBS})",
     )
     group.add_argument(
         "--time-axis",

@@ -36,6 +36,7 @@ from ptscope.perftool import PerfTool, PerfWatch, beat_pipe, find_perf, perf_env
 __all__ = [
     "DEFAULT_ITRACE",
     "MAX_DEFAULT_JOBS",
+    "WINDOWS_FROM_BYTES",
     "WINDOW_MIN_BYTES",
     "DecoderChoice",
     "LaunchSpec",
@@ -170,15 +171,30 @@ def choose_decoder(requested: str = "auto", perf: PerfTool | None = None) -> Dec
     return DecoderChoice("text", f"using the text decoder: {problem}")
 
 
-MAX_DEFAULT_JOBS: Final = 4
+MAX_DEFAULT_JOBS: Final = 6
 """The most windows the default asks for (more only with an explicit ``--jobs``)."""
 
-WINDOW_MIN_BYTES: Final = 16 << 20
-"""The least perf.data per window the default asks for: about 1.2 s of one perf's decode
-here (the 60k bench trace is 12.5 MB and takes the floor 0.95 s). A window costs a perf
-of its own and its records go through a file; only one job starts perf before the
-imports; and every window's records still go through one engine, which does about half
-a one-job decode's work: so a window pays only on a long trace."""
+WINDOW_MIN_BYTES: Final = 8 << 20
+"""The least perf.data per window the default asks for."""
+
+WINDOWS_FROM_BYTES: Final = 32 << 20
+"""The shortest perf.data the default cuts into windows: below it, one job.
+
+Why these three (``bench/decode.py --scaling``, on a lent 16-core Xeon, the call-heavy
+traces, medians of 6-7 interleaved rounds of each row's speed-up over one job, its range
+in brackets): every window's records still go through one engine and one writer, which
+do about half of a one-job decode's work, so windows speed up perf's part only, and each
+costs a perf of its own and a file its records go through.
+
+- 300k (54.5 MB): 3 windows (18 MB each, the old default) 1.13x [0.79-1.50], and the
+  same decode as the default 0.95x [0.84-1.75]: a wash, sometimes slower than one job;
+  4 windows 1.15x [0.94-2.21]; **6 windows (9 MB each) 1.28x [1.15-2.03]**, never
+  slower, for 1.16x one job's CPU; 8-16 windows 1.10-1.19x for 1.4-1.7x its CPU.
+- 700k (121.6 MB, 2-4 rounds): 2 windows 1.30x, 4 windows 1.49x [1.18-1.49], 8 windows
+  1.39x [1.27-1.50] for 1.35x the CPU, 16 windows 1.46x for 1.46x the CPU.
+- Under 32 MiB nothing was measured on many cores; on two, windows never paid, and the
+  60k trace (12.5 MB, a second of perf) lost with them: its fixed costs weigh most there.
+"""
 
 
 def free_cores(cpus: int | None = None, load: float | None = None) -> int:
@@ -209,8 +225,9 @@ def default_jobs(
 ) -> int:
     """Default ``--jobs``: one window per free core beyond the one that the engine and
     writer (one process, after every window) keep busy, at most :data:`MAX_DEFAULT_JOBS`;
-    one job below three free cores, and no more windows than the trace has
-    :data:`WINDOW_MIN_BYTES` (``trace_bytes``: the perf.data's size; None: not limited).
+    one job below three free cores or for a trace under :data:`WINDOWS_FROM_BYTES`, and
+    no more windows than the trace has :data:`WINDOW_MIN_BYTES` (``trace_bytes``: the
+    perf.data's size; None: not limited).
     Free: the CPUs this process may run on (``cpus``) less the machine's load (``load``,
     the 1-minute average, rounded down).
 
@@ -219,12 +236,13 @@ def default_jobs(
     beside it). On two cores ``--jobs 2`` was no faster than one job (bench/decode.py
     --peers, issue 19: 1.6-1.8x the floor's wall against 1.2-1.3x, and a quarter to a
     third more CPU), so a second window needs a third core, and a trace long enough to
-    repay its costs.
+    repay its costs (measured on 16 cores: :data:`WINDOWS_FROM_BYTES`).
     """
     free = free_cores(cpus, load)
     jobs = 1 if free < 3 else min(free - 1, MAX_DEFAULT_JOBS)
     if trace_bytes is not None:
-        jobs = max(1, min(jobs, trace_bytes // WINDOW_MIN_BYTES))
+        windows = trace_bytes // WINDOW_MIN_BYTES if trace_bytes >= WINDOWS_FROM_BYTES else 1
+        jobs = max(1, min(jobs, windows))
     return jobs
 
 
