@@ -268,3 +268,26 @@ def test_more_lines_than_instructions_can_touch_is_an_error(insns_stream: bytes)
     damaged[offset + field : offset + field + 8] = (2 * insns + 1).to_bytes(8, "little")
     with pytest.raises(BadInputError, match="more code lines than its instructions"):
         parse(bytes(damaged))
+
+
+def test_first_branch_after_the_window_is_each_threads_first(insns_stream: bytes) -> None:
+    # perf decodes tens of thousands of branches past a window's end; only each thread's
+    # first one is kept for the next window, wherever the end falls.
+    whole = _branches(parse(insns_stream))
+    assert len({(e.pid, e.tid) for e in whole}) > 1
+    for hi in sorted({e.time for e in whole})[::7]:
+        parser = RecordStreamParser("test", time_window=(None, hi))
+        parser.feed(insns_stream)
+        parser.close()
+        expected = {}
+        for e in whole:
+            if e.time > hi:
+                expected.setdefault((e.pid, e.tid), e)
+        assert parser.first_after_end.keys() == expected.keys()
+        for key, after in expected.items():
+            fix = parser.first_after_end[key]
+            assert (fix.time, fix.insn_count, fix.lines) == (
+                after.time,
+                after.insn_count,
+                after.lines,
+            )
