@@ -288,6 +288,27 @@ def test_keep_all(lib: Path, tmp_path: Path) -> None:
     assert [(b["ip"], b["insn_cnt"]) for b in out.branches] == [(0x1010, 4)]
 
 
+def test_until_keeps_each_threads_first_kept_branch_past_the_end(lib: Path, tmp_path: Path) -> None:
+    # A window ending at time 50: perf decodes past it; the next window needs each thread's
+    # first kept branch after 50 (its counts, with the dropped jumps' before it), no more.
+    r = Run(lib, tmp_path / "s.bin", "until=50")
+    branch(r, 0x1030, 0x1100, CALL, MAIN, FOO, tid=1, time=40)
+    branch(r, 0x1110, 0x1120, JMP, FOO, FOO, tid=1, time=50, insn_cnt=3)  # dropped
+    branch(r, 0x1120, 0x1110, JMP, FOO, FOO, tid=1, time=60, insn_cnt=4)  # dropped, late
+    branch(r, 0x1130, 0x1035, RET, FOO, MAIN, tid=1, time=70, insn_cnt=5)  # first kept late
+    branch(r, 0x1030, 0x1100, CALL, MAIN, FOO, tid=2, time=75)  # tid 2's first late
+    branch(r, 0x1030, 0x1100, CALL, MAIN, FOO, tid=1, time=80)  # ignored
+    branch(r, 0x1110, 0x1035, RET, FOO, MAIN, tid=1, time=90)  # ignored
+    branch(r, 0x1110, 0x1035, RET, FOO, MAIN, tid=2, time=95)  # ignored
+    out = r.finish()
+    got = [(b["tid"], b["time"], b["insn_cnt"]) for b in out.branches]
+    assert got == [(1, 40, 0), (1, 70, 12), (2, 75, 0)]
+    assert out.trailer["other"] == 3
+    assert out.trailer["branches_dropped"] == 2
+    for bad in ("until=", "until=x", "until=-5", "until=5x"):
+        assert FakePerf(lib, [str(tmp_path / "x"), bad]).start() < 0, bad
+
+
 def test_symbol_offsets(run: Run) -> None:
     big = Sym("big", EXE, 0x100000000, 0x300000000)
     branch(run, 0x2_0000_0010, 0x1100, CALL, big, FOO)  # offset beyond 32 bits: exact

@@ -9,6 +9,10 @@
  *   to-end: the decode reaches the end of the trace (not a time window before it): each
  *         thread's last branch is written even if it is a dropped jump, so that what was
  *         still running is seen to run until then (a trace cut off mid-function).
+ *   until=NS: the decode is a time window that ends at NS (perf decodes a little past it,
+ *         ptscope's parallel.py): each thread's first kept branch after NS is written,
+ *         which the next window needs (its counts), and the thread's later samples are
+ *         ignored (counted as other): perf decodes tens of thousands of them.
  *   pid=, tid=: only samples of these processes / threads. perf's own --pid/--tid filter
  *         samples after filter_event_early has seen them, so the filter applies them itself.
  *   insns: instruction detail. Every kept branch's insn_cnt is the exact number of
@@ -390,6 +394,10 @@ static int handle_branch(struct ptscope_filter *f, const struct perf_dlfilter_sa
 		f->failed = 1;
 		return -ENOMEM;
 	}
+	if (th->past_until) {
+		f->counters.other++;
+		return 1;
+	}
 	uint32_t *gen = &f->pid_gen[th->pid_index];
 	const struct perf_dlfilter_al *ip_al = NULL;
 	/* resolve_ip costs about as much as perf's whole per-sample work, so it is called
@@ -456,6 +464,8 @@ static int handle_branch(struct ptscope_filter *f, const struct perf_dlfilter_sa
 	struct ptscope_branch_rec r;
 	branch_record(f, &r, s, src_id, dst_id);
 	keep_branch(f, th, &r);
+	if (f->has_until && s->time > f->until)
+		th->past_until = 1;
 	return 1;
 }
 
@@ -537,7 +547,15 @@ PTSCOPE_EXPORT int start(void **data, void *ctx)
 			bad = id_list_parse(argv[i] + 4, &f->only_tids);
 		else if (strncmp(argv[i], "ring=", 5) == 0)
 			bad = ring_parse(argv[i] + 5, &f->ring, &ring_fd);
-		else if (strncmp(argv[i], "beat=", 5) == 0) {
+		else if (strncmp(argv[i], "until=", 6) == 0) {
+			char *end;
+			errno = 0;
+			unsigned long long t = strtoull(argv[i] + 6, &end, 10);
+			if (*end || end == argv[i] + 6 || argv[i][6] == '-' || errno)
+				bad = -EINVAL;
+			f->has_until = 1;
+			f->until = t;
+		} else if (strncmp(argv[i], "beat=", 5) == 0) {
 			char *end;
 			long fd = strtol(argv[i] + 5, &end, 10);
 			if (*end || end == argv[i] + 5 || fd < 0 || fd > 1 << 20)
@@ -648,7 +666,7 @@ PTSCOPE_EXPORT const char *filter_description(const char **long_description)
 	if (long_description)
 		*long_description =
 			"Drops jumps inside one function and writes the other branches as binary "
-			"records for ptscope (args: OUT [keep-all] [to-end] [insns] [pid=P,...] "
+			"records for ptscope (args: OUT [keep-all] [to-end] [until=NS] [insns] [pid=P,...] "
 			"[tid=T,...] [beat=FD] [ring=MEMFD,FREEFD,CHUNKS,BYTES]; OUT = - | fd:N | PATH).";
 	return "ptscope: compact branch record stream";
 }

@@ -71,6 +71,7 @@ struct thread_state {
 	uint64_t gap_time;     /* first dropped branch later than that, 0 if none yet */
 	uint64_t gap_insn;     /* the instructions counted up to that branch, included */
 	struct ptscope_branch_rec last_dropped; /* the latest dropped jump (to-end) */
+	int past_until; /* until=: its first kept branch past the end is written */
 	/* Where the locations of its branch sources are in the table (by a hash of the ip;
 	 * each checked before use): the one lookup a branch taken again still needed. */
 	uint32_t source_hints[SOURCE_HINTS];
@@ -96,6 +97,9 @@ struct ptscope_filter {
 	int own_out;  /* we opened it (close in stop) */
 	int keep_all; /* do not drop same-function jumps */
 	int to_end;   /* write each thread's trailing dropped jump at the end */
+	int has_until; /* until=: ignore a thread's samples after its first kept branch
+			* past `until` */
+	uint64_t until;
 	int insns;    /* instruction detail: exact counts, code lines */
 	int failed;   /* a write failed: stop asking perf for more */
 	int beat_fd;  /* beat=: the watchdog's pipe (-1: none) */

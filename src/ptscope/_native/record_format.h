@@ -143,8 +143,8 @@ struct ptscope_trailer_rec { /* 104 bytes */
 	uint64_t branches_kept;    /* branch records written */
 	uint64_t branches_dropped; /* same-function jumps dropped */
 	uint64_t power;            /* power records written */
-	uint64_t other;            /* samples of other events (psb, instructions...) or of
-				    * threads left out by pid=/tid=, ignored */
+	uint64_t other;            /* samples of other events (psb, instructions...), of
+				    * threads left out by pid=/tid=, or past until=, ignored */
 	uint64_t locations;        /* location records written */
 	uint64_t strings;          /* string records written */
 	uint64_t lines;            /* lines records written */

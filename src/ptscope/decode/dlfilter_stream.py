@@ -846,8 +846,9 @@ class RecordStreamParser:
 
     def _note_first_after_end(self, rows: _Rows, late: npt.NDArray[np.intp]) -> None:
         """Remember each thread's first kept branch after the window (see ``first_after_end``)
-        among ``rows[late]``. Only the first per thread matters, and perf decodes tens of
-        thousands of branches past a window's end (the 60k trace cut in four: 196,612)."""
+        among ``rows[late]``. Only the first per thread matters: the filter writes no other
+        (``until``), but a stream without that holds every branch perf decodes past the
+        window's end, tens of thousands of them."""
         seen = self.first_after_end
         decoded = self._threads_seen
         recs = rows.recs

@@ -76,6 +76,7 @@ def dlfilter_command(
     extra: Sequence[str] = (),
     beat: int | None = None,
     ring: str | None = None,
+    until: int | None = None,
 ) -> list[str]:
     """The ``perf script`` argv that decodes ``perf_data`` through the dlfilter to stdout.
 
@@ -86,7 +87,9 @@ def dlfilter_command(
     ``insns``: instruction detail (exact instruction counts and code lines, ``--dlarg
     insns``). ``beat``: the file descriptor of the watchdog's pipe (``--dlarg beat=FD``,
     see :class:`~ptscope.perftool.PerfWatch`). ``ring``: ring mode's ``--dlarg``
-    (:meth:`~ptscope.decode.record_ring.SharedRing.argument`).
+    (:meth:`~ptscope.decode.record_ring.SharedRing.argument`). ``until``: the decode is a
+    time window that ends there (perf time, ns): the filter writes each thread's first
+    kept branch after it and ignores the thread's later samples (``--dlarg until=NS``).
     """
     so = dlfilter if dlfilter is not None else _native.dlfilter_path()
     argv = [perf, "script", "-i", str(perf_data), f"--itrace={itrace}", "--ns"]
@@ -101,6 +104,8 @@ def dlfilter_command(
         argv += ["--dlarg", f"beat={beat}"]
     if ring is not None:
         argv += ["--dlarg", ring]
+    if until is not None:
+        argv += ["--dlarg", f"until={until}"]
     argv += list(extra)
     return argv
 
@@ -277,6 +282,7 @@ class LaunchSpec:
     insns: bool = False
     extra: tuple[str, ...] = ()
     stdout_path: Path | None = None
+    until: int | None = None
 
 
 def launch_spec(
@@ -303,6 +309,7 @@ def launch_spec(
         insns=insns,
         extra=(*(["--show-task-events"] if task_events else []), *extra),
         stdout_path=stdout_path,
+        until=time_window[1] if time_window is not None else None,
     )
 
 
@@ -337,6 +344,7 @@ class PerfLaunch:
             extra=spec.extra,
             beat=beat_write,
             ring=self.ring.argument() if self.ring is not None else None,
+            until=spec.until,
         )
         self.err: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 (closed by the reader)
         fds = (beat_write, *(self.ring.perf_fds if self.ring is not None else ()))
