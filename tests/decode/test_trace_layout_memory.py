@@ -65,3 +65,20 @@ def test_the_psb_scan_does_not_keep_the_trace_in_memory(tmp_path: Path) -> None:
     assert layout.trace_bytes == groups * _GROUP
     # Without letting pages go the scan kept all 96 MiB; now about one step of it.
     assert grew < parallel._RELEASE_BYTES + 16 * _MIB
+
+
+@pytest.mark.parametrize(
+    ("body", "pad"),
+    [(b"\x19\x01\x02", 0), (b"\x19\x01\x02", 5), (b"\x19\x00\x02", 300_000), (b"", 7)],
+)
+def test_a_buffers_zero_padding_is_not_trace(tmp_path: Path, body: bytes, pad: int) -> None:
+    # The emulated recorder's buffers end in PAD packets (zeros) after the last PSB+ group:
+    # no trace there, so no window is cut in it.
+    import mmap
+
+    data = b"\xaa" * 100 + parallel._PSB + body + b"\0" * pad
+    path = tmp_path / "buf"
+    path.write_bytes(data)
+    with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        assert parallel._used_end(m, 50, len(data)) == len(data.rstrip(b"\0"))
+        assert parallel._used_end(m, 50, 60) == 60
