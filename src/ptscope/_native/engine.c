@@ -1271,16 +1271,21 @@ int ptscope_engine_feed(Engine *e, const ptscope_column *cols, size_t n,
 	CATCH(e);
 	Thread *th = NULL;
 	int64_t cur_pid = 0, cur_tid = 0;
+	/* Local copies: every store into the engine's state might alias `cols`, so each
+	 * descriptor would be loaded again for every row (1 % of the engine's instructions). */
+	const ptscope_column c_pid = cols[C_PID], c_tid = cols[C_TID], c_time = cols[C_TIME],
+			     c_flags = cols[C_FLAGS], c_src = cols[C_SRC], c_dst = cols[C_DST],
+			     c_insn = cols[C_INSN], c_cyc = cols[C_CYC], c_gap = cols[C_GAP];
 	for (size_t i = 0; i < n; i++) {
-		int32_t pid = PTSCOPE_AT(cols[C_PID], int32_t, i);
-		int32_t tid = PTSCOPE_AT(cols[C_TID], int32_t, i);
-		int64_t time = PTSCOPE_AT(cols[C_TIME], int64_t, i);
-		uint32_t flags = PTSCOPE_AT(cols[C_FLAGS], uint32_t, i);
-		int32_t src = PTSCOPE_AT(cols[C_SRC], int32_t, i);
-		int32_t dst = PTSCOPE_AT(cols[C_DST], int32_t, i);
-		uint64_t insns = PTSCOPE_AT(cols[C_INSN], uint64_t, i);
-		uint64_t cycles = PTSCOPE_AT(cols[C_CYC], uint64_t, i);
-		uint32_t gap_delta = PTSCOPE_AT(cols[C_GAP], uint32_t, i);
+		int32_t pid = PTSCOPE_AT(c_pid, int32_t, i);
+		int32_t tid = PTSCOPE_AT(c_tid, int32_t, i);
+		int64_t time = PTSCOPE_AT(c_time, int64_t, i);
+		uint32_t flags = PTSCOPE_AT(c_flags, uint32_t, i);
+		int32_t src = PTSCOPE_AT(c_src, int32_t, i);
+		int32_t dst = PTSCOPE_AT(c_dst, int32_t, i);
+		uint64_t insns = PTSCOPE_AT(c_insn, uint64_t, i);
+		uint64_t cycles = PTSCOPE_AT(c_cyc, uint64_t, i);
+		uint32_t gap_delta = PTSCOPE_AT(c_gap, uint32_t, i);
 		uint64_t gap_insns = gap_insns_col ? PTSCOPE_AT(*gap_insns_col, uint16_t, i) : 0;
 		int64_t gap_time = gap_delta ? time - (int64_t)gap_delta : 0;
 		uint8_t ks = ptscope_kind_state[flags & (FLAG_TABLE_SIZE - 1)];
