@@ -124,6 +124,22 @@ static SlotValue known_slot(Engine *e, Thread *th, int64_t slot)
 	fail_internal(e, "a resolved slot that no context holds");
 }
 
+/* A slot of the window at time t (its share of the run's span): the catch-up clock, then
+ * its value. */
+static inline void settle_slot(Engine *e, Thread *th, SlotValue *out, const WinSlot *w,
+			       int64_t t)
+{
+	int64_t x = t - th->lasting;
+	if (!th->clock_started || x > th->top) {
+		th->top = x;
+		th->clock_started = true;
+	}
+	*out = (SlotValue){th->top + th->lasting, w->insn, w->cyc, w->real, w->anchor, w->occurrence};
+	if (e->axis == AXIS_CYCLES)
+		out->cyc = out->time; /* the cycles a slice says are its length */
+	th->lasting += (w->raw & (CALL_SLOT | START_SLOT)) != 0;
+}
+
 /* engine._slot_times for the window: spread its run over `span` ns (calls take equal
  * shares; on the count axes, in proportion to the instructions run since its first slot, up
  * to the thread's count now, which the next slot takes, where it ran some), run the catch-up
@@ -138,32 +154,30 @@ void resolve(Engine *e, Thread *th, int64_t span)
 	if (n > th->capout)
 		th->win_out = grow(e, th->win_out, &th->capout, n, sizeof(SlotValue));
 	SlotValue *out = th->win_out;
-	int64_t value = win[0].raw >> 2, calls = 0;
-	for (size_t k = 0; k < n; k++)
-		calls += win[k].raw & CALL_SLOT;
-	/* the instructions from the run's first slot to the next slot */
-	int64_t ran = th->cum_insn - win[0].insn;
-	bool by_insns = (e->axis != AXIS_TIME || e->spread) && ran > 0;
-	int64_t div = by_insns ? ran : calls > 0 ? calls : 1, before = 0;
-	for (size_t k = 0; k < n; k++) {
-		/* numpy's floor division (span >= 0 here, so plain division); in 64 bits
-		 * when the product fits (a 128-bit division is a call into libgcc) */
-		int64_t share = (uint64_t)span <= UINT32_MAX && (uint64_t)before <= UINT32_MAX
-				    ? (int64_t)((uint64_t)span * (uint64_t)before / (uint64_t)div)
-				    : (int64_t)(((__int128)span * before) / div);
-		int64_t t = value + share;
-		int64_t next_insn = k + 1 < n ? win[k + 1].insn : th->cum_insn;
-		before = by_insns ? next_insn - win[0].insn : before + (win[k].raw & CALL_SLOT);
-		int64_t x = t - th->lasting;
-		if (!th->clock_started || x > th->top) {
-			th->top = x;
-			th->clock_started = true;
+	int64_t value = win[0].raw >> 2;
+	if (n == 1) {
+		/* The usual run, one slot: its share of the span is none. */
+		settle_slot(e, th, out, win, value);
+	} else {
+		int64_t calls = 0;
+		for (size_t k = 0; k < n; k++)
+			calls += win[k].raw & CALL_SLOT;
+		/* the instructions from the run's first slot to the next slot */
+		int64_t ran = th->cum_insn - win[0].insn;
+		bool by_insns = (e->axis != AXIS_TIME || e->spread) && ran > 0;
+		int64_t div = by_insns ? ran : calls > 0 ? calls : 1, before = 0;
+		for (size_t k = 0; k < n; k++) {
+			/* numpy's floor division (span >= 0 here, so plain division); in 64
+			 * bits when the product fits (a 128-bit division calls libgcc) */
+			int64_t share =
+			    (uint64_t)span <= UINT32_MAX && (uint64_t)before <= UINT32_MAX
+				? (int64_t)((uint64_t)span * (uint64_t)before / (uint64_t)div)
+				: (int64_t)(((__int128)span * before) / div);
+			int64_t next_insn = k + 1 < n ? win[k + 1].insn : th->cum_insn;
+			before = by_insns ? next_insn - win[0].insn
+					  : before + (win[k].raw & CALL_SLOT);
+			settle_slot(e, th, &out[k], &win[k], value + share);
 		}
-		out[k] = (SlotValue){th->top + th->lasting, win[k].insn,   win[k].cyc,
-				     win[k].real,		win[k].anchor, win[k].occurrence};
-		if (e->axis == AXIS_CYCLES)
-			out[k].cyc = out[k].time; /* the cycles a slice says are its length */
-		th->lasting += (win[k].raw & (CALL_SLOT | START_SLOT)) != 0;
 	}
 	int64_t lo = th->done, hi = th->nslots;
 	for (size_t j = 0; j < th->nctx; j++) {
