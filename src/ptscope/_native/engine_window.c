@@ -340,32 +340,54 @@ void close_frame(Engine *e, Thread *th, int64_t ix, int64_t slot, int64_t flags)
 
 /* -------------------------------------------------------------------- writing */
 
+/* Room for one more slice in every output column. They are pushed together (but the
+ * slots, kept only with keep_slots), drained together and grow alike, so one length and
+ * one capacity stand for all of them: one check per slice instead of one per column. */
+static void grow_out(Engine *e)
+{
+	for (int k = 0; k < NOUT; k++) {
+		Vec *a = &e->out[k];
+		if ((k == O_SSLOT || k == O_ESLOT) && !e->keep_slots)
+			continue;
+		a->v = grow(e, a->v, &a->cap, a->n + 1 > a->hint ? a->n + 1 : a->hint,
+			    sizeof(int64_t));
+	}
+}
+
+#define OUT(k, x) (o[k].v[n] = (x), o[k].n = n + 1)
+
 static void emit_slice(Engine *e, Thread *th, Frame *f, int64_t ix)
 {
 	(void)ix;
+	Vec *o = e->out;
+	size_t n = o[O_PID].n;
+	if (n == o[O_PID].cap)
+		grow_out(e);
 	bool counted = th->first_update_slot >= 0 && f->end_slot >= th->first_update_slot;
-	vec_push(e, &e->out[O_PID], th->pid);
-	vec_push(e, &e->out[O_TID], th->tid);
-	vec_push(e, &e->out[O_START], f->start.time);
-	vec_push(e, &e->out[O_END], f->end.time);
-	vec_push(e, &e->out[O_NAME], f->flags >> NAME_SHIFT);
-	vec_push(e, &e->out[O_ADDR], f->addr);
-	vec_push(e, &e->out[O_INSN], counted ? f->end.insn - f->start.insn : -1);
-	vec_push(e, &e->out[O_CYC], counted ? f->end.cyc - f->start.cyc : -1);
-	vec_push(e, &e->out[O_FLAGS], f->flags & 0xFF);
-	if (e->keep_slots) {
-		vec_push(e, &e->out[O_SSLOT], f->start_slot);
-		vec_push(e, &e->out[O_ESLOT], f->end_slot);
-	}
-	vec_push(e, &e->out[O_RSTART], f->start.real);
-	vec_push(e, &e->out[O_REND], f->end.real);
 	bool lined = th->first_line_slot >= 0 && f->end_slot >= th->first_line_slot;
-	vec_push(e, &e->out[O_LINES], lined ? f->icache : -1);
-	vec_push(e, &e->out[O_ANCHOR], f->start.anchor);
-	vec_push(e, &e->out[O_OCCURRENCE], f->start.occurrence);
+	OUT(O_PID, th->pid);
+	OUT(O_TID, th->tid);
+	OUT(O_START, f->start.time);
+	OUT(O_END, f->end.time);
+	OUT(O_NAME, f->flags >> NAME_SHIFT);
+	OUT(O_ADDR, f->addr);
+	OUT(O_INSN, counted ? f->end.insn - f->start.insn : -1);
+	OUT(O_CYC, counted ? f->end.cyc - f->start.cyc : -1);
+	OUT(O_FLAGS, f->flags & 0xFF);
+	if (e->keep_slots) {
+		OUT(O_SSLOT, f->start_slot);
+		OUT(O_ESLOT, f->end_slot);
+	}
+	OUT(O_RSTART, f->start.real);
+	OUT(O_REND, f->end.real);
+	OUT(O_LINES, lined ? f->icache : -1);
+	OUT(O_ANCHOR, f->start.anchor);
+	OUT(O_OCCURRENCE, f->start.occurrence);
 	line_set_clear(&f->lines);
 	e->slices_out++;
 }
+
+#undef OUT
 
 /* A context ends (or starts over): its spine, outermost first, once all of it is known. */
 void retire_spine(Engine *e, Thread *th, Ctx *c)
