@@ -104,6 +104,31 @@ def test_c_encoder_writes_the_numpy_encoders_words(
     assert got.tolist() == want.tolist()
 
 
+@settings(max_examples=200)
+@given(
+    st.integers(-1, 10**13),
+    st.lists(st.tuples(st.integers(0, 30_000), st.integers(0, 300_000)), min_size=1, max_size=60),
+    st.sampled_from(PREFIXES[:2]),
+)
+def test_drill_times_close_together_are_written_as_numpy_writes_them(
+    first: int, steps: list[tuple[int, int]], prefix: str
+) -> None:
+    # The C encoder keeps the leading digits of the last time it wrote (times 100 us
+    # apart share them): times a few us apart, going back and forth across 100 us (a
+    # slice's end past the next one's start), second and width boundaries.
+    starts = np.array([first] + [step for step, _ in steps[1:]], dtype=np.int64).cumsum()
+    rows = [(1000 + i, d, 0, -1, -1, -1, 0, 0, int(t), 0, 0)
+            for i, (t, (_, d)) in enumerate(zip(starts, steps, strict=True))]  # fmt: skip
+    fx = FxtWriter(io.BytesIO())
+    chunk = _chunk(rows, (False,) * 6 + (True, False), prefix)
+    slots = np.arange(len(rows), dtype=np.int32)
+    header = 4 | (4 << 16) | (3 << 24) | (1 << 32)
+    drill: Drill = chunk["drill"]
+    want = fx._encode_complete(header, slots, *chunk["columns"], drill=drill.texts(0, len(rows)))
+    got = fx._encode_complete_c(header, slots, chunk["columns"], (drill, 0, len(rows)))
+    assert got.tolist() == want.tolist()
+
+
 def test_a_batch_a_little_larger_than_the_first_reuses_the_scratch() -> None:
     """The encoder's output buffer is made with room to spare: a regrown one left the old
     block resident in the heap beside it (peak RSS +10 MB at 60k, when the second batch
