@@ -32,10 +32,15 @@ slices_st = st.lists(
 
 
 @settings(max_examples=60, deadline=None)
-@given(threads=st.lists(slices_st, min_size=1, max_size=3), chunk=st.integers(1, 9))
+@given(
+    threads=st.lists(slices_st, min_size=1, max_size=3),
+    chunk=st.integers(1, 9),
+    in_c=st.booleans(),
+)
 def test_top_functions_sums_every_slice(
-    threads: list[list[tuple[int, int, int]]], chunk: int
+    threads: list[list[tuple[int, int, int]]], chunk: int, in_c: bool
 ) -> None:
+    # In C (fxt/_cfxt.c) and with numpy's bincounts a chunk at a time.
     timeline = Timeline(names=list(NAMES))
     timeline.threads = [_thread(i + 1, s) for i, s in enumerate(threads)]
     calls: Counter[str] = Counter()
@@ -44,12 +49,14 @@ def test_top_functions_sums_every_slice(
         for _, d, n in slices:
             calls[NAMES[n]] += 1
             total[NAMES[n]] += d
-    saved = totals._CHUNK
+    saved, saved_c = totals._CHUNK, totals._cfxt
     totals._CHUNK = chunk  # type: ignore[misc]
+    if not in_c:
+        totals._cfxt = None
     try:
         stats = totals.top_functions(timeline)
     finally:
-        totals._CHUNK = saved  # type: ignore[misc]
+        totals._CHUNK, totals._cfxt = saved, saved_c  # type: ignore[misc]
     assert {s.name: (s.calls, s.total_ns) for s in stats} == {
         n: (calls[n], total[n]) for n in NAMES if calls[n] and not n.startswith("[")
     }

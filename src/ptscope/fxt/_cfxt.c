@@ -221,7 +221,67 @@ static PyObject *complete_bound(PyObject *Py_UNUSED(module), PyObject *args)
 		fxt_complete_bound((size_t)n, cols, (size_t)(one + two), prefix < 0 ? NULL : &drill));
 }
 
+/* add_totals(name_id, start, end, calls, total): calls[name_id[i]] += 1 and
+ * total[name_id[i]] += end[i] - start[i] for every slice i (fxt/totals.py's per-function
+ * totals, whose numpy twin takes two bincounts per chunk); name_id int32, the others int64,
+ * calls and total writable and as long as the name table. */
+static PyObject *add_totals(PyObject *Py_UNUSED(module), PyObject *const *argv, Py_ssize_t argc)
+{
+	if (argc != 5) {
+		PyErr_SetString(PyExc_TypeError, "add_totals takes 5 arguments");
+		return NULL;
+	}
+	Buffers b = {.held = 0};
+	PyObject *result = NULL;
+	Py_buffer *ids = &b.views[0];
+	if (PyObject_GetBuffer(argv[0], ids, PyBUF_C_CONTIGUOUS) < 0)
+		return NULL;
+	b.held = 1;
+	if (ids->itemsize != 4) {
+		PyErr_SetString(PyExc_ValueError, "name_id: expected int32");
+		goto done;
+	}
+	Py_ssize_t n = ids->len / 4;
+	const int64_t *start = column(&b, argv[1], n, 8, "start");
+	const int64_t *end = start ? column(&b, argv[2], n, 8, "end") : NULL;
+	if (!end)
+		goto done;
+	Py_buffer *out[2];
+	for (int k = 0; k < 2; k++) {
+		out[k] = &b.views[b.held];
+		if (PyObject_GetBuffer(argv[3 + k], out[k], PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0)
+			goto done;
+		b.held++;
+		if (out[k]->itemsize != 8) {
+			PyErr_SetString(PyExc_ValueError, "calls, total: expected int64");
+			goto done;
+		}
+	}
+	Py_ssize_t names = out[0]->len / 8;
+	if (out[1]->len / 8 < names)
+		names = out[1]->len / 8;
+	const int32_t *id = ids->buf;
+	for (Py_ssize_t i = 0; i < n; i++) {
+		if (id[i] < 0 || id[i] >= names) {
+			PyErr_SetString(PyExc_ValueError, "a name id is outside the name table");
+			goto done;
+		}
+	}
+	int64_t *calls = out[0]->buf, *total = out[1]->buf;
+	for (Py_ssize_t i = 0; i < n; i++) {
+		calls[id[i]]++;
+		total[id[i]] += end[i] - start[i];
+	}
+	result = Py_None;
+	Py_INCREF(result);
+done:
+	release(&b);
+	return result;
+}
+
 static PyMethodDef methods[] = {
+	{"add_totals", (PyCFunction)(void (*)(void))add_totals, METH_FASTCALL,
+	 "Per-function call counts and total durations of a chunk of slices, added in place."},
 	{"encode_complete", (PyCFunction)(void (*)(void))encode_complete, METH_FASTCALL,
 	 "Duration-complete records for a chunk of slices, as little-endian words."},
 	{"complete_bound", complete_bound, METH_VARARGS,

@@ -15,6 +15,11 @@ import numpy.typing as npt
 
 from ptscope.timeline import Timeline
 
+try:  # the sums in C (fxt/_cfxt.c); without it, numpy's bincounts below
+    from ptscope.fxt import _cfxt
+except ImportError:  # pragma: no cover - the extension is optional
+    _cfxt = None
+
 __all__ = ["FunctionStat", "FunctionTotals", "top_functions"]
 
 _CHUNK: Final = 8192
@@ -52,6 +57,16 @@ class FunctionTotals:
             grow = np.zeros(names - len(self.calls), np.int64)
             self.calls = np.concatenate([self.calls, grow])
             self.total = np.concatenate([self.total, grow])
+        if _cfxt is not None:
+            # One pass, exact in int64 (the bincounts: a tenth of ptscope's numpy time).
+            _cfxt.add_totals(
+                np.ascontiguousarray(name_id, dtype=np.int32),
+                np.ascontiguousarray(start, dtype=np.int64),
+                np.ascontiguousarray(end, dtype=np.int64),
+                self.calls[:names],
+                self.total[:names],
+            )
+            return
         for i in range(0, len(name_id), _CHUNK):
             ids = name_id[i : i + _CHUNK]
             self.calls[:names] += np.bincount(ids, minlength=names)
