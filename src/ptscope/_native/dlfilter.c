@@ -464,7 +464,7 @@ static int handle_branch(struct ptscope_filter *f, const struct perf_dlfilter_sa
 	struct ptscope_branch_rec r;
 	branch_record(f, &r, s, src_id, dst_id);
 	keep_branch(f, th, &r);
-	if (f->has_until && s->time > f->until)
+	if (s->time > f->until)
 		th->past_until = 1;
 	return 1;
 }
@@ -527,6 +527,7 @@ PTSCOPE_EXPORT int start(void **data, void *ctx)
 	if (!f)
 		return -ENOMEM;
 	f->last_thread = -1;
+	f->until = UINT64_MAX;
 	f->beat_fd = -1;
 	f->ring.free_fd = -1;
 	int ring_fd = -1;
@@ -553,7 +554,6 @@ PTSCOPE_EXPORT int start(void **data, void *ctx)
 			unsigned long long t = strtoull(argv[i] + 6, &end, 10);
 			if (*end || end == argv[i] + 6 || argv[i][6] == '-' || errno)
 				bad = -EINVAL;
-			f->has_until = 1;
 			f->until = t;
 		} else if (strncmp(argv[i], "beat=", 5) == 0) {
 			char *end;

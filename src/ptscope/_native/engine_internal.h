@@ -65,11 +65,16 @@ INTERNAL void settle_all(Engine *e, Thread *th);
 
 /* ------------------------------------------------------ small and everywhere */
 
+/* Room for one more (from empty: for `hint` at once). */
+static inline void vec_grow(Engine *e, Vec *a)
+{
+	a->v = grow(e, a->v, &a->cap, a->n + 1 > a->hint ? a->n + 1 : a->hint, sizeof(int64_t));
+}
+
 static inline void vec_push(Engine *e, Vec *a, int64_t x)
 {
 	if (a->n == a->cap)
-		a->v = grow(e, a->v, &a->cap, a->n + 1 > a->hint ? a->n + 1 : a->hint,
-			    sizeof(int64_t));
+		vec_grow(e, a);
 	a->v[a->n++] = x;
 }
 

@@ -345,13 +345,9 @@ void close_frame(Engine *e, Thread *th, int64_t ix, int64_t slot, int64_t flags)
  * one capacity stand for all of them: one check per slice instead of one per column. */
 static void grow_out(Engine *e)
 {
-	for (int k = 0; k < NOUT; k++) {
-		Vec *a = &e->out[k];
-		if ((k == O_SSLOT || k == O_ESLOT) && !e->keep_slots)
-			continue;
-		a->v = grow(e, a->v, &a->cap, a->n + 1 > a->hint ? a->n + 1 : a->hint,
-			    sizeof(int64_t));
-	}
+	for (int k = 0; k < NOUT; k++)
+		if (e->keep_slots || (k != O_SSLOT && k != O_ESLOT))
+			vec_grow(e, &e->out[k]);
 }
 
 #define OUT(k, x) (o[k].v[n] = (x), o[k].n = n + 1)

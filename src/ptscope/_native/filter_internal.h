@@ -97,9 +97,8 @@ struct ptscope_filter {
 	int own_out;  /* we opened it (close in stop) */
 	int keep_all; /* do not drop same-function jumps */
 	int to_end;   /* write each thread's trailing dropped jump at the end */
-	int has_until; /* until=: ignore a thread's samples after its first kept branch
-			* past `until` */
-	uint64_t until;
+	uint64_t until; /* until=: ignore a thread's samples after its first kept branch past
+			 * it (UINT64_MAX: none) */
 	int insns;    /* instruction detail: exact counts, code lines */
 	int failed;   /* a write failed: stop asking perf for more */
 	int beat_fd;  /* beat=: the watchdog's pipe (-1: none) */
