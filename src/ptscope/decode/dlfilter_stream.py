@@ -839,10 +839,9 @@ class RecordStreamParser:
             return
         if (pid == pid[0]).all() and (tid == tid[0]).all():
             # One thread (the usual run): no need to sort.
-            self._threads_seen.add((int(pid[0]) << 32) | (int(tid[0]) & 0xFFFFFFFF))
+            self._threads_seen.add(_thread_key(int(pid[0]), int(tid[0])))
             return
-        keys = (pid.astype(np.int64) << 32) | tid.astype(np.uint32)
-        self._threads_seen.update(np.unique(keys).tolist())
+        self._threads_seen.update(np.unique(_thread_keys(pid, tid)).tolist())
 
     def _note_first_after_end(self, rows: _Rows, late: npt.NDArray[np.intp]) -> None:
         """Remember each thread's first kept branch after the window (see ``first_after_end``)
@@ -852,8 +851,7 @@ class RecordStreamParser:
         seen = self.first_after_end
         decoded = self._threads_seen
         recs = rows.recs
-        keys = (recs["pid"][late].astype(np.int64) << 32) | recs["tid"][late].astype(np.uint32)
-        _, first = np.unique(keys, return_index=True)
+        _, first = np.unique(_thread_keys(recs["pid"][late], recs["tid"][late]), return_index=True)
         for i in np.sort(late[first]).tolist():
             rec = recs[i]
             pid, tid = int(rec["pid"]), int(rec["tid"])
@@ -861,7 +859,7 @@ class RecordStreamParser:
                 continue
             # Exact only if this decode saw an earlier branch of the thread (perf's and the
             # filter's counts start from there).
-            exact = ((pid << 32) | (tid & 0xFFFFFFFF)) in decoded
+            exact = _thread_key(pid, tid) in decoded
             gap = int(rec["gap_delta"])
             seen[(pid, tid)] = CountFix(
                 int(rec["time"]),
@@ -893,6 +891,17 @@ class RecordStreamParser:
         return (self._lo is not None and time < self._lo) or (
             self._hi is not None and time > self._hi
         )
+
+
+def _thread_key(pid: int, tid: int) -> int:
+    """One int for a thread (``_threads_seen``'s keys)."""
+    return (pid << 32) | (tid & 0xFFFFFFFF)
+
+
+def _thread_keys(pid: npt.NDArray[Any], tid: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
+    """:func:`_thread_key` of every row."""
+    keys: npt.NDArray[np.int64] = (pid.astype(np.int64) << 32) | tid.astype(np.uint32)
+    return keys
 
 
 def scan_tags(buf: _Buffer, pos: int, n: int, size: int) -> tuple[int, int, int]:

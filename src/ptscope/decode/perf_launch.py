@@ -278,11 +278,15 @@ class LaunchSpec:
     perf: str
     itrace: str = DEFAULT_ITRACE
     keep_all: bool = False
-    to_end: bool = True
     insns: bool = False
     extra: tuple[str, ...] = ()
     stdout_path: Path | None = None
     until: int | None = None
+
+    @property
+    def to_end(self) -> bool:
+        """The decode reaches the trace's end: it is not a time window ending before it."""
+        return self.until is None
 
 
 def launch_spec(
@@ -305,7 +309,6 @@ def launch_spec(
         perf,
         itrace=itrace,
         keep_all=keep_all,
-        to_end=time_window is None or time_window[1] is None,
         insns=insns,
         extra=(*(["--show-task-events"] if task_events else []), *extra),
         stdout_path=stdout_path,

@@ -33,16 +33,17 @@ static void release(Buffers *b)
 	b->held = 0;
 }
 
-/* obj as a C-contiguous buffer of n items of `size` bytes; NULL (and an exception) if not. */
-static const void *column(Buffers *b, PyObject *obj, Py_ssize_t n, Py_ssize_t size,
-			  const char *what)
+/* obj as a C-contiguous buffer (`flags`: PyBUF_WRITABLE too, or 0) of n items of `size`
+ * bytes; NULL (and an exception) if not. */
+static void *buffer_of(Buffers *b, PyObject *obj, Py_ssize_t n, Py_ssize_t size,
+		       const char *what, int flags)
 {
 	if (b->held == (int)(sizeof b->views / sizeof b->views[0])) {
 		PyErr_SetString(PyExc_ValueError, "too many columns");
 		return NULL;
 	}
 	Py_buffer *v = &b->views[b->held];
-	if (PyObject_GetBuffer(obj, v, PyBUF_C_CONTIGUOUS) < 0)
+	if (PyObject_GetBuffer(obj, v, PyBUF_C_CONTIGUOUS | flags) < 0)
 		return NULL;
 	b->held++;
 	if (v->itemsize != size || v->len != n * size) {
@@ -51,6 +52,12 @@ static const void *column(Buffers *b, PyObject *obj, Py_ssize_t n, Py_ssize_t si
 		return NULL;
 	}
 	return v->buf;
+}
+
+static const void *column(Buffers *b, PyObject *obj, Py_ssize_t n, Py_ssize_t size,
+			  const char *what)
+{
+	return buffer_of(b, obj, n, size, what, 0);
 }
 
 static const void *optional_column(Buffers *b, PyObject *obj, Py_ssize_t n, Py_ssize_t size,
@@ -224,50 +231,31 @@ static PyObject *complete_bound(PyObject *Py_UNUSED(module), PyObject *args)
 /* add_totals(name_id, start, end, calls, total): calls[name_id[i]] += 1 and
  * total[name_id[i]] += end[i] - start[i] for every slice i (fxt/totals.py's per-function
  * totals, whose numpy twin takes two bincounts per chunk); name_id int32, the others int64,
- * calls and total writable and as long as the name table. */
+ * calls and total writable, both as long as the name table. */
 static PyObject *add_totals(PyObject *Py_UNUSED(module), PyObject *const *argv, Py_ssize_t argc)
 {
 	if (argc != 5) {
 		PyErr_SetString(PyExc_TypeError, "add_totals takes 5 arguments");
 		return NULL;
 	}
+	Py_ssize_t n = PyObject_Length(argv[0]), names = PyObject_Length(argv[3]);
+	if (n < 0 || names < 0)
+		return NULL;
 	Buffers b = {.held = 0};
 	PyObject *result = NULL;
-	Py_buffer *ids = &b.views[0];
-	if (PyObject_GetBuffer(argv[0], ids, PyBUF_C_CONTIGUOUS) < 0)
-		return NULL;
-	b.held = 1;
-	if (ids->itemsize != 4) {
-		PyErr_SetString(PyExc_ValueError, "name_id: expected int32");
-		goto done;
-	}
-	Py_ssize_t n = ids->len / 4;
-	const int64_t *start = column(&b, argv[1], n, 8, "start");
+	const int32_t *id = column(&b, argv[0], n, 4, "name_id");
+	const int64_t *start = id ? column(&b, argv[1], n, 8, "start") : NULL;
 	const int64_t *end = start ? column(&b, argv[2], n, 8, "end") : NULL;
-	if (!end)
+	int64_t *calls = end ? buffer_of(&b, argv[3], names, 8, "calls", PyBUF_WRITABLE) : NULL;
+	int64_t *total = calls ? buffer_of(&b, argv[4], names, 8, "total", PyBUF_WRITABLE) : NULL;
+	if (!total)
 		goto done;
-	Py_buffer *out[2];
-	for (int k = 0; k < 2; k++) {
-		out[k] = &b.views[b.held];
-		if (PyObject_GetBuffer(argv[3 + k], out[k], PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0)
-			goto done;
-		b.held++;
-		if (out[k]->itemsize != 8) {
-			PyErr_SetString(PyExc_ValueError, "calls, total: expected int64");
-			goto done;
-		}
-	}
-	Py_ssize_t names = out[0]->len / 8;
-	if (out[1]->len / 8 < names)
-		names = out[1]->len / 8;
-	const int32_t *id = ids->buf;
 	for (Py_ssize_t i = 0; i < n; i++) {
 		if (id[i] < 0 || id[i] >= names) {
 			PyErr_SetString(PyExc_ValueError, "a name id is outside the name table");
 			goto done;
 		}
 	}
-	int64_t *calls = out[0]->buf, *total = out[1]->buf;
 	for (Py_ssize_t i = 0; i < n; i++) {
 		calls[id[i]]++;
 		total[id[i]] += end[i] - start[i];
