@@ -921,6 +921,20 @@ def timeline_main(perf_data: Path, repeat: int) -> None:
         print(f"{key:<28} {statistics.median(values) * 1e3:10.0f} {min(values) * 1e3:8.0f}")
 
 
+def _median_ratio(
+    rounds: list[dict[str, dict[str, float]]], name: str, base: str, key: str
+) -> float:
+    """The median over the rounds of ``name``'s ``key`` / ``base``'s in the same round (the
+    machine's speed changes between rounds, much less within one); NaN if no round has
+    both."""
+    ratios = [
+        rd[name][key] / rd[base][key]
+        for rd in rounds
+        if name in rd and base in rd and rd[base][key] > 0
+    ]
+    return statistics.median(ratios) if ratios else float("nan")
+
+
 def scaling_main(perf_data: Path, jobs_list: list[int], repeat: int) -> None:
     """``--scaling``: the floor, ``-j1``, ``--jobs N`` for each N and the default, in
     interleaved rounds; medians of each round's own ratios (to the floor and to ``-j1``)."""
@@ -947,10 +961,6 @@ def scaling_main(perf_data: Path, jobs_list: list[int], repeat: int) -> None:
                     flush=True,
                 )
 
-    def median_ratio(label: str, base: str, key: str) -> float:
-        ratios = [rd[label][key] / rd[base][key] for rd in rounds if label in rd and base in rd]
-        return statistics.median(ratios) if ratios else float("nan")
-
     print(
         f"\n{'':<12} {'wall s':>7} {'x floor':>8} {'speed-up':>9} {'CPU s':>7} {'x floor':>8}"
         f" {'RSS py MB':>9} {'RSS perf':>8}"
@@ -961,10 +971,12 @@ def scaling_main(perf_data: Path, jobs_list: list[int], repeat: int) -> None:
             continue
         wall = statistics.median(r["inner_wall"] for r in runs)
         cpu = statistics.median(r["cpu"] for r in runs)
-        speedup = 1 / median_ratio(label, "-j1", "inner_wall") if label != "floor" else 0.0
+        speedup = _median_ratio(rounds, "-j1", label, "inner_wall") if label != "floor" else 0.0
+        wall_x = _median_ratio(rounds, label, "floor", "inner_wall")
+        cpu_x = _median_ratio(rounds, label, "floor", "cpu")
         print(
-            f"{label:<12} {wall:7.2f} {median_ratio(label, 'floor', 'inner_wall'):8.2f}"
-            f" {speedup:9.2f} {cpu:7.2f} {median_ratio(label, 'floor', 'cpu'):8.2f}"
+            f"{label:<12} {wall:7.2f} {wall_x:8.2f}"
+            f" {speedup:9.2f} {cpu:7.2f} {cpu_x:8.2f}"
             f" {max(r['rss_python_mb'] for r in runs):9.0f}"
             f" {max(r['rss_perf_mb'] for r in runs):8.0f}"
         )
@@ -1109,13 +1121,9 @@ def main() -> None:
             # between rounds (by a third, on a shared VM), much less within one.
             for base in ("floor", "perf2perfetto"):
                 for key in ("cpu", "inner_wall"):
-                    ratios = [
-                        rd[name][key] / rd[base][key]
-                        for rd in rounds
-                        if name in rd and base in rd and rd[base][key] > 0
-                    ]
-                    if ratios:
-                        r[f"{key} x {base}"] = statistics.median(ratios)
+                    ratio = _median_ratio(rounds, name, base, key)
+                    if ratio == ratio:  # (not NaN: both were measured in some round)
+                        r[f"{key} x {base}"] = ratio
     if args.peers:
         peers_report(results)
         return
