@@ -79,6 +79,24 @@ def _chunk(
     }
 
 
+def _both_encoders(
+    chunk: dict[str, Any], slots: np.ndarray[Any, np.dtype[np.int32]]
+) -> tuple[list[int], list[int]]:
+    """The words of the numpy encoder and of the C one for ``chunk`` (flags 1..7 named)."""
+    fx = FxtWriter(io.BytesIO())
+    for value in range(1, 8):
+        fx._flag_lut[value] = 200 + value
+    header = 4 | (4 << 16) | (3 << 24) | (1 << 32)
+    c: writer._SliceColumns = chunk["columns"]
+    drill: Drill | None = chunk["drill"]
+    n = len(slots)
+    want = fx._encode_complete(
+        header, slots, *c, drill=None if drill is None else drill.texts(0, n)
+    )
+    got = fx._encode_complete_c(header, slots, c, None if drill is None else (drill, 0, n))
+    return want.tolist(), got.tolist()
+
+
 @settings(max_examples=300)
 @given(
     st.lists(SLICE, min_size=1, max_size=40),
@@ -89,19 +107,9 @@ def _chunk(
 def test_c_encoder_writes_the_numpy_encoders_words(
     rows: list[tuple[int, ...]], which: tuple[bool, ...], first_slot: int, prefix: str
 ) -> None:
-    fx = FxtWriter(io.BytesIO())
-    for value in range(1, 8):
-        fx._flag_lut[value] = 200 + value
-    chunk = _chunk(rows, which, prefix)
     slots = (np.arange(len(rows), dtype=np.int32) + first_slot) % 32767
-    header = 4 | (4 << 16) | (3 << 24) | (1 << 32)
-    c: writer._SliceColumns = chunk["columns"]
-    drill: Drill | None = chunk["drill"]
-    want = fx._encode_complete(
-        header, slots, *c, drill=None if drill is None else drill.texts(0, len(rows))
-    )
-    got = fx._encode_complete_c(header, slots, c, None if drill is None else (drill, 0, len(rows)))
-    assert got.tolist() == want.tolist()
+    want, got = _both_encoders(_chunk(rows, which, prefix), slots)
+    assert got == want
 
 
 @settings(max_examples=200)
@@ -119,14 +127,9 @@ def test_drill_times_close_together_are_written_as_numpy_writes_them(
     starts = np.array([first] + [step for step, _ in steps[1:]], dtype=np.int64).cumsum()
     rows = [(1000 + i, d, 0, -1, -1, -1, 0, 0, int(t), 0, 0)
             for i, (t, (_, d)) in enumerate(zip(starts, steps, strict=True))]  # fmt: skip
-    fx = FxtWriter(io.BytesIO())
     chunk = _chunk(rows, (False,) * 6 + (True, False), prefix)
-    slots = np.arange(len(rows), dtype=np.int32)
-    header = 4 | (4 << 16) | (3 << 24) | (1 << 32)
-    drill: Drill = chunk["drill"]
-    want = fx._encode_complete(header, slots, *chunk["columns"], drill=drill.texts(0, len(rows)))
-    got = fx._encode_complete_c(header, slots, chunk["columns"], (drill, 0, len(rows)))
-    assert got.tolist() == want.tolist()
+    want, got = _both_encoders(chunk, np.arange(len(rows), dtype=np.int32))
+    assert got == want
 
 
 def test_a_batch_a_little_larger_than_the_first_reuses_the_scratch() -> None:
