@@ -396,6 +396,42 @@ def test_out_of_range_times_raise_as_in_the_python_engine() -> None:
             engine.feed(_batch(LocationTable(), time=[2**62]))
 
 
+@pytest.mark.parametrize(
+    ("time", "refused"),
+    [(2**61 - 1, False), (2**61, True), (-(2**61) + 1, False), (-(2**61), True), (-1, False)],
+)
+@pytest.mark.parametrize("strided", [False, True])
+def test_times_at_the_limits(time: int, refused: bool, strided: bool) -> None:
+    """The edges of the range the engine takes (model.TIME_LIMIT, exclusive, either way),
+    in contiguous columns (checked in one pass) and in strided ones (row by row)."""
+    batch = _batch(LocationTable(), time=[time])
+    if strided:
+        batch.time = np.repeat(batch.time, 2)[::2]
+        batch.src = np.repeat(batch.src, 2)[::2]
+    engine = FastEngine()
+    if refused:
+        with pytest.raises(OverflowError):
+            engine.feed_batch(batch)
+    else:
+        engine.feed_batch(batch)
+
+
+@pytest.mark.parametrize("strided", [False, True])
+def test_the_last_location_id_is_taken_and_the_next_refused(strided: bool) -> None:
+    table = LocationTable()
+    _batch(table)  # its two locations, the table's only ones
+    for dst, refused in ((len(table) - 1, False), (len(table), True)):
+        batch = _batch(table, dst=[dst])
+        if strided:
+            batch.dst = np.repeat(batch.dst, 2)[::2]
+        engine = FastEngine()
+        if refused:
+            with pytest.raises(ValueError, match="location"):
+                engine.feed_batch(batch)
+        else:
+            engine.feed_batch(batch)
+
+
 def test_overflowing_counts_raise_and_the_engine_refuses_more() -> None:
     engine = FastEngine()
     with pytest.raises(OverflowError):
