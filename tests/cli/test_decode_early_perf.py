@@ -23,19 +23,23 @@ from support.emulated_corpus import decode_case_recording
 
 pytestmark = pytest.mark.slow
 
-# Runs `ptscope decode` in a fresh interpreter (the CLI's main), noting whether numpy was
-# imported when the CLI started perf early; prints what happened as JSON.
+# Runs `ptscope decode` in a fresh interpreter (the CLI's main), noting whether numpy and
+# which commands' modules were imported when the CLI started perf early; prints what
+# happened as JSON.
 _DRIVER = textwrap.dedent(
     """
     import json, sys
     from ptscope import cli
     from ptscope.decode import perf_launch
 
-    seen = {"numpy_imported_first": None, "started": False}
+    seen = {"numpy_imported_first": None, "started": False, "commands_imported_first": None}
     start = perf_launch.start_early
 
     def watched(spec):
         seen["numpy_imported_first"] = "numpy" in sys.modules
+        seen["commands_imported_first"] = sorted(
+            name for name, _ in cli._COMMANDS if f"ptscope.cli.{name}" in sys.modules
+        )
         start(spec)
         seen["started"] = perf_launch._early is not None
 
@@ -94,6 +98,9 @@ def test_the_pipeline_takes_the_perf_started_early_and_writes_the_same_trace(
     result = _decode_early(perf_data, early, *argv)
     assert result["started"], "perf was not started early"
     assert not result["numpy_imported_first"], "numpy was imported before perf started"
+    # nor any other command's module (the recorders'...) but serve's, which holds the
+    # --serve option every command that writes a trace has
+    assert result["commands_imported_first"] == ["decode", "serve"]
     assert result["counts"] == {"started early": 1, "taken": 1, "discarded": 0}
 
     # The same decode, perf started by the pipeline (in this process nothing starts early).

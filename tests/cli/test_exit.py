@@ -91,3 +91,22 @@ def test_a_command_restores_the_allocator_unless_the_process_leaves(tmp_path: Pa
         assert main(["stats", str(trace)], leaving=True) == 0
         assert base._malloc_tuned
     assert not base._malloc_tuned
+
+
+def test_each_command_is_in_the_module_of_its_name() -> None:
+    """The CLI imports only the command a command line names, by the table's module name:
+    each command's name is that name, and the parser a command line builds parses it as
+    the parser of every command does."""
+    from ptscope import cli
+
+    every = cli._commands()
+    assert [c.name for c in every] == [name for name, _ in cli._COMMANDS]
+    for name, _ in cli._COMMANDS:
+        assert [c.name for c in cli._commands(name)] == [name]
+    argv = ["-v", "decode", "x.perf.data", "-o", "y.fxt.gz", "--jobs", "2"]
+    assert cli._command_named(argv) == "decode"
+    assert cli._command_named(["--help"]) is None
+    alone = vars(cli._build_parser(cli._commands("decode")).parse_args(argv))
+    whole = vars(cli._build_parser(every).parse_args(argv))
+    assert alone.pop("_command").name == whole.pop("_command").name == "decode"
+    assert alone == whole

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextlib
+import importlib
 import logging
 import os
 import signal
@@ -15,7 +16,7 @@ import threading
 import traceback
 from collections.abc import Iterator, Sequence
 from types import FrameType
-from typing import NoReturn
+from typing import Final, NoReturn
 
 from ptscope import __version__
 from ptscope.cli.base import Command, malloc_restored
@@ -30,31 +31,39 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 log = logging.getLogger("ptscope")
 
 
-def _commands() -> list[Command]:
-    # Imported here so that `ptscope --help` stays fast and a broken optional module
-    # cannot stop the others from working.
-    from ptscope.cli import (
-        archive,
-        attach,
-        decode,
-        demo,
-        diff,
-        doctor,
-        dump,
-        flame,
-        insns,
-        run,
-        serve,
-        stats,
-    )
+_COMMANDS: Final = (
+    ("decode", "DecodeCommand"),
+    ("dump", "DumpCommand"),
+    ("demo", "DemoCommand"),
+    ("run", "RunCommand"),
+    ("attach", "AttachCommand"),
+    ("doctor", "DoctorCommand"),
+    ("serve", "ServeCommand"),
+    ("stats", "StatsCommand"),
+    ("diff", "DiffCommand"),
+    ("flame", "FlameCommand"),
+    ("archive", "ArchiveCommand"),
+    ("insns", "InsnsCommand"),
+)
+"""Each subcommand's name, which is also its module's in this package, and its class, in
+``--help``'s order."""
 
-    return [
-        *(decode.DecodeCommand(), dump.DumpCommand(), demo.DemoCommand()),
-        *(run.RunCommand(), attach.AttachCommand(), doctor.DoctorCommand()),
-        *(serve.ServeCommand(), stats.StatsCommand(), diff.DiffCommand()),
-        flame.FlameCommand(),
-        *(archive.ArchiveCommand(), insns.InsnsCommand()),
-    ]
+
+def _commands(only: str | None = None) -> list[Command]:
+    """The subcommands, or only the one named ``only`` when there is one of that name.
+
+    Imported here, not at the top, so that a broken optional module cannot stop the others
+    from working; and only the one a command line names, when it names one: importing
+    every command's module (the recorders', the server's...) and building its parser cost
+    a ``ptscope decode`` a third of the time before perf could start."""
+    chosen = [c for c in _COMMANDS if c[0] == only] or _COMMANDS
+    return [getattr(importlib.import_module(f"ptscope.cli.{name}"), cls)() for name, cls in chosen]
+
+
+def _command_named(argv: Sequence[str]) -> str | None:
+    """The subcommand a command line names: its first word that is not an option (the
+    top-level options take no value). None when there is none, as with ``--help``."""
+    return next((a for a in argv if not a.startswith("-")), None)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -136,9 +145,8 @@ def main(argv: Sequence[str] | None = None, *, leaving: bool = False) -> int:
     collector's settings that a command changes are not restored after it
     (:func:`~ptscope.cli.base.malloc_restored`: 7 ms after a decode of 2.5 M calls, most
     of it giving the heap back, which the process's end does at no cost)."""
-    commands = _commands()
-    parser = _build_parser(commands)
     given = sys.argv[1:] if argv is None else argv
+    parser = _build_parser(_commands(_command_named(given)))
     verbose = sum(a in ("-v", "--verbose") or a.startswith("-vv") for a in given)  # a guess
     try:
         # Inside the try: an option's parser that fails in an unforeseen way is a bug

@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 import os
 
+from ptscope.cli.base import check_trace_output
 from ptscope.cli.run import (
     add_record_arguments,
-    check_trace_output,
     choose_backend,
     decode_step,
     prepare_session,

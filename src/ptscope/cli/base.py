@@ -12,7 +12,7 @@ import stat
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from ptscope.errors import BadInputError, UsageError
 
@@ -210,6 +210,29 @@ def check_output(output: Path, option: str = "-o") -> Path:
     except OSError as e:  # a name too long, a loop of links...
         raise UsageError(f"{option} {output}: {e.strerror or e}") from e
     return output
+
+
+TRACE_SUFFIXES: Final = (".fxt.gz", ".fxt")
+
+
+def check_trace_suffix(output: Path) -> Path:
+    """Refuse a trace name whose suffix promises another format: ptscope writes only
+    Fuchsia traces, so ``-o trace.pftrace`` (Perfetto's protobuf) or ``-o trace.json``
+    would be an FXT file under a misleading name."""
+    if not output.name or output.name in (".", ".."):
+        raise UsageError(f"-o {str(output)!r}: give a file name (e.g. -o trace.fxt.gz)")
+    if output.name.endswith(TRACE_SUFFIXES):
+        return output
+    better = output.with_name(output.name.partition(".")[0] + ".fxt.gz")
+    raise UsageError(
+        f"-o {output}: ptscope writes only Fuchsia traces, named .fxt.gz (or .fxt uncompressed)",
+        hint=f"-o {better} (Perfetto opens it)",
+    )
+
+
+def check_trace_output(output: Path) -> Path:
+    """:func:`check_output` for a trace: also its suffix (:func:`check_trace_suffix`)."""
+    return check_output(check_trace_suffix(output))
 
 
 MAX_ID = (1 << 31) - 1

@@ -11,6 +11,7 @@ from ptscope.cli.base import (
     add_decoder_arguments,
     add_recording_argument,
     check_input,
+    check_trace_output,
     parse_id_list,
     settle_for_streaming,
     signals_deferred,
@@ -51,7 +52,6 @@ class DecodeCommand:
         add_decode_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
-        from ptscope.cli.run import check_trace_output
         from ptscope.decode.perf_launch import early_launches
 
         check_trace_output(args.output)

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ptscope.cli.base import int_between
+from ptscope.cli.base import check_trace_output, int_between
 from ptscope.cli.output import PERFETTO_URL
 from ptscope.errors import RecordingError, ToolMissingError
 
@@ -105,7 +105,7 @@ class DemoCommand:
 
     def run(self, args: argparse.Namespace) -> int:
         from ptscope.cli import main
-        from ptscope.cli.run import check_trace_output, choose_backend, probe_capabilities
+        from ptscope.cli.run import choose_backend, probe_capabilities
 
         check_trace_output(args.output)
         binary = build_demo(_default_cache())

@@ -19,12 +19,12 @@ import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 from ptscope.cli.base import (
     MAX_INT64,
     add_decoder_arguments,
-    check_output,
+    check_trace_output,
     int_between,
     settle_for_streaming,
 )
@@ -478,29 +478,6 @@ def require_perf(caps: Capabilities) -> PerfTool:
     if caps.perf is None:  # the backends' prepare() refuses first; this is for the types
         raise RecordingError(caps.perf_problem or "perf not found")
     return caps.perf
-
-
-TRACE_SUFFIXES: Final = (".fxt.gz", ".fxt")
-
-
-def check_trace_suffix(output: Path) -> Path:
-    """Refuse a trace name whose suffix promises another format: ptscope writes only
-    Fuchsia traces, so ``-o trace.pftrace`` (Perfetto's protobuf) or ``-o trace.json``
-    would be an FXT file under a misleading name."""
-    if not output.name or output.name in (".", ".."):
-        raise UsageError(f"-o {str(output)!r}: give a file name (e.g. -o trace.fxt.gz)")
-    if output.name.endswith(TRACE_SUFFIXES):
-        return output
-    better = output.with_name(output.name.partition(".")[0] + ".fxt.gz")
-    raise UsageError(
-        f"-o {output}: ptscope writes only Fuchsia traces, named .fxt.gz (or .fxt uncompressed)",
-        hint=f"-o {better} (Perfetto opens it)",
-    )
-
-
-def check_trace_output(output: Path) -> Path:
-    """:func:`check_output` for a trace: also its suffix (:func:`check_trace_suffix`)."""
-    return check_output(check_trace_suffix(output))
 
 
 def prepare_session(
