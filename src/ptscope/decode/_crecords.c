@@ -69,6 +69,7 @@ static PyObject *scan_tags(PyObject *Py_UNUSED(m), PyObject *args)
 		return NULL;
 	const unsigned char *p = (const unsigned char *)view.buf + pos;
 	Py_ssize_t stop = n, first_lines = -1, last_branch = -1;
+	Py_BEGIN_ALLOW_THREADS
 	for (Py_ssize_t i = 0; i < n; i++, p += size) {
 		if (*p == PTSCOPE_TAG_BRANCH) {
 			last_branch = i;
@@ -80,6 +81,7 @@ static PyObject *scan_tags(PyObject *Py_UNUSED(m), PyObject *args)
 			break;
 		}
 	}
+	Py_END_ALLOW_THREADS
 	PyBuffer_Release(&view);
 	return Py_BuildValue("nnn", stop, first_lines, last_branch);
 }
@@ -98,6 +100,7 @@ static PyObject *check_run(PyObject *Py_UNUSED(m), PyObject *args)
 	const unsigned char *p = (const unsigned char *)view.buf + pos;
 	uint64_t spent = 0, lines = 0;
 	bool ok = true;
+	Py_BEGIN_ALLOW_THREADS
 	/* Every row's test without a branch per condition (`&`, not `&&`): one per row. */
 	for (Py_ssize_t i = 0; ok && i < n; i++, p += size) {
 		uint64_t time = ptscope_u64_at(p, PTSCOPE_BRANCH_AT(time));
@@ -114,6 +117,7 @@ static PyObject *check_run(PyObject *Py_UNUSED(m), PyObject *args)
 		spent += insns + cycles; /* below 2^41 each: no wrap-around */
 		lines += count;
 	}
+	Py_END_ALLOW_THREADS
 	PyBuffer_Release(&view);
 	if (!ok || spent > budget || lines > MAX_LINES)
 		Py_RETURN_NONE;
@@ -168,14 +172,17 @@ static PyObject *fill_run(PyObject *Py_UNUSED(m), PyObject *const *argv, Py_ssiz
 	Py_ssize_t nlines = cols[NCOLS + 1].len / 8;
 	const unsigned char *p = (const unsigned char *)view.buf + pos;
 	Py_ssize_t at = 0;
+	bool fits = true;
+	/* (no Python in the loop: other threads run meanwhile, the engine's or a reader's) */
+	Py_BEGIN_ALLOW_THREADS
 	for (Py_ssize_t i = 0; i < n; i++, p += size) {
 		uint32_t ip_loc = ptscope_u32_at(p, PTSCOPE_BRANCH_AT(ip_loc));
 		uint32_t addr_loc = ptscope_u32_at(p, PTSCOPE_BRANCH_AT(addr_loc));
 		uint64_t first = detail ? ptscope_u64_at(p, PTSCOPE_LINE_FIRST_AT) : 0;
 		uint64_t count = detail ? ptscope_u64_at(p, PTSCOPE_LINE_COUNT_AT) : 0;
 		if (ip_loc >= ntable || addr_loc >= ntable || count > (uint64_t)(nlines - at)) {
-			PyErr_SetString(PyExc_ValueError, "the run does not fit the table or lines");
-			goto out_cols;
+			fits = false;
+			break;
 		}
 		pid[i] = (int32_t)ptscope_u32_at(p, PTSCOPE_BRANCH_AT(pid));
 		tid[i] = (int32_t)ptscope_u32_at(p, PTSCOPE_BRANCH_AT(tid));
@@ -190,6 +197,11 @@ static PyObject *fill_run(PyObject *Py_UNUSED(m), PyObject *const *argv, Py_ssiz
 		offsets[i] = (int32_t)at;
 		for (uint64_t k = 0; k < count; k++)
 			lines[at++] = first + k;
+	}
+	Py_END_ALLOW_THREADS
+	if (!fits) {
+		PyErr_SetString(PyExc_ValueError, "the run does not fit the table or lines");
+		goto out_cols;
 	}
 	offsets[n] = (int32_t)at;
 	result = Py_NewRef(Py_None);
