@@ -101,6 +101,10 @@ class DecodeOptions:
     (:mod:`ptscope.fxt.background`; never with ``region``, nor into a FIFO or a device).
     None: when a core is idle for it (:func:`~ptscope.decode.perf_launch.core_idle_beside`),
     or the decode has windows."""
+    read_ahead: bool = False
+    """With windows, read their records on a thread of their own, ahead of the engine
+    (:mod:`ptscope.decode.read_ahead`, which says why it is off by default; never where
+    JIT maps add locations as the engine takes the batches)."""
 
 
 @dataclass
@@ -492,8 +496,10 @@ def _feed_branches(
         tracker.file(index)
         if decoder == "dlfilter":
             # The C engine takes columns; the Python engine, event objects.
+            # Not where JIT maps add locations to the table as the batches are fed.
+            ahead = options.read_ahead and not maps.maps
             decode = (
-                functools.partial(decode_parallel_columnar, locations=locations)
+                functools.partial(decode_parallel_columnar, locations=locations, read_ahead=ahead)
                 if isinstance(engine, FastEngine)
                 else decode_parallel
             )

@@ -1074,6 +1074,11 @@ class DlfilterProcess:
         self._launch.close()
         return rc
 
+    def stop(self) -> None:
+        """Stop perf (if still running), leaving what it was given to the reader, which
+        may be reading it on another thread (it then sees the end, and closes it)."""
+        self._launch.kill()
+
     def run_info(self) -> DlfilterRun:
         return DlfilterRun(self.argv, self.parser.stats, self.stderr)
 

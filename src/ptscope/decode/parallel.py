@@ -39,6 +39,7 @@ cut in four), which went through the window's file and the reader for nothing.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import mmap
 import struct
 from collections.abc import Iterable, Iterator, Sequence
@@ -59,6 +60,7 @@ from ptscope.decode.dlfilter_stream import (
     decode_with_dlfilter_columnar,
 )
 from ptscope.decode.perf_launch import MAX_DEFAULT_JOBS, decode_jobs, default_jobs
+from ptscope.decode.read_ahead import ReadAhead
 from ptscope.model import BranchBatch, BranchEvent, Event, LocationTable
 from ptscope.perftool import PerfTool, find_perf
 
@@ -510,11 +512,15 @@ def decode_parallel_columnar(
     task_events: bool = False,
     insns: bool = False,
     locations: LocationTable | None = None,
+    read_ahead: bool = False,
 ) -> Iterator[list[Event | BranchBatch] | SegmentBreak]:
     """:func:`decode_parallel` with each run of branches as one :class:`BranchBatch`.
 
     Every window's batches number their locations in ``locations`` (one new table for the
-    whole decode if None), so one engine sees one table.
+    whole decode if None), so one engine sees one table. ``read_ahead``: with windows, the
+    records are read on a thread of their own ahead of the caller
+    (:class:`~ptscope.decode.read_ahead.ReadAhead`), which must then not add locations to
+    ``locations`` while it reads.
     """
     return _decode_windows(
         perf_data,
@@ -527,7 +533,36 @@ def decode_parallel_columnar(
         task_events=task_events,
         insns=insns,
         locations=locations if locations is not None else LocationTable(),
+        read_ahead=read_ahead,
     )
+
+
+def _windows_in_order(
+    procs: Sequence[DlfilterProcess], columnar: bool, run_info: list[DlfilterRun] | None
+) -> Iterator[Any]:
+    """Every window's items in order, :data:`SEGMENT_BREAK` between two windows, each
+    window's first branches given the counts the window before it saw for them."""
+    fixes: dict[tuple[int, int], CountFix] = {}
+    for i, proc in enumerate(procs):
+        if i:
+            yield SEGMENT_BREAK
+        if columnar:
+            for items in proc.columnar_batches():
+                if fixes:
+                    _apply_count_fixes_columnar(items, fixes)
+                yield items
+        else:
+            for batch in proc.batches():
+                if fixes:
+                    _apply_count_fixes(batch, fixes)
+                yield batch
+        # A thread with no branch in this window keeps the fix it had (from a
+        # decode that saw it earlier), unless this one is as good.
+        for key, fix in proc.parser.first_after_end.items():
+            if fix.exact or key not in fixes:
+                fixes[key] = fix
+        if run_info is not None:
+            run_info.append(proc.run_info())
 
 
 def _decode_windows(
@@ -542,6 +577,7 @@ def _decode_windows(
     task_events: bool,
     insns: bool,
     locations: LocationTable | None,
+    read_ahead: bool = False,
 ) -> Iterator[Any]:
     """Both decodes: events (``locations`` None) or columnar batches over ``locations``."""
     tool = perf if perf is not None else find_perf()
@@ -589,27 +625,16 @@ def _decode_windows(
                         locations=locations,
                     )
                 )
-            fixes: dict[tuple[int, int], CountFix] = {}
-            for i, proc in enumerate(procs):
-                if i:
-                    yield SEGMENT_BREAK
-                if locations is not None:
-                    for items in proc.columnar_batches():
-                        if fixes:
-                            _apply_count_fixes_columnar(items, fixes)
-                        yield items
-                else:
-                    for batch in proc.batches():
-                        if fixes:
-                            _apply_count_fixes(batch, fixes)
-                        yield batch
-                # A thread with no branch in this window keeps the fix it had (from a
-                # decode that saw it earlier), unless this one is as good.
-                for key, fix in proc.parser.first_after_end.items():
-                    if fix.exact or key not in fixes:
-                        fixes[key] = fix
-                if run_info is not None:
-                    run_info.append(proc.run_info())
+            ordered = _windows_in_order(procs, locations is not None, run_info)
+            if read_ahead:
+
+                def stop_perfs() -> None:
+                    for proc in procs:
+                        proc.stop()
+
+                ordered = ReadAhead(ordered, unblock=stop_perfs)
+            with contextlib.closing(ordered):  # type: ignore[type-var]
+                yield from ordered
         finally:
             for proc in procs:
                 proc.kill()
