@@ -75,6 +75,11 @@ a machine with cores to spare). ``ptscope decode`` writes on the thread (at nice
 decoding thread writing the oldest batches itself while it is behind) when a core is idle
 for it or the decode has windows (``ptscope.decode.perf_launch.core_idle_beside``).
 
+``--read-ahead`` measures ``--jobs N`` (writer thread on) with the windows' records read
+on a thread of their own ahead of the engine (``ptscope.decode.read_ahead``, off by
+default until measured where each thread has a core) against the same decode reading them
+in the engine's thread.
+
 ``--scaling N ...`` measures how the decode scales with windows on a machine with cores to
 spare: the floor, ``ptscope -j1``, ``--jobs N`` for each N given, and no ``--jobs`` (its
 default, with the windows it chose), in interleaved rounds; wall and CPU time as multiples
@@ -372,6 +377,7 @@ def _pipeline(
     insns: bool = True,
     drill: bool = False,
     writer_thread: bool | None = None,
+    read_ahead: bool = False,
 ) -> dict[str, float]:
     import tempfile
 
@@ -388,6 +394,7 @@ def _pipeline(
                 insn_detail=insns,
                 drill=perf_data.parent.resolve() if drill else None,
                 writer_thread=writer_thread,
+                read_ahead=read_ahead,
             ),
         )
         size = sum(p.file_bytes for p in summary.parts)
@@ -630,6 +637,9 @@ CHILDREN: dict[str, Callable[[Path, int], dict[str, float]]] = {
     "ptscope --jobs drill, writer thread": lambda p, j: _pipeline(
         p, "dlfilter", j, drill=True, writer_thread=True
     ),
+    "ptscope --jobs drill, writer thread, read ahead": lambda p, j: _pipeline(
+        p, "dlfilter", j, drill=True, writer_thread=True, read_ahead=True
+    ),
     "engine+writer alone": lambda p, _j: _consumer(p, False),
     "engine+writer alone, writer thread": lambda p, _j: _consumer(p, True),
     "ptscope decode -j1 (CLI)": _cli_decode,
@@ -661,6 +671,13 @@ WRITER_SET = [
     "engine+writer alone",
     "engine+writer alone, writer thread",
 ]
+# --read-ahead: a decode in windows with their records read ahead on a thread of their own
+# and without (the default)
+READ_AHEAD_SET = [
+    "floor",
+    "ptscope --jobs drill, writer thread",
+    "ptscope --jobs drill, writer thread, read ahead",
+]
 # Measurements only --only or --insns ask for (perf's per-instruction paths are slow).
 NOT_BY_DEFAULT = {
     "perf i0ns floor",
@@ -668,6 +685,7 @@ NOT_BY_DEFAULT = {
     "text insns",
     *PEERS_SET[1:],
     *WRITER_SET[1:],
+    *READ_AHEAD_SET[1:],
 }
 
 
@@ -1040,6 +1058,12 @@ def main() -> None:
         "-j1, --jobs N and ptscope's side alone (the records held in memory)",
     )
     ap.add_argument(
+        "--read-ahead",
+        action="store_true",
+        help="--jobs N with the windows' records read ahead on a thread of their own against "
+        "the same decode without it (the default)",
+    )
+    ap.add_argument(
         "--scaling",
         nargs="+",
         type=int,
@@ -1085,6 +1109,8 @@ def main() -> None:
         if args.peers
         else WRITER_SET
         if args.writer_thread
+        else READ_AHEAD_SET
+        if args.read_ahead
         else []
     )
     names = names or [n for n in CHILDREN if n not in NOT_BY_DEFAULT]
