@@ -842,8 +842,10 @@ def instructions_main(perf_data: Path) -> None:
                 argv += ["-o", f"{tmp}/trace.fxt.gz", "-j1", *options]
                 # (perf runs ~50x slower under callgrind: no stall is a hang)
                 env = {**os.environ, "PTSCOPE_PERF_STALL_TIMEOUT": "86400"}
-            print(f"  counting {name}...", flush=True)
+            print(f"  counting {name}...", end=" ", flush=True)
             rows[name] = _counted(argv, Path(tmp) / "cg", env)
+            # (each as it is counted: a 300k run takes an hour)
+            print(f"{sum(rows[name].values()) / 1e9:.2f} G", flush=True)
     floor = sum(rows["floor"].values()) if "floor" in rows else 0
     p2p = sum(rows["perf2perfetto"].values()) if "perf2perfetto" in rows else 0
     print(f"\n{'instructions (G)':<36} {'all':>7} {'x floor':>8} {'perf':>7} {'ptscope':>8}")
