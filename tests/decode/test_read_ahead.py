@@ -110,6 +110,16 @@ def test_closing_stops_the_reader_and_closes_its_source() -> None:
         next(ahead)
 
 
+def test_nothing_comes_after_closing_even_what_was_read() -> None:
+    ahead = ReadAhead(_Source(3), depth=8)
+    assert next(ahead) == 0
+    while threading.active_count() > 1 and _readers():  # the reader has read them all
+        threading.Event().wait(0.01)
+    ahead.close()
+    with pytest.raises(StopIteration):
+        next(ahead)
+
+
 def test_closing_unblocks_a_reader_that_waits_in_its_source() -> None:
     """The source waits (as for a window's perf to end) until ``unblock`` lets it go."""
     gate = threading.Event()

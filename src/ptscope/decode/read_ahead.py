@@ -86,6 +86,7 @@ class ReadAhead(Generic[_T]):
     def close(self) -> None:
         """Stop reading (what was read and not taken is dropped) and wait for the thread,
         which closes the source."""
+        self._done = True
         if not self._thread.is_alive():
             return
         self._stop.set()
@@ -94,7 +95,6 @@ class ReadAhead(Generic[_T]):
             # (room for a reader waiting to put an item, which then sees the stop)
             with contextlib.suppress(queue.Empty):
                 self._queue.get(timeout=_POLL_S)
-        self._done = True
 
     def _run(self) -> None:
         try:
