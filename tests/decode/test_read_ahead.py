@@ -19,6 +19,7 @@ from ptscope.decode.read_ahead import ReadAhead
 from ptscope.pipeline import DecodeOptions, decode_recording
 from ptscope.recording import Recording
 from support.emulated_corpus import decode_case_recording
+from support.interrupted import interrupt_after_batches
 
 
 def _readers() -> list[threading.Thread]:
@@ -189,21 +190,7 @@ def test_an_interrupted_decode_leaves_no_reader_and_no_perf(
 ) -> None:
     """Ctrl-C while the reader reads ahead: its thread ends, the trace is removed."""
     monkeypatch.setattr(pipeline, "_DRAIN_SLICES", 64)
-    feed_branches = pipeline._feed_branches
-    batches: list[int] = []
-
-    def interrupted(*args: Any) -> None:
-        *rest, after = args
-
-        def after_then_stop() -> None:
-            after()
-            batches.append(1)
-            if len(batches) == 3:
-                raise KeyboardInterrupt
-
-        feed_branches(*rest, after_then_stop)
-
-    monkeypatch.setattr(pipeline, "_feed_branches", interrupted)
+    interrupt_after_batches(monkeypatch, 3)
     _small_windows(monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         decode_recording(

@@ -23,6 +23,7 @@ from ptscope.pipeline import DecodeOptions, decode_recording
 from ptscope.recording import Recording
 from ptscope.timeline import SliceBatch
 from support.emulated_corpus import decode_case_recording
+from support.interrupted import interrupt_after_batches
 
 
 def _batch(k: int) -> SliceBatch:
@@ -286,21 +287,7 @@ def test_an_interrupted_decode_leaves_no_trace_and_no_thread(
     perf_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Ctrl-C while batches wait for the writer: the thread ends, the trace is removed."""
-    feed_branches = pipeline._feed_branches
-    batches: list[int] = []
-
-    def interrupted(*args: Any) -> None:
-        *rest, after = args
-
-        def after_then_stop() -> None:
-            after()
-            batches.append(1)
-            if len(batches) == 5:
-                raise KeyboardInterrupt
-
-        feed_branches(*rest, after_then_stop)
-
-    monkeypatch.setattr(pipeline, "_feed_branches", interrupted)
+    interrupt_after_batches(monkeypatch, 5)
     with pytest.raises(KeyboardInterrupt):
         decode_recording(
             Recording.find(perf_data),
