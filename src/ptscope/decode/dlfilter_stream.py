@@ -1070,14 +1070,15 @@ class DlfilterProcess:
 
     def kill(self) -> int:
         """Stop perf (if still running) and return its exit status."""
-        rc = self._launch.kill()
+        rc = self.stop()
         self._launch.close()
         return rc
 
-    def stop(self) -> None:
-        """Stop perf (if still running), leaving what it was given to the reader, which
-        may be reading it on another thread (it then sees the end, and closes it)."""
-        self._launch.kill()
+    def stop(self) -> int:
+        """Stop perf (if still running) and return its exit status, leaving what it was
+        given to the reader, which may be reading it on another thread (it then sees the
+        end, and closes it)."""
+        return self._launch.kill()
 
     def run_info(self) -> DlfilterRun:
         return DlfilterRun(self.argv, self.parser.stats, self.stderr)
