@@ -128,7 +128,11 @@ def test_a_call_cut_short_or_not_there(
     argv = shlex.split(str(call.args["drill"]))[1:]
     anchor = argv[argv.index("--after") + 1]
     times = argv[: argv.index("--after")]
-    # More instructions than the range holds after the anchor: what there is, and a warning.
+    # The drill names the call's start only (its anchor and count say where it ends).
+    (start,) = times[-1:]
+    assert times[-2] == "--time" and "," not in start
+    # More instructions than the recording holds after the anchor: what there is, and a
+    # warning.
     result = ptscope(*times, "--after", anchor, "--count", "1000000")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
@@ -136,6 +140,19 @@ def test_a_call_cut_short_or_not_there(
     assert lines[0].startswith("> ") and not any(line.startswith("< ") for line in lines)
     (warning,) = result.stderr.splitlines()
     assert f"only {len(lines)} of the call's 1000000 instructions" in warning
+    assert "before the recording ends" in warning
+    # ... or than a range given whole holds: START,START has the instructions dated START.
+    closed = [*times[:-1], f"{start},{start}"]
+    result = ptscope(*closed, "--after", anchor, "--count", "1000000")
+    assert result.returncode == 0, result.stderr
+    short = result.stdout.splitlines()
+    assert 1 <= len(short) < len(lines) and short[0].split() == lines[0].split()
+    (warning,) = result.stderr.splitlines()
+    assert f"only {len(short)} of the call's 1000000 instructions" in warning
+    assert f"in {start},{start}" in warning
+    # START alone is for a call only.
+    line = one_line_error(ptscope(*times))
+    assert "START,END" in line and "START alone with --after" in line
     # An anchor that is not there is an error.
     address = anchor.partition(":")[0]
     line = one_line_error(ptscope(*times, "--after", f"{address}:999", "--count", "37"))

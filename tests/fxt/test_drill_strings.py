@@ -53,11 +53,11 @@ def _want(rows: list[tuple[int, int, int, int, int]]) -> list[str]:
     out = []
     for s, d, ip, k, n in rows:
         e = s + d
-        text = (
-            f"{PREFIX}{s // 10**9:0{width}d}.{s % 10**9:09d},{e // 10**9:0{width}d}.{e % 10**9:09d}"
-        )
-        if k > 0 and n > 0:
+        text = f"{PREFIX}{s // 10**9:0{width}d}.{s % 10**9:09d}"
+        if k > 0 and n > 0:  # the anchor and the count say where it ends
             text += f" --after {ip:#x}:{k} --count {n}"
+        else:
+            text += f",{e // 10**9:0{width}d}.{e % 10**9:09d}"
         out.append(text)
     return out
 
@@ -89,10 +89,11 @@ def test_a_slice_with_an_anchor_and_a_count_names_its_call(
     parser = _build_parser(_commands())
     for text, (s, d, address, k, n) in zip(texts, rows, strict=True):
         args = parser.parse_args(shlex.split(text)[1:])
-        assert parse_time_range(args.time) == (s, s + d)
         if k > 0 and n > 0:
+            assert parse_time_range(args.time, open_end=True) == (s, None)
             assert parse_anchor(args.after) == (address, k) and args.count == n
         else:
+            assert parse_time_range(args.time) == (s, s + d)
             assert args.after is None and args.count is None
 
 

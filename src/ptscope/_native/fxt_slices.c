@@ -1,6 +1,7 @@
 /* Duration-complete records for many slices at once: see fxt_slices.h. */
 #include "fxt_slices.h"
 
+#include <stdbool.h>
 #include <string.h>
 
 #define AFTER " --after 0x"
@@ -203,21 +204,28 @@ size_t fxt_complete_bound(size_t n, const struct fxt_arg_column *args, size_t na
 
 /* Slice i's drill string at `text` (zero-padded to whole words); its length. The 8 bytes
  * after the string are written too (the padding, and what the record's next word, its
- * end time, overwrites). */
+ * end time, overwrites). A slice with an anchor gets its start time only: the anchor and
+ * the count say where the call begins and ends, and the end time's digits were a quarter
+ * of the compressed trace (60k: 38.1 -> 28.9 MB without them). */
 static size_t drill_text(char *text, const struct fxt_drill_column *d, size_t i,
 			 struct time_text *tt, const struct padded_prefix *pp)
 {
 	char *p = put_prefix(text, pp);
+	bool anchored = d->anchor_ip && d->anchor_occurrence[i] > 0 && d->count[i] > 0;
 	if (tt->sec_width <= 11) {
 		p = put_time_cached(p, d->perf_start[i], tt);
-		*p++ = ',';
-		p = put_time_cached(p, d->perf_end[i], tt);
+		if (!anchored) {
+			*p++ = ',';
+			p = put_time_cached(p, d->perf_end[i], tt);
+		}
 	} else { /* (times past 3,000 years) */
 		p = put_time(p, d->perf_start[i], tt->sec_width);
-		*p++ = ',';
-		p = put_time(p, d->perf_end[i], tt->sec_width);
+		if (!anchored) {
+			*p++ = ',';
+			p = put_time(p, d->perf_end[i], tt->sec_width);
+		}
 	}
-	if (d->anchor_ip && d->anchor_occurrence[i] > 0 && d->count[i] > 0) {
+	if (anchored) {
 		uint64_t ip = d->anchor_ip[i];
 		uint64_t occ = (uint64_t)d->anchor_occurrence[i];
 		uint64_t cnt = (uint64_t)d->count[i];

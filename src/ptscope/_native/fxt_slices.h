@@ -25,9 +25,10 @@ struct fxt_arg_column {
 };
 
 /* The ``drill`` string argument every slice carries: ``prefix`` then ``SEC.NSEC,SEC.NSEC``
- * (perf times; seconds zero-filled to the width of the largest in the call), then, where
- * the slice has an anchor (occurrence > 0) and a count (> 0), `` --after 0xADDRESS:OCC
- * --count N``. ``head`` is the argument header without its size and payload bits. */
+ * (perf times; seconds zero-filled to the width of the largest in the call), or, where
+ * the slice has an anchor (occurrence > 0) and a count (> 0), ``SEC.NSEC`` (its start)
+ * and `` --after 0xADDRESS:OCC --count N``. ``head`` is the argument header without its
+ * size and payload bits. */
 struct fxt_drill_column {
 	const char *prefix;
 	size_t prefix_len;

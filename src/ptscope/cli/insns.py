@@ -13,7 +13,7 @@ import argparse
 import re
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, overload
 
 from ptscope.cli.base import add_recording_argument, check_input
 from ptscope.errors import BadInputError, UsageError
@@ -43,8 +43,8 @@ def _perf_time(text: str, whole: str) -> int:
     m = _TIME_RE.match(text)
     if m is None:
         raise UsageError(
-            f"--time takes START,END in perf's seconds (e.g. 1.000050000,1.000060000), "
-            f"not {whole!r}"
+            f"--time takes START,END in perf's seconds (e.g. 1.000050000,1.000060000; "
+            f"START alone with --after), not {whole!r}"
         )
     ns = int(m.group(1)) * 1_000_000_000 + int((m.group(2) or "").ljust(9, "0"))
     if ns > MAX_PERF_TIME:
@@ -63,10 +63,17 @@ def parse_anchor(text: str) -> tuple[int, int]:
     return int(m.group(1), 16), int(m.group(2))
 
 
-def parse_time_range(text: str) -> tuple[int, int]:
-    """``START,END`` (perf's ``SEC.NSEC``, as ``perf script --time`` takes) in ns."""
+@overload
+def parse_time_range(text: str) -> tuple[int, int]: ...
+@overload
+def parse_time_range(text: str, *, open_end: bool) -> tuple[int, int | None]: ...
+def parse_time_range(text: str, *, open_end: bool = False) -> tuple[int, int | None]:
+    """``START,END`` (perf's ``SEC.NSEC``, as ``perf script --time`` takes) in ns; with
+    ``open_end``, ``START`` alone too, whose end is None (the recording's)."""
     start, comma, end = text.partition(",")
     if not comma:
+        if open_end:
+            return _perf_time(start, text), None
         _perf_time("", text)  # the same one-line error
     first, last = _perf_time(start, text), _perf_time(end, text)
     if last < first:
@@ -86,7 +93,8 @@ class InsnsCommand:
             required=True,
             metavar="START,END",
             help="perf times in seconds, as perf script --time takes them "
-            "(e.g. 1.000050000,1.000060000; the `drill` arg of a slice gives the command)",
+            "(e.g. 1.000050000,1.000060000; the `drill` arg of a slice gives the command); "
+            "with --after, START alone: the call's own end is where its count ends",
         )
         parser.add_argument(
             "--after",
@@ -109,10 +117,10 @@ class InsnsCommand:
         from ptscope.record.archive import is_archive, unpack_archive
         from ptscope.recording import Recording
 
-        window = parse_time_range(args.time)
-        call = None
         if (args.after is None) != (args.count is None):
             raise UsageError("--after and --count go together (a slice's drill arg has both)")
+        window = parse_time_range(args.time, open_end=args.after is not None)
+        call = None
         if args.after is not None:
             if args.count < 1:
                 raise UsageError(f"--count {args.count}: a call runs at least 1 instruction")
@@ -132,7 +140,7 @@ class InsnsCommand:
 def _print(
     recording: Recording,
     tid: int,
-    window: tuple[int, int],
+    window: tuple[int, int | None],
     call: tuple[int, int, int] | None,
     symfs: Path | None,
     shown: Path,
@@ -152,13 +160,16 @@ def _print(
     listing = InstructionListing(tid, binary_resolver(symfs))
     if call is not None:
         return _print_call(recording, tid, window, call, symfs, shown, listing)
+    start, end = window
+    assert end is not None  # (only a call's range may be open)
     count = 0
     out = sys.stdout
     try:
         for perf_data in recording.perf_data_paths():
             instructions = list_instructions(
-                perf_data, perf=perf.path, tid=tid, window=window, symfs=symfs, listing=listing
-            )
+                perf_data, perf=perf.path, tid=tid, window=(start, end), symfs=symfs,
+                listing=listing,
+            )  # fmt: skip
             for i in range(0, len(instructions), 4096):
                 out.write("\n".join(map(format_instruction, instructions[i : i + 4096])) + "\n")
             count += len(instructions)
@@ -170,15 +181,15 @@ def _print(
     if not listing.thread_seen:
         raise BadInputError(f"thread {tid} is not in {shown}")
     raise BadInputError(
-        f"thread {tid} executed no traced instruction between {format_time(window[0])} "
-        f"and {format_time(window[1])}"
+        f"thread {tid} executed no traced instruction between {format_time(start)} "
+        f"and {format_time(end)}"
     )
 
 
 def _print_call(
     recording: Recording,
     tid: int,
-    window: tuple[int, int],
+    window: tuple[int, int | None],
     call: tuple[int, int, int],
     symfs: Path | None,
     shown: Path,
@@ -186,7 +197,9 @@ def _print_call(
 ) -> int:
     """Exactly one call: the ``count`` instructions after the anchor, first and last
     marked. An anchor not in the range is an error; a call cut short (a decode error, a
-    range that ends early) is printed as far as it goes, with a warning."""
+    range or a recording that ends early) is printed as far as it goes, with a warning.
+    The range may be open (no END, as in a drill arg): perf is stopped once the call is
+    complete, or once the thread runs past START without the anchor."""
     from ptscope.decode.instructions import CallPicker, format_instruction, pick_call
     from ptscope.decode.perf_script import format_time
     from ptscope.perftool import find_perf
@@ -229,9 +242,14 @@ def _print_call(
         sys.stdout.write("\n".join(lines) + "\n")
     sys.stdout.flush()
     if not picker.complete:
+        where = (
+            "before the recording ends"
+            if window[1] is None
+            else f"in {format_time(window[0])},{format_time(window[1])}"
+        )
         print(
             f"ptscope: warning: only {picker.taken} of the call's {count} instructions "
-            f"follow its start in {format_time(window[0])},{format_time(window[1])}",
+            f"follow its start {where}",
             file=sys.stderr,
         )
     return 0

@@ -85,12 +85,14 @@ def instructions_argv(
     *,
     perf: str,
     tid: int,
-    window: tuple[int, int],
+    window: tuple[int, int | None],
     symfs: Path | str | None = None,
 ) -> list[str]:
-    """The ``perf script`` argv printing every instruction of ``tid`` in ``window`` (ns)."""
+    """The ``perf script`` argv printing every instruction of ``tid`` in ``window`` (ns;
+    an end of None: to the end of the recording)."""
+    end = "" if window[1] is None else format_time(window[1])
     argv = [perf, "script", "-i", str(perf_data), "--ns", "--itrace=i0nse", "-F", INSN_FIELDS]
-    argv += [f"--tid={tid}", f"--time={format_time(window[0])},{format_time(window[1])}"]
+    argv += [f"--tid={tid}", f"--time={format_time(window[0])},{end}"]
     argv += ["--show-mmap-events", "--show-task-events"]
     if symfs is not None:
         argv.append(f"--symfs={symfs}")
@@ -199,6 +201,9 @@ class CallPicker:
         self.time = time
         self.count = count
         self.anchors_seen = 0
+        self.passed = False
+        """The thread ran past ``time`` without the anchor: the call is not there (the
+        engine counts a time's executions while that time lasts, and so does this)."""
         self._jump: Instruction | None = None  # at the anchor: counts if control leaves
         self.picked: list[Instruction] = []
         self.taken = 0
@@ -217,9 +222,14 @@ class CallPicker:
     def complete(self) -> bool:
         return self.taken >= self.count
 
+    @property
+    def done(self) -> bool:
+        """Nothing that follows can change what was picked."""
+        return self.complete or self.passed
+
     def feed(self, instructions: Iterable[Instruction]) -> None:
         for insn in instructions:
-            if self.complete:
+            if self.done:
                 return
             if not self.found:
                 jump, self._jump = self._jump, None
@@ -228,6 +238,9 @@ class CallPicker:
                     if self.found:
                         self._take(insn)
                     continue
+                if insn.error is None and insn.time > self.time:
+                    self.passed = True
+                    return
                 if insn.error is None and insn.ip == self.anchor and insn.time == self.time:
                     if insn.is_call:
                         self.anchors_seen += 1
@@ -276,18 +289,18 @@ def pick_call(
     *,
     perf: str,
     tid: int,
-    window: tuple[int, int],
+    window: tuple[int, int | None],
     symfs: Path | str | None = None,
     listing: InstructionListing,
 ) -> None:
-    """Feed ``call`` the instructions of ``tid`` in ``window`` until it is complete (perf
+    """Feed ``call`` the instructions of ``tid`` in ``window`` until it is done (perf
     is stopped then: the rest of the range is not wanted)."""
-    if call.complete:
+    if call.done:
         return
     argv = instructions_argv(perf_data, perf=perf, tid=tid, window=window, symfs=symfs)
     for batch in stream_perf_script(argv, perf_data=perf_data, watch=False):
         call.feed(listing.feed(batch))
-        if call.complete:
+        if call.done:
             break
 
 

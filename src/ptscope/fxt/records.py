@@ -486,6 +486,16 @@ def _put_decimal(
         d -= take
 
 
+def _put_time(
+    out: npt.NDArray[np.uint8], column: int, times: npt.NDArray[np.int64], width: int
+) -> None:
+    """Write perf times as ``SEC.NSEC`` (seconds zero-filled to ``width``) at ``column``."""
+    sec, nsec = np.divmod(np.maximum(times, 0), 1_000_000_000)
+    _put_decimal(out, column, sec, width)
+    out[:, column + width] = ord(".")
+    _put_decimal(out, column + width + 1, nsec, 9)
+
+
 def _put_hex(
     out: npt.NDArray[np.uint8], column: int, value: npt.NDArray[np.uint64], digits: int
 ) -> None:
@@ -507,35 +517,37 @@ def drill_strings(
     after the point), one per slice, built with numpy (a Python loop per slice would cost
     more than the rest of the encoding). Seconds have the width of the largest, zero-filled
     (``ptscope insns`` reads them as numbers). A slice with an anchor (occurrence > 0) and
-    a count (> 0) goes on `` --after 0xADDRESS:OCCURRENCE --count COUNT`` (no leading
-    zeros). Returns each string's length in bytes and an ``(n, words)`` array of their
-    bytes, zero after each string's end (as many words as the longest needs)."""
+    a count (> 0) has ``PREFIX + START --after 0xADDRESS:OCCURRENCE --count COUNT`` (no
+    leading zeros; its end is where the count ends). Returns each string's length in bytes
+    and an ``(n, words)`` array of their bytes, zero after each string's end (as many
+    words as the longest needs)."""
     head = prefix.encode()
     n = len(perf_start)
     latest = max(int(perf_start.max(initial=0)), int(perf_end.max(initial=0)))
     width = len(str(latest // 1_000_000_000))
     field = width + 10  # SEC.NSEC
     base = len(head) + 2 * field + 1
+    anchored = len(head) + field  # where an anchored slice's tail begins
     lengths = np.full(n, base, dtype=np.int64)
     rows = np.zeros(0, dtype=np.intp)
+    ranged = np.ones(n, dtype=bool)  # the slices with START,END
     if anchor_ip is not None and anchor_occurrence is not None and count is not None:
-        rows = np.flatnonzero((anchor_occurrence > 0) & (count > 0))
+        ranged = ~((anchor_occurrence > 0) & (count > 0))
+        rows = np.flatnonzero(~ranged)
         address_w = hex_widths(anchor_ip[rows])
         occurrence_w = decimal_widths(anchor_occurrence[rows])
         count_w = decimal_widths(count[rows])
         fixed = len(_AFTER) + len(_OCCURRENCE) + len(_COUNT)
-        lengths[rows] += fixed + address_w + occurrence_w + count_w
+        lengths[rows] = anchored + fixed + address_w + occurrence_w + count_w
     words = -(-int(lengths.max(initial=base)) // 8)
     out = np.zeros((n, words * 8), dtype=np.uint8)
     out[:, : len(head)] = np.frombuffer(head, dtype=np.uint8)
-    for k, times in enumerate((perf_start, perf_end)):
-        at = len(head) + k * (field + 1)
-        sec, nsec = np.divmod(np.maximum(times, 0), 1_000_000_000)
-        _put_decimal(out, at, sec, width)
-        _put_decimal(out, at + width + 1, nsec, 9)
-        out[:, at + width] = ord(".")
-        if k == 0:
-            out[:, at + field] = ord(",")
+    _put_time(out, len(head), perf_start, width)
+    if ranged.any():
+        part = out[ranged]  # (a copy: written back below)
+        part[:, anchored] = ord(",")
+        _put_time(part, anchored + 1, perf_end[ranged], width)
+        out[ranged] = part
     if rows.size:
         assert anchor_ip is not None and anchor_occurrence is not None and count is not None
         # The rows whose three numbers have the same widths share one layout: a handful
@@ -544,7 +556,7 @@ def drill_strings(
         for key in np.unique(layout).tolist():
             group = rows[layout == key]
             widths = (key >> 16, (key >> 8) & 0xFF, key & 0xFF)
-            tail = np.zeros((len(group), int(lengths[group[0]]) - base), dtype=np.uint8)
+            tail = np.zeros((len(group), int(lengths[group[0]]) - anchored), dtype=np.uint8)
             at = 0
             for text, digits, value in zip(
                 (_AFTER, _OCCURRENCE, _COUNT),
@@ -559,7 +571,7 @@ def drill_strings(
                 else:
                     _put_decimal(tail, at, value.astype(np.int64), digits)
                 at += digits
-            out[group, base : base + tail.shape[1]] = tail
+            out[group, anchored : anchored + tail.shape[1]] = tail
     return lengths, out.view(np.uint64).reshape(n, words)
 
 
