@@ -228,7 +228,9 @@ class _StringTable:
         slots = slot_of_name[ids]
         if not slots.size or int(slots.min()) >= 0:
             return slots
-        missing = np.unique(ids[slots < 0])
+        # (the ids, in order, by counting: np.unique's first call imports numpy.ma, 30 M
+        # instructions)
+        missing = np.flatnonzero(np.bincount(ids[slots < 0]))
         self.clock += 1
         clock, stamp = self.clock, self._stamp
         if len(missing) > self._free:
@@ -750,6 +752,10 @@ class FxtWriter:
         cont_a = None if continued is None else np.asarray(continued, dtype=np.uint8)
         if cont_a is not None and int(cont_a.max(initial=0)) > 3:
             raise ValueError("continued is 0..3")
+        if flags_a is not None and not flags_a.any():
+            # No slice has a flag (the usual batch): no arg to write, nor a per-slice look-up
+            # of its text (the same words as an all-zero column).
+            flags_a = None
         if flags_a is not None:
             # (the values present, by counting: np.unique sorts or hashes, and its first
             # call imports numpy.ma, 10 ms)
@@ -810,6 +816,8 @@ class FxtWriter:
     ) -> list[tuple[npt.NDArray[np.bool_], _U64]]:
         """The ``full_name`` string args of a chunk's slices whose names were shortened:
         per piece, where it is present and its arg word."""
+        if not self._slice_names.pieces:  # no name shortened: no gather per slice
+            return []
         counts = self._slice_names.piece_count[ids]
         if not counts.any():
             return []
