@@ -337,6 +337,12 @@ class Recording:
     def perf_data_paths(self) -> list[Path]:
         return [self.directory / p for p in self.perf_data]
 
+    @property
+    def unfinished(self) -> bool:
+        """Its recorder never finished it: the notes still say it is being recorded (the
+        emulated recorder's, killed while it ran; ``record.emulated.recover``)."""
+        return self.notes.get("state") == "recording"
+
     def metadata_json(self) -> str:
         """The contents of ``ptscope-recording.json`` for this recording."""
         data = asdict(self)

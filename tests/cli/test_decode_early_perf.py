@@ -45,6 +45,7 @@ _DRIVER = textwrap.dedent(
 
     perf_launch.start_early = watched
     code = cli.main(sys.argv[1:])
+    seen["recorder_imported"] = "ptscope.record.emulated" in sys.modules
     print(json.dumps({**seen, "code": code, "counts": perf_launch.launch_counts()}))
     """
 )
@@ -101,6 +102,9 @@ def test_the_pipeline_takes_the_perf_started_early_and_writes_the_same_trace(
     # nor any other command's module (the recorders'...) but serve's, which holds the
     # --serve option every command that writes a trace has
     assert result["commands_imported_first"] == ["decode", "serve"]
+    # nor, at all, the emulated recorder's modules: only an unfinished recording needs them
+    assert Recording.find(perf_data).backend == "emulated"
+    assert result["recorder_imported"] is False
     assert result["counts"] == {"started early": 1, "taken": 1, "discarded": 0}
 
     # The same decode, perf started by the pipeline (in this process nothing starts early).

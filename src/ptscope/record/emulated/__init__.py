@@ -382,7 +382,7 @@ def recover(recording: Recording) -> bool:
     """Finish a recording whose ptscope was killed while it ran (its metadata still says
     "recording"): the perf.data as the recorder last left it, the processes and threads.
     Returns whether anything was done; raises if the recording is still going on."""
-    if recording.backend != "emulated" or recording.notes.get("state") != "recording":
+    if recording.backend != "emulated" or not recording.unfinished:
         return False
     owner = recording.notes.get("recorder_pid")
     if isinstance(owner, int) and owner != os.getpid() and _alive(owner):
