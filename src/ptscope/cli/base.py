@@ -126,7 +126,7 @@ def add_decoder_arguments(parser: argparse.ArgumentParser) -> argparse._Argument
         dest="drill",
         action="store_false",
         help="no `drill` arg on the slices (each call's `ptscope insns` command): a trace "
-        "about half the size, written with less CPU",
+        "about two thirds the size, written with less CPU",
     )
     split = group.add_mutually_exclusive_group()
     split.add_argument(
