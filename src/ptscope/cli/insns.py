@@ -167,9 +167,13 @@ def _print(
     try:
         for perf_data in recording.perf_data_paths():
             instructions = list_instructions(
-                perf_data, perf=perf.path, tid=tid, window=(start, end), symfs=symfs,
+                perf_data,
+                perf=perf.path,
+                tid=tid,
+                window=(start, end),
+                symfs=symfs,
                 listing=listing,
-            )  # fmt: skip
+            )
             for i in range(0, len(instructions), 4096):
                 out.write("\n".join(map(format_instruction, instructions[i : i + 4096])) + "\n")
             count += len(instructions)
