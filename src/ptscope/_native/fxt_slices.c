@@ -1,7 +1,6 @@
 /* Duration-complete records for many slices at once: see fxt_slices.h. */
 #include "fxt_slices.h"
 
-#include <stdbool.h>
 #include <string.h>
 
 #define AFTER " --after 0x"
@@ -146,8 +145,9 @@ static void time_text_init(struct time_text *c, unsigned sec_width)
 	memset(c->text, 0, sizeof c->text);
 }
 
-/* Writes up to 16 bytes from p, at most 5 past the time (sec_width <= 11), which what
- * follows overwrites: a comma and the next time, or the string's 8 bytes of padding. */
+/* Writes up to 16 bytes from p, at most 5 past the time (sec_width <= 11, and a time in
+ * int64 ns has at most 10 digits of seconds), which what follows overwrites: a comma and
+ * the next time, or the string's 8 bytes of padding. */
 static inline __attribute__((always_inline)) char *put_time_cached(char *p, int64_t t,
 								    struct time_text *c)
 {
@@ -210,22 +210,8 @@ size_t fxt_complete_bound(size_t n, const struct fxt_arg_column *args, size_t na
 static size_t drill_text(char *text, const struct fxt_drill_column *d, size_t i,
 			 struct time_text *tt, const struct padded_prefix *pp)
 {
-	char *p = put_prefix(text, pp);
-	bool anchored = d->anchor_ip && d->anchor_occurrence[i] > 0 && d->count[i] > 0;
-	if (tt->sec_width <= 11) {
-		p = put_time_cached(p, d->perf_start[i], tt);
-		if (!anchored) {
-			*p++ = ',';
-			p = put_time_cached(p, d->perf_end[i], tt);
-		}
-	} else { /* (times past 3,000 years) */
-		p = put_time(p, d->perf_start[i], tt->sec_width);
-		if (!anchored) {
-			*p++ = ',';
-			p = put_time(p, d->perf_end[i], tt->sec_width);
-		}
-	}
-	if (anchored) {
+	char *p = put_time_cached(put_prefix(text, pp), d->perf_start[i], tt);
+	if (d->anchor_ip && d->anchor_occurrence[i] > 0 && d->count[i] > 0) {
 		uint64_t ip = d->anchor_ip[i];
 		uint64_t occ = (uint64_t)d->anchor_occurrence[i];
 		uint64_t cnt = (uint64_t)d->count[i];
@@ -235,6 +221,9 @@ static size_t drill_text(char *text, const struct fxt_drill_column *d, size_t i,
 		p = put_decimal(p, occ, decimal_width(occ));
 		p = put_text(p, COUNT, sizeof COUNT - 1);
 		p = put_decimal(p, cnt, decimal_width(cnt));
+	} else {
+		*p++ = ',';
+		p = put_time_cached(p, d->perf_end[i], tt);
 	}
 	size_t len = (size_t)(p - text);
 	memset(p, 0, 8);
