@@ -115,6 +115,13 @@ class WriteStats:
     kernel_objects: int = 0
 
 
+def _distinct(values: npt.NDArray[Any]) -> npt.NDArray[np.intp]:
+    """The distinct values of an array of small non-negative ints (name ids, table slots,
+    flags), in order: ``np.unique`` by counting, which neither sorts nor hashes, and does
+    not import ``numpy.ma`` as np.unique's first call does (30 M instructions)."""
+    return np.flatnonzero(np.bincount(values))
+
+
 class _StringTable:
     """String interning with bounded, reusable table indices.
 
@@ -152,7 +159,7 @@ class _StringTable:
         """Keep ``slots`` (in use by the records being written) from reuse until the clock
         moves on; :meth:`ref` may then intern more strings for the same records."""
         self.clock += 1
-        for slot in np.unique(slots[slots >= self._lo]).tolist():
+        for slot in _distinct(slots[slots >= self._lo]).tolist():
             self._stamp[slot] = self.clock
 
     def pin(self, text: str) -> int:
@@ -228,14 +235,12 @@ class _StringTable:
         slots = slot_of_name[ids]
         if not slots.size or int(slots.min()) >= 0:
             return slots
-        # (the ids, in order, by counting: np.unique's first call imports numpy.ma, 30 M
-        # instructions)
-        missing = np.flatnonzero(np.bincount(ids[slots < 0]))
+        missing = _distinct(ids[slots < 0])
         self.clock += 1
         clock, stamp = self.clock, self._stamp
         if len(missing) > self._free:
             # Entries will be reused: keep the ones this chunk refers to.
-            present = np.unique(slots[slots >= self._lo])
+            present = _distinct(slots[slots >= self._lo])
             if len(present) + len(missing) > self.dynamic_capacity:
                 return None
             for slot in present.tolist():
@@ -757,9 +762,7 @@ class FxtWriter:
             # of its text (the same words as an all-zero column).
             flags_a = None
         if flags_a is not None:
-            # (the values present, by counting: np.unique sorts or hashes, and its first
-            # call imports numpy.ma, 10 ms)
-            for value in np.flatnonzero(np.bincount(flags_a, minlength=256)).tolist():
+            for value in _distinct(flags_a).tolist():
                 if value and not self._flag_lut[value]:
                     self._flag_lut[value] = self._strings.pin(rec.flags_text(value))
 
@@ -830,7 +833,7 @@ class FxtWriter:
                 self._arg_full_name.append(self._strings.pin(key))
             present = counts > k
             lut = np.zeros(int(ids.max()) + 1, dtype=np.uint64)
-            for i in np.unique(ids[present]).tolist():
+            for i in _distinct(ids[present]).tolist():
                 lut[i] = self._strings.ref(pieces[i][k])
             refs = lut[ids]
             head = rec.arg_header(rec.ArgType.STRING, 1, self._arg_full_name[k])
