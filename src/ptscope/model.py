@@ -42,7 +42,9 @@ __all__ = [
     "TraceState",
     "branch_flags",
     "classify_flags",
+    "entry_name",
     "function_key",
+    "is_unknown_code",
 ]
 
 UNKNOWN_SYMBOL: Final = "[unknown]"
@@ -125,6 +127,29 @@ def function_key(symbol: str, dso: str) -> str:
     if not symbol or symbol == UNKNOWN_SYMBOL:
         return f"[unknown] ({dso})" if dso else UNKNOWN_SYMBOL
     return _strip_cold(symbol)
+
+
+_UNKNOWN_IN: Final = UNKNOWN_SYMBOL + " ("
+_MASK64: Final = (1 << 64) - 1  # an address stored signed (a kernel one) shown unsigned
+
+
+def is_unknown_code(function: str) -> bool:
+    """Whether ``function`` (a :func:`function_key`) stands for code without a symbol."""
+    return function == UNKNOWN_SYMBOL or (
+        function.startswith(_UNKNOWN_IN) and function.endswith(")")
+    )
+
+
+def entry_name(function: str, entry: int) -> str:
+    """The name of a slice of code without a symbol that began at address ``entry``:
+    ``[unknown @ 0xENTRY (DSO)]``, as magic-trace names it.
+
+    For the engine such code is one function per DSO (:func:`function_key`), so that a
+    jump inside it is not taken for a call; but a call into it begins at a function's
+    entry, so naming each slice after that address tells the functions of a stripped
+    binary apart. ``function`` must be unknown code (:func:`is_unknown_code`)."""
+    at = f"[unknown @ {entry & _MASK64:#x}"
+    return at + "]" if function == UNKNOWN_SYMBOL else f"{at} {function[len(_UNKNOWN_IN) - 1 :]}]"
 
 
 @dataclass(slots=True)

@@ -287,6 +287,8 @@ def test_determinism_is_recorded_in_the_metadata(tmp_path: Path) -> None:
         ("[unknown] (/usr/lib/x86_64-linux-gnu/libc.so.6)", "[unknown] (libc.so.6)"),
         ("[unknown] (/build/a/prog)", "[unknown] (prog)"),
         ("[unknown] (prog)", "[unknown] (prog)"),
+        ("[unknown @ 0x401136 (/build/a/prog)]", "[unknown] (prog)"),
+        ("[unknown @ 0x7f0000001000 ([anon])]", "[unknown] ([anon])"),
         ("std::vector<int>::push_back(int const&)", "std::vector<int>::push_back(int const&)"),
         ("f (/x/y)", "f (/x/y)"),
     ],

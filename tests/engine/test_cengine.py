@@ -545,6 +545,37 @@ def test_instruction_length_boundaries() -> None:
 # ------------------------------------------------------------------ final pass
 
 
+def test_calls_into_code_without_a_symbol_are_named_by_their_entry() -> None:
+    """Both engines name such a call after its target, a kernel address shown unsigned,
+    and a frame whose call was never seen (its start inferred) after its file only."""
+    kernel = 0xFFFFFFFF81234000
+
+    def unknown(ip: int, dso: str) -> Location:
+        return Location(ip, "[unknown]", -1, dso)
+
+    call, ret, none = BranchKind.CALL, BranchKind.RETURN, TraceState.NONE
+    events: list[Event] = [
+        BranchEvent(5, 5, 10, call, none, unknown(0x401010, "prog"), unknown(0x401200, "prog")),
+        BranchEvent(5, 5, 11, call, none, unknown(0x401210, "prog"), unknown(kernel, "[k]")),
+        BranchEvent(5, 5, 12, ret, none, unknown(kernel + 8, "[k]"), unknown(0x401215, "prog")),
+        BranchEvent(5, 5, 13, ret, none, unknown(0x401220, "prog"), unknown(0x401015, "prog")),
+        BranchEvent(5, 5, 14, ret, none, unknown(0x401030, "prog"), loc("main", 13)),
+    ]
+    a = TraceSegmentEngine()
+    a.feed_all(events)
+    b = FastEngine()
+    b.feed_all(to_items(events))
+    ta, tb = a.finish(), b.finish()
+    assert_same(a, ta, b, tb)
+    [thread] = tb.threads
+    assert [tb.names[i] for i in thread.name_id] == [
+        "main",
+        "[unknown] (prog)",
+        "[unknown @ 0x401200 (prog)]",
+        "[unknown @ 0xffffffff81234000 ([k])]",
+    ]
+
+
 def test_perf_maps_name_jit_code_in_batches_too() -> None:
     """JIT code is named from perf maps in batches exactly as in events."""
     from ptscope.decode.perf_map import MapResolver, PerfMap
@@ -572,4 +603,5 @@ def test_perf_maps_name_jit_code_in_batches_too() -> None:
     b.feed_all(MapResolver(maps).columnar(to_items(script())))
     ta, tb = a.finish(), b.finish()
     assert_same(a, ta, b, tb)
-    assert {"jitted_a", "jitted_b", "[unknown] ([anon])"} <= set(tb.names)
+    # pid 6 has no map: its call lands in code without a symbol, named by its address.
+    assert {"jitted_a", "jitted_b", "[unknown @ 0x7f0000001040 ([anon])]"} <= set(tb.names)

@@ -110,14 +110,18 @@ class DiffReport:
     """Every function called in either trace, in name order."""
 
 
-_IN_FILE: Final = re.compile(r"\[unknown\] \((?:[^()]*/)?([^/()]*)\)")
+_IN_FILE: Final = re.compile(
+    r"\[unknown\] \((?:[^()]*/)?([^/()]*)\)|\[unknown @ 0x[0-9a-f]+ \((?:[^()]*/)?([^/()]*)\)\]"
+)
 
 
 def matching_name(name: str) -> str:
-    """The name rows are matched by: code without a symbol, ``[unknown] (/path/FILE)``,
-    is matched by FILE alone (two builds of a program are often in two directories)."""
+    """The name rows are matched by: code without a symbol, ``[unknown @ 0xADDR
+    (/path/FILE)]`` (or ``[unknown] (/path/FILE)``), is matched by FILE alone, its
+    functions summed: two builds of a program are often in two directories, and their
+    functions at other addresses."""
     found = _IN_FILE.fullmatch(name)
-    return name if found is None else f"[unknown] ({found[1]})"
+    return name if found is None else f"[unknown] ({found[1] or found[2]})"
 
 
 def _by_name(rows: list[FunctionCounts]) -> dict[str, FunctionCounts]:

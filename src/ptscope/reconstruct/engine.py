@@ -71,6 +71,8 @@ from ptscope.model import (
     PowerEvent,
     StackSample,
     TraceState,
+    entry_name,
+    is_unknown_code,
 )
 from ptscope.timeline import (
     CounterSample,
@@ -1506,12 +1508,21 @@ class TraceSegmentEngine:
     def _thread_timeline(self, th: _Thread, names: dict[str, int]) -> ThreadTimeline:
         n = len(th.names)
         intern = names.setdefault
+        fd = np.frombuffer(th.fd, dtype=np.int64).reshape(n, _FIELDS)
+        # A slice of code without a symbol is named after the address it began at, unless
+        # its start was inferred (model.entry_name).
+        slice_names = [
+            entry_name(x, int(fd[i, _ADDR]))
+            if is_unknown_code(x) and not fd[i, _FLAGS] & _INFERRED
+            else x
+            for i, x in enumerate(th.names)
+        ]
         timeline, start_slots, end_slots = build_thread_timeline(
             pid=th.pid,
             tid=th.tid,
             name=th.name,
-            fd=np.frombuffer(th.fd, dtype=np.int64).reshape(n, _FIELDS),
-            name_ids=np.array([intern(x, len(names)) for x in th.names], dtype=np.int32),
+            fd=fd,
+            name_ids=np.array([intern(x, len(names)) for x in slice_names], dtype=np.int32),
             log=np.frombuffer(th.log, dtype=np.int64),
             update_slots=np.array(th.update_slots, dtype=np.int64),
             insn_counts=np.array(th.insn_counts, dtype=np.int64),

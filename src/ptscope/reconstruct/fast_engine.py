@@ -35,6 +35,8 @@ from ptscope.model import (
     LocationTable,
     PowerEvent,
     StackSample,
+    entry_name,
+    is_unknown_code,
 )
 from ptscope.reconstruct.engine import (
     GOROUTINE_PARKERS,
@@ -48,7 +50,14 @@ from ptscope.reconstruct.engine import (
     TraceSegmentEngine,
     is_plt_stub,
 )
-from ptscope.timeline import CounterSample, Instant, SliceBatch, ThreadTimeline, Timeline
+from ptscope.timeline import (
+    CounterSample,
+    Instant,
+    SliceBatch,
+    SliceFlags,
+    ThreadTimeline,
+    Timeline,
+)
 
 try:
     from ptscope.reconstruct import _cengine  # type: ignore[attr-defined]
@@ -260,6 +269,9 @@ class FastEngine:
         # Engine name ids: the synthetic frames' are fixed in the C code.
         self._names: list[str] = [SYNTHETIC_UNTRACED, SYNTHETIC_SYSCALL]
         self._name_ids: dict[str, int] = {n: i for i, n in enumerate(self._names)}
+        # The name ids of code without a symbol, and the names their slices get by entry.
+        self._unknown_ids: list[int] = []
+        self._entry_names: dict[tuple[int, int], int] = {}
         self._tables: dict[int, _TableSync] = {}
         self._locations = 0  # locations the C side holds
         self._own_table = LocationTable()  # for events fed as objects
@@ -414,6 +426,8 @@ class FastEngine:
             for name, i in zip(functions[known:], new, strict=True):
                 if i == len(self._names):
                     self._names.append(name)
+                    if is_unknown_code(name):
+                        self._unknown_ids.append(i)
                     if name in SPECIAL_FUNCTIONS or is_plt_stub(name):
                         flags = (
                             (name in STACK_SWITCHERS)
@@ -486,7 +500,7 @@ class FastEngine:
             tid=tid,
             start=start,
             end=end,
-            name_id=name.astype(np.int32),
+            name_id=self._named_by_entry(name.astype(np.int32), addr, flags),
             address=addr.view(np.uint64),
             instructions=insns,
             cycles=cycles,
@@ -507,6 +521,36 @@ class FastEngine:
                 for p, t, time, k, v in zip(*ctrs, strict=True)
             ],
         )
+
+    def _named_by_entry(
+        self, name_id: npt.NDArray[np.int32], address: npt.NDArray[Any], flags: npt.NDArray[Any]
+    ) -> npt.NDArray[np.int32]:
+        """``name_id`` with each slice of code without a symbol named after the address it
+        began at (:func:`~ptscope.model.entry_name`), unless its start was inferred (then
+        that address is not an entry)."""
+        if not self._unknown_ids or not len(name_id):
+            return name_id
+        rows = np.flatnonzero(
+            np.isin(name_id, self._unknown_ids) & ((flags & int(SliceFlags.INFERRED_START)) == 0)
+        )
+        if not len(rows):
+            return name_id
+        intern = self._name_ids.setdefault
+        for unknown in np.unique(name_id[rows]).tolist():
+            at = rows[name_id[rows] == unknown]
+            entries, which = np.unique(address[at], return_inverse=True)
+            ids = []
+            for entry in entries.tolist():
+                key = (unknown, entry)
+                i = self._entry_names.get(key)
+                if i is None:
+                    name = entry_name(self._names[unknown], entry)
+                    i = self._entry_names[key] = intern(name, len(self._names))
+                    if i == len(self._names):
+                        self._names.append(name)
+                ids.append(i)
+            name_id[at] = np.array(ids, dtype=np.int32)[which]
+        return name_id
 
     def close(self) -> SliceBatch:
         """The end of the input: close every open frame; the rest of the output."""
