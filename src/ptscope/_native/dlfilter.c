@@ -318,12 +318,16 @@ static int handle_power(struct ptscope_filter *f, const struct perf_dlfilter_sam
 	 PERF_DLFILTER_FLAG_SYSCALLRET | PERF_DLFILTER_FLAG_INTERRUPT | PERF_DLFILTER_FLAG_ASYNC | \
 	 PERF_DLFILTER_FLAG_VMENTRY | PERF_DLFILTER_FLAG_VMEXIT)
 
-/* The record of a branch sample (its counts and gap added when it is kept). */
+/* The record of a branch sample (its counts and gap added when it is kept). Every field
+ * is set: the record is packed, so they are all of its bytes (no memset first). */
 static void branch_record(struct ptscope_filter *f, struct ptscope_branch_rec *r,
 			  const struct perf_dlfilter_sample *s, uint32_t ip_loc, uint32_t addr_loc)
 {
-	memset(r, 0, sizeof(*r));
+	_Static_assert(sizeof(*r) == 1 + 1 + 2 + 3 * 4 + 5 * 8 + 4 * 4,
+		       "branch_record sets every field");
 	r->tag = PTSCOPE_TAG_BRANCH;
+	r->gap_insns = 0;
+	r->gap_delta = 0;
 	r->cpumode = s->cpumode;
 	r->flags = s->flags;
 	r->pid = s->pid;
@@ -355,13 +359,20 @@ static void keep_branch(struct ptscope_filter *f, struct thread_state *th,
 	th->gap_time = 0;
 	th->last_kept = r->time;
 	if (f->insns) {
-		struct ptscope_insns_branch_rec ir = { .branch = *r };
+		struct ptscope_insns_branch_rec ir;
 		/* its lines records and itself in one chunk: the reader takes them together */
 		uint32_t ranges = th->lines.n ? th->lines.n - 1 : 0;
 		uint32_t recs = (ranges + PTSCOPE_LINES_PER_REC - 1) / PTSCOPE_LINES_PER_REC;
 		emit_whole(f, recs * sizeof(struct ptscope_lines_rec) + sizeof(ir));
-		ir.last = take_lines(f, &th->lines);
-		emit(f, &ir, sizeof(ir));
+		struct ptscope_line_range last = take_lines(f, &th->lines);
+		/* Written where it goes (ring mode, the usual case) rather than copied there. */
+		struct ptscope_insns_branch_rec *out = emit_place(f, sizeof(ir));
+		if (!out)
+			out = &ir;
+		out->branch = *r;
+		out->last = last;
+		if (out == &ir)
+			emit(f, &ir, sizeof(ir));
 	} else {
 		emit(f, r, sizeof(*r));
 	}

@@ -163,6 +163,19 @@ static inline void emit(struct ptscope_filter *f, const void *rec, size_t size)
 	}
 }
 
+/* Ring mode: the place of a record of `size` bytes at the end of the chunk being filled,
+ * where the caller writes it (every byte); NULL when it does not fit or the stream is not
+ * a ring (then the caller emit()s it). */
+static inline void *emit_place(struct ptscope_filter *f, size_t size)
+{
+	struct ring *r = &f->ring;
+	if (!r->base || r->chunk_bytes - r->used < size)
+		return NULL;
+	void *at = ring_cursor(r);
+	r->used += (uint32_t)size;
+	return at;
+}
+
 /* Ring mode: a record of `size` bytes (or one written in parts: a string record and its
  * bytes, a branch record and its lines records) that does not fit in what is left of the
  * chunk starts the next one, rather than straddle two: the reader then finds each chunk's
