@@ -17,8 +17,6 @@ from ptscope.decode.perf_text import TextStats
 from ptscope.errors import PtscopeError
 from ptscope.model import BranchEvent, DecodeError, Event, PowerEvent
 
-BUILD = Path(__file__).resolve().parents[2] / "tests" / ".build" / "decode"
-
 PROGRAMS = {
     # Static: calls through a function-pointer table, a jump table, recursion, libc.
     "static": (
@@ -87,13 +85,13 @@ def _record(name: str, tmp: Path) -> Path:
     if shutil.which("qemu-x86_64") is None:
         pytest.skip("qemu-x86_64 is not installed")
     source, flags = PROGRAMS[name]
-    BUILD.mkdir(parents=True, exist_ok=True)
-    src = BUILD / f"parity_{name}.src"
-    prog = BUILD / f"parity_{name}"
-    if not prog.exists() or not src.exists() or src.read_text() != source:
-        src.write_text(source)
-        compiler = "g++" if "c++" in flags else "gcc"
-        subprocess.run([compiler, *flags, "-o", str(prog), str(src)], check=True)
+    # Built where no other test process builds (-n 2): a shared path was written while
+    # the other one ran it.
+    src = tmp / f"parity_{name}.src"
+    prog = tmp / f"parity_{name}"
+    src.write_text(source)
+    compiler = "g++" if "c++" in flags else "gcc"
+    subprocess.run([compiler, *flags, "-o", str(prog), str(src)], check=True)
     try:
         result = record([str(prog)], tmp / name, max_instructions=1_500_000)
     except PtscopeError as e:

@@ -28,8 +28,6 @@ from ptscope.errors import BadInputError, PtscopeError
 from ptscope.model import BranchEvent, CommEvent, Event, StackSample
 from ptscope.perftool import find_perf
 
-ROOT = Path(__file__).resolve().parents[2]
-BUILD = ROOT / "tests" / ".build" / "decode"
 LINE = (
     "  1234/1234  12345.678901234:          1  branches:uH:   call                  "
     "   401136 main+0x26 (/tmp/a.out) =>           401106 f+0x0 (/tmp/a.out)"
@@ -265,19 +263,22 @@ int main(void) {
 
 
 @pytest.fixture(scope="module")
-def sampled(perf: str) -> tuple[Path, Path]:
-    """A ``perf record -e cpu-clock -g`` recording of a small compiled program."""
-    BUILD.mkdir(parents=True, exist_ok=True)
-    src = BUILD / "spin.c"
-    prog = BUILD / "spin"
-    if not prog.exists() or not src.exists() or src.read_text() != PROGRAM:
-        src.write_text(PROGRAM)
-        subprocess.run(
-            # -O0: every function keeps its frame, so frame-pointer unwinding sees them all.
-            ["gcc", "-O0", "-g", "-fno-omit-frame-pointer", "-no-pie", "-o", str(prog), str(src)],
-            check=True,
-        )
-    data = BUILD / "spin.perf.data"
+def sampled(perf: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A ``perf record -e cpu-clock -g`` recording of a small compiled program.
+
+    Made in a directory of the test process's own: with ``-n 2`` each worker that runs a
+    test of this module makes its own, and one shared path had one worker read the
+    perf.data that the other was writing."""
+    where = tmp_path_factory.mktemp("sampled")
+    src = where / "spin.c"
+    prog = where / "spin"
+    src.write_text(PROGRAM)
+    subprocess.run(
+        # -O0: every function keeps its frame, so frame-pointer unwinding sees them all.
+        ["gcc", "-O0", "-g", "-fno-omit-frame-pointer", "-no-pie", "-o", str(prog), str(src)],
+        check=True,
+    )
+    data = where / "spin.perf.data"
     rec = subprocess.run(
         [perf, "record", "-q", "-e", "cpu-clock", "-c", "200000", "-g", "-o", str(data), str(prog)],
         capture_output=True,
