@@ -148,21 +148,6 @@ static inline uint8_t *ring_cursor(const struct ring *r)
 	return r->base + (size_t)r->cur * r->chunk_bytes + r->used;
 }
 
-static inline void emit(struct ptscope_filter *f, const void *rec, size_t size)
-{
-	struct ring *r = &f->ring;
-	if (r->base && r->chunk_bytes - r->used >= size) {
-		/* ring_write's common case, inline: the record fits in the chunk being filled
-		 * (its size is a constant here, so the copy is a few stores, not a call) */
-		memcpy(ring_cursor(r), rec, size);
-		r->used += (uint32_t)size;
-	} else if (r->base) {
-		ring_write(f, rec, size);
-	} else if (fwrite_unlocked(rec, size, 1, f->out) != 1) {
-		f->failed = 1;
-	}
-}
-
 /* Ring mode: the place of a record of `size` bytes at the end of the chunk being filled,
  * where the caller writes it (every byte); NULL when it does not fit or the stream is not
  * a ring (then the caller emit()s it). */
@@ -174,6 +159,19 @@ static inline void *emit_place(struct ptscope_filter *f, size_t size)
 	void *at = ring_cursor(r);
 	r->used += (uint32_t)size;
 	return at;
+}
+
+static inline void emit(struct ptscope_filter *f, const void *rec, size_t size)
+{
+	/* ring_write's common case, inline: the record fits in the chunk being filled (its
+	 * size is a constant here, so the copy is a few stores, not a call) */
+	void *at = emit_place(f, size);
+	if (at)
+		memcpy(at, rec, size);
+	else if (f->ring.base)
+		ring_write(f, rec, size);
+	else if (fwrite_unlocked(rec, size, 1, f->out) != 1)
+		f->failed = 1;
 }
 
 /* Ring mode: a record of `size` bytes (or one written in parts: a string record and its

@@ -269,9 +269,7 @@ class FastEngine:
         # Engine name ids: the synthetic frames' are fixed in the C code.
         self._names: list[str] = [SYNTHETIC_UNTRACED, SYNTHETIC_SYSCALL]
         self._name_ids: dict[str, int] = {n: i for i, n in enumerate(self._names)}
-        # The name ids of code without a symbol, and the names their slices get by entry.
-        self._unknown_ids: list[int] = []
-        self._entry_names: dict[tuple[int, int], int] = {}
+        self._unknown_ids: list[int] = []  # the name ids of code without a symbol
         self._tables: dict[int, _TableSync] = {}
         self._locations = 0  # locations the C side holds
         self._own_table = LocationTable()  # for events fed as objects
@@ -421,23 +419,21 @@ class FastEngine:
         functions = table.functions
         known = 0 if sync.functions is None else len(sync.functions)
         if len(functions) > known:
-            intern = self._name_ids.setdefault
-            new = [intern(f, len(self._name_ids)) for f in functions[known:]]
-            for name, i in zip(functions[known:], new, strict=True):
-                if i == len(self._names):
-                    self._names.append(name)
-                    if is_unknown_code(name):
-                        self._unknown_ids.append(i)
-                    if name in SPECIAL_FUNCTIONS or is_plt_stub(name):
-                        flags = (
-                            (name in STACK_SWITCHERS)
-                            | (name in SETJMPS) << 1
-                            | (name in GOROUTINE_SWITCHERS) << 2
-                            | (name in GOROUTINE_PARKERS) << 3
-                            | (name in PLT_HEADERS) << 4
-                            | is_plt_stub(name) << 5
-                        )
-                        self._c.mark_function(i, flags)
+            new = []
+            for name in functions[known:]:
+                fresh = name not in self._name_ids
+                i = self._intern(name)
+                new.append(i)
+                if fresh and (name in SPECIAL_FUNCTIONS or is_plt_stub(name)):
+                    flags = (
+                        (name in STACK_SWITCHERS)
+                        | (name in SETJMPS) << 1
+                        | (name in GOROUTINE_SWITCHERS) << 2
+                        | (name in GOROUTINE_PARKERS) << 3
+                        | (name in PLT_HEADERS) << 4
+                        | is_plt_stub(name) << 5
+                    )
+                    self._c.mark_function(i, flags)
             added = np.array(new, dtype=np.int32)
             sync.functions = (
                 added if sync.functions is None else np.concatenate([sync.functions, added])
@@ -456,6 +452,15 @@ class FastEngine:
             sync.remap = np.concatenate([sync.remap, ids])
         self._locations += end - first
         sync.synced = end
+
+    def _intern(self, name: str) -> int:
+        """The engine name id of ``name``, a new one (the last) if it had none."""
+        i = self._name_ids.setdefault(name, len(self._names))
+        if i == len(self._names):
+            self._names.append(name)
+            if is_unknown_code(name):
+                self._unknown_ids.append(i)
+        return i
 
     def _landing_ranges(self, location: int) -> Sequence[tuple[int, int]]:
         assert self._landing_pads is not None
@@ -535,20 +540,11 @@ class FastEngine:
         )
         if not len(rows):
             return name_id
-        intern = self._name_ids.setdefault
         for unknown in np.unique(name_id[rows]).tolist():
             at = rows[name_id[rows] == unknown]
             entries, which = np.unique(address[at], return_inverse=True)
-            ids = []
-            for entry in entries.tolist():
-                key = (unknown, entry)
-                i = self._entry_names.get(key)
-                if i is None:
-                    name = entry_name(self._names[unknown], entry)
-                    i = self._entry_names[key] = intern(name, len(self._names))
-                    if i == len(self._names):
-                        self._names.append(name)
-                ids.append(i)
+            function = self._names[unknown]
+            ids = [self._intern(entry_name(function, e)) for e in entries.tolist()]
             name_id[at] = np.array(ids, dtype=np.int32)[which]
         return name_id
 
