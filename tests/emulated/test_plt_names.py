@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ptscope.decode.plt_names import plt_entries
-from support.cli import ptscope
+from support.cli import dump_rows, traced_by_both_decoders
 from support.programs import build
 
 pytestmark = pytest.mark.slow
@@ -21,13 +21,6 @@ LAYOUTS = {
     "non-pie": ("nopie", ()),
     "ibt": ("pie", ("-fcf-protection=full", "-Wl,-z,ibtplt")),  # stubs in .plt.sec
 }
-
-
-def _rows(trace: Path) -> list[tuple[int, str]]:
-    """(depth, name) of every slice of the traced program's thread, in time order."""
-    done = ptscope("dump", str(trace))
-    assert done.returncode == 0, done.stderr
-    return [(int(r.split()[4]), r.split(maxsplit=5)[5]) for r in done.stdout.splitlines()]
 
 
 def _children(rows: list[tuple[int, str]], name: str) -> list[list[str]]:
@@ -52,17 +45,9 @@ def test_calls_through_the_plt_are_named_after_their_stub(tmp_path: Path, layout
     program = build("lazy_plt", link=link, extra=["-fno-builtin", "-Wl,-z,lazy", *flags])
     dynamic = subprocess.run(["readelf", "-d", str(program)], capture_output=True, text=True)
     assert "BIND_NOW" not in dynamic.stdout and "NOW" not in dynamic.stdout  # lazy binding
-    recording = tmp_path / "rec"
-    dlfilter, text = tmp_path / "dlfilter.fxt", tmp_path / "text.fxt"
-    done = ptscope(
-        *("run", "--backend", "emulated", "--keep-recording", str(recording)),
-        *("--decoder", "dlfilter", "-o", str(dlfilter), "--", str(program)),
-    )
-    assert done.returncode == 0, done.stderr
-    done = ptscope("decode", str(recording), "--decoder", "text", "-o", str(text))
-    assert done.returncode == 0, done.stderr
-    rows = _rows(dlfilter)
-    assert rows == _rows(text), "both decoders give the same trace"
+    dlfilter, text = traced_by_both_decoders(program, tmp_path)
+    rows = dump_rows(dlfilter)
+    assert rows == dump_rows(text), "both decoders give the same trace"
     first, second = _children(rows, "measure")
     # The first call binds strlen: the stub, then PLT0 and the resolver, then strlen.
     assert first[0] == "strlen@plt", first

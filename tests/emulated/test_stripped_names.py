@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from support.cli import ptscope
+from support.cli import dump_rows, traced_by_both_decoders
 from support.programs import build
 
 pytestmark = pytest.mark.slow
@@ -30,13 +30,6 @@ def _functions(program: Path) -> dict[str, int]:
     }
 
 
-def _rows(trace: Path) -> list[tuple[int, str]]:
-    """(depth, name) of every slice, in time order."""
-    done = ptscope("dump", str(trace))
-    assert done.returncode == 0, done.stderr
-    return [(int(r.split()[4]), r.split(maxsplit=5)[5]) for r in done.stdout.splitlines()]
-
-
 def test_calls_into_a_stripped_binary_are_named_by_their_entry(tmp_path: Path) -> None:
     named = build("stripped_calls", link="nopie")
     stripped = build("stripped_calls", link="nopie", extra=["-s"])
@@ -44,17 +37,9 @@ def test_calls_into_a_stripped_binary_are_named_by_their_entry(tmp_path: Path) -
         "no symbols" in subprocess.run(["nm", str(stripped)], capture_output=True, text=True).stderr
     )
     address = _functions(named)
-    recording = tmp_path / "rec"
-    dlfilter, text = tmp_path / "dlfilter.fxt", tmp_path / "text.fxt"
-    done = ptscope(
-        *("run", "--backend", "emulated", "--keep-recording", str(recording)),
-        *("--decoder", "dlfilter", "-o", str(dlfilter), "--", str(stripped)),
-    )
-    assert done.returncode == 0, done.stderr
-    done = ptscope("decode", str(recording), "--decoder", "text", "-o", str(text))
-    assert done.returncode == 0, done.stderr
-    rows = _rows(dlfilter)
-    assert rows == _rows(text), "both decoders name them alike"
+    dlfilter, text = traced_by_both_decoders(stripped, tmp_path)
+    rows = dump_rows(dlfilter)
+    assert rows == dump_rows(text), "both decoders name them alike"
 
     by_address = {v: k for k, v in address.items()}
     calls: Counter[str] = Counter()

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["one_line_error", "ptscope"]
+__all__ = ["dump_rows", "one_line_error", "ptscope", "traced_by_both_decoders"]
 
 
 def ptscope(
@@ -38,3 +38,25 @@ def one_line_error(result: subprocess.CompletedProcess[str], code: int | None = 
     errors = [ln for ln in result.stderr.splitlines() if ln.startswith("ptscope: error:")]
     assert len(errors) == 1, result.stderr
     return errors[0]
+
+
+def traced_by_both_decoders(program: Path, where: Path) -> tuple[Path, Path]:
+    """``program`` recorded under QEMU (in ``where``) and decoded by the dlfilter, then its
+    recording decoded again by the text decoder: the two traces."""
+    recording = where / "rec"
+    dlfilter, text = where / "dlfilter.fxt", where / "text.fxt"
+    done = ptscope(
+        *("run", "--backend", "emulated", "--keep-recording", str(recording)),
+        *("--decoder", "dlfilter", "-o", str(dlfilter), "--", str(program)),
+    )
+    assert done.returncode == 0, done.stderr
+    done = ptscope("decode", str(recording), "--decoder", "text", "-o", str(text))
+    assert done.returncode == 0, done.stderr
+    return dlfilter, text
+
+
+def dump_rows(trace: Path) -> list[tuple[int, str]]:
+    """(depth, name) of every slice of ``trace``, as ``ptscope dump`` lists them."""
+    done = ptscope("dump", str(trace))
+    assert done.returncode == 0, done.stderr
+    return [(int(r.split()[4]), r.split(maxsplit=5)[5]) for r in done.stdout.splitlines()]
