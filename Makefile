@@ -5,9 +5,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-APT_PACKAGES := linux-perf qemu-user uftrace gcc g++ make lld rustc
-# A command that must exist for each package above (same order).
-APT_COMMANDS := perf qemu-x86_64 uftrace gcc g++ make ld.lld rustc
+APT_PACKAGES := linux-perf qemu-user uftrace gcc g++ make lld rustc libiberty-dev
+# A command that must exist for each package above (same order; a path: a file that must).
+APT_COMMANDS := perf qemu-x86_64 uftrace gcc g++ make ld.lld rustc /usr/lib/x86_64-linux-gnu/libiberty.a
 # Only the tests need these: a real browser for the flame graph SVG test, the OCaml and Go
 # compilers for the corpus programs in those languages (rustc is in APT_PACKAGES: any
 # rustc on PATH will do, rustup's too).
@@ -37,7 +37,8 @@ help: ## list the targets
 # (when root with apt-get; otherwise print the line to run).
 define apt_install
 	@missing=""; cmds=($(1)); pkgs=($(2)); \
-	for i in "$${!cmds[@]}"; do command -v "$${cmds[$$i]}" >/dev/null || missing="$$missing $${pkgs[$$i]}"; done; \
+	for i in "$${!cmds[@]}"; do c="$${cmds[$$i]}"; \
+	  if [ "$${c#/}" != "$$c" ]; then [ -e "$$c" ]; else command -v "$$c" >/dev/null; fi || missing="$$missing $${pkgs[$$i]}"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing:$$missing"; \
@@ -47,7 +48,7 @@ define apt_install
 	fi
 endef
 
-system-deps: ## install missing Debian packages (perf, qemu-user, uftrace, compilers, lld, rustc) when root
+system-deps: ## install missing Debian packages (perf, qemu-user, uftrace, compilers, lld, rustc, libiberty) when root
 	$(call apt_install,$(APT_COMMANDS),$(APT_PACKAGES))
 
 test-system-deps: ## install what only the tests need (chromium, ocaml-nox, golang-go) when root
@@ -56,7 +57,7 @@ test-system-deps: ## install what only the tests need (chromium, ocaml-nox, gola
 bench-system-deps: ## install what only the benchmarks need (valgrind) when root
 	$(call apt_install,$(BENCH_APT_COMMANDS),$(BENCH_APT_PACKAGES))
 
-$(STAMP): pyproject.toml setup.py $(wildcard src/ptscope/_native/*.c src/ptscope/_native/*.h src/ptscope/reconstruct/*.c src/ptscope/record/emulated/plugin/*.[ch])
+$(STAMP): pyproject.toml setup.py $(wildcard src/ptscope/*.c src/ptscope/_native/*.c src/ptscope/_native/*.h src/ptscope/reconstruct/*.c src/ptscope/decode/*.c src/ptscope/record/emulated/plugin/*.[ch])
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[test]'
 	@touch $@

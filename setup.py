@@ -92,6 +92,19 @@ DLFILTER_FILES = (
     "x86_length",
 )
 ENGINE_FILES = ("engine", "engine_window", "engine_anchors", "engine_lookahead", "line_set")
+# The own Intel PT decoder, layered as libipt is (packets -> flow -> image and session ->
+# the engine's input): see "The own decoder" in docs/architecture.md.
+DECODER_FILES = (
+    "pt_packet",
+    "pt_insn",
+    "pt_block",
+    "pt_image",
+    "pt_decoder",
+    "pt_session",
+    "pt_feed",
+    "pt_symtree",
+    "x86_length",
+)
 if not os.environ.get("PTSCOPE_NO_DLFILTER"):
     ext_modules.append(
         SharedObject(
@@ -147,7 +160,12 @@ if not os.environ.get("PTSCOPE_NO_RECORDER"):
 
 
 def optional_extension(
-    skip: str, name: str, sources: list[str], depends: list[str], lto: bool = False
+    skip: str,
+    name: str,
+    sources: list[str],
+    depends: list[str],
+    lto: bool = False,
+    libraries: list[str] | None = None,
 ) -> None:
     """An ordinary extension module that may fail to build: ptscope then installs anyway
     and uses the module's Python (numpy) twin. Set the environment variable ``skip`` to
@@ -164,6 +182,7 @@ def optional_extension(
                 depends=depends,
                 extra_compile_args=["-O2", "-Wall", "-Werror", "-std=c11", *flags],
                 extra_link_args=["-O2", *flags],
+                libraries=libraries or [],
                 optional=True,
             )
         )
@@ -185,6 +204,29 @@ optional_extension(
     "ptscope.decode._crecords",
     ["src/ptscope/decode/_crecords.c"],
     ["src/ptscope/_native/record_format.h"],
+)
+# The own Intel PT decoder (decode/native.py drives it; perf's decoder is its reference).
+optional_extension(
+    "PTSCOPE_NO_PTDECODE",
+    "ptscope.decode._ptdecode",
+    ["src/ptscope/decode/_ptdecode.c", *(f"{NATIVE}/{name}.c" for name in DECODER_FILES)],
+    [
+        f"{NATIVE}/{name}.h"
+        for name in (
+            "pt_packet", "pt_insn", "pt_block", "pt_image", "pt_decoder", "pt_session",
+            "pt_feed", "pt_symtree", "x86_length",
+        )
+    ],
+    lto=True,
+)
+# Symbol names demangled as perf demangles them: libiberty (Debian's libiberty-dev), the
+# library perf links. Without it names go through c++filt (demangle.py says how).
+optional_extension(
+    "PTSCOPE_NO_DEMANGLE",
+    "ptscope._demangle",
+    ["src/ptscope/_demangle.c"],
+    [],
+    libraries=["iberty"],
 )
 # The FXT writer's slice encoder in C (fxt/writer.py's numpy encoder is its reference).
 optional_extension(

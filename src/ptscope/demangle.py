@@ -12,6 +12,14 @@ demangler prints every C++ and Rust name mangled. Two ways in, both ``c++filt``:
   disambiguators (``crate[1a2b]``), as perf writes them.
 
 Without ``c++filt`` (binutils missing) or when it misbehaves, names stay as they are.
+
+:func:`perf_symbol_names` is the third way, for the own decoder, which names symbols
+itself: exactly as perf 6.1 names them (``demangle_sym`` in its ``symbol-elf.c``):
+libiberty's ``cplus_demangle`` with no options, which perf links (``ptscope._demangle``,
+built where Debian's ``libiberty-dev`` is; ``c++filt --no-params`` in its place
+elsewhere, the same for the names seen so far but not guaranteed), then perf's own OCaml
+rule for what it leaves (``camlFoo__bar_12`` -> ``Foo.bar_12``), and perf's Rust rule for
+a result that still ends in a legacy hash.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ import threading
 from collections.abc import Sequence
 from typing import Final
 
-__all__ = ["demangle", "is_mangled", "readable_symbol"]
+__all__ = ["demangle", "is_mangled", "perf_symbol_names", "readable_symbol"]
 
 _TIMEOUT_S: Final = 30.0
 # No recursion limit: long template argument lists need more.
@@ -148,3 +156,132 @@ def readable_symbol(name: str) -> str:
     else:
         out = _RUST_HASH.sub("", out)  # a Rust legacy name (plain C++ has no such part)
     return out + (suffix.group(0) if suffix else "")
+
+
+try:  # perf's own demangler: libiberty (built where its headers are)
+    from ptscope import _demangle  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover (libiberty-dev missing at install)
+    _demangle = None
+
+_OCAML_PREFIX: Final = "caml"
+_HEX_DIGITS: Final = frozenset("0123456789abcdefABCDEF")
+
+
+def _ocaml_name(name: str) -> str | None:
+    """perf's ``ocaml_demangle_sym``: ``caml`` and an upper-case letter, then ``__`` is
+    ``.`` and ``$xx`` a character."""
+    if not (name.startswith(_OCAML_PREFIX) and name[4:5].isupper() and name[4:5].isascii()):
+        return None
+    out = []
+    i, n = 4, len(name)
+    while i < n:
+        if name[i] == "_" and name[i + 1 : i + 2] == "_":
+            out.append(".")
+            i += 2
+        elif (
+            name[i] == "$"
+            and name[i + 1 : i + 2] in _HEX_DIGITS
+            and name[i + 2 : i + 3] in _HEX_DIGITS
+            and i + 2 < n
+        ):
+            out.append(chr(int(name[i + 1 : i + 3], 16)))
+            i += 3
+        else:
+            out.append(name[i])
+            i += 1
+    return "".join(out)
+
+
+_RUST_ESCAPES: Final = {
+    "$C$": ",", "$SP$": "@", "$BP$": "*", "$RF$": "&", "$LT$": "<", "$GT$": ">",
+    "$LP$": "(", "$RP$": ")", "$u20$": " ", "$u27$": "\'", "$u5b$": "[", "$u5d$": "]",
+    "$u7e$": "~",
+}  # fmt: skip
+_RUST_OK: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_:.")
+
+
+def _rust_hashed(name: str) -> bool:
+    """perf's ``rust_is_mangled``: ends in ``::h`` and 16 hex digits (5 to 15 distinct)
+    after a path of Rust's mangled characters and escapes."""
+    if len(name) <= 19 or name[-19:-16] != "::h":
+        return False
+    digits = name[-16:]
+    if any(c not in "0123456789abcdef" for c in digits) or not 5 <= len(set(digits)) <= 15:
+        return False
+    body = name[:-19]
+    i = 0
+    while i < len(body):
+        c = body[i]
+        if c == "$":
+            for esc in _RUST_ESCAPES:
+                if body.startswith(esc, i):
+                    i += len(esc)
+                    break
+            else:
+                return False
+        elif c == "." and body.startswith("...", i):
+            return False
+        elif c in _RUST_OK:
+            i += 1
+        else:
+            return False
+    return True
+
+
+def _rust_unescaped(name: str) -> str:
+    """perf's ``rust_demangle_sym``: the escapes, ``..`` and ``.`` undone, the hash cut."""
+    body = name[:-19]
+    out = []
+    i = 0
+    while i < len(body):
+        c = body[i]
+        if c == "$":
+            for esc, ch in _RUST_ESCAPES.items():
+                if body.startswith(esc, i):
+                    out.append(ch)
+                    i += len(esc)
+                    break
+            else:
+                break  # (perf stops at an unknown escape)
+        elif c == "_" and (i == 0 or body[i - 1] == ":") and body[i + 1 : i + 2] == "$":
+            i += 1
+        elif c == ".":
+            if body[i + 1 : i + 2] == ".":
+                out.append("::")
+                i += 2
+            else:
+                out.append("-")
+                i += 1
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def _cplus_names(raw: Sequence[bytes]) -> list[str | None]:
+    if _demangle is not None:
+        result: list[str | None] = _demangle.demangle(list(raw))
+        return result
+    # Without libiberty: c++filt without parameters, for the names that look mangled.
+    out: list[str | None] = []
+    for r in raw:
+        name = r.decode("utf-8", "surrogateescape")
+        if not is_mangled(name):
+            out.append(None)
+            continue
+        readable = readable_symbol(name)
+        out.append(readable if readable != name else None)
+    return out
+
+
+def perf_symbol_names(raw: Sequence[bytes]) -> list[str]:
+    """Each symbol name (as the ELF string table has it) as perf 6.1 shows it."""
+    out = []
+    for r, d in zip(raw, _cplus_names(raw), strict=True):
+        if d is None:
+            name = r.decode("utf-8", "surrogateescape")
+            d = _ocaml_name(name)
+            out.append(d if d is not None else name)
+        else:
+            out.append(_rust_unescaped(d) if _rust_hashed(d) else d)
+    return out
