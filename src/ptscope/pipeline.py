@@ -10,18 +10,25 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 from ptscope.decode.binary_files import reading_binaries
 from ptscope.decode.blocks import InstructionDetail
 from ptscope.decode.dlfilter_stream import DlfilterRun, choose_decoder
 from ptscope.decode.landing_pads import LandingPads
+from ptscope.decode.native import NativeRun, decode_native, decode_native_columnar
+from ptscope.decode.native_support import unsupported_reason
 from ptscope.decode.parallel import (
     SegmentBreak,
     decode_parallel,
     decode_parallel_columnar,
 )
-from ptscope.decode.perf_launch import core_idle_beside, decode_extra, decode_jobs
+from ptscope.decode.perf_launch import (
+    choose_perf_decoder,
+    core_idle_beside,
+    decode_extra,
+    decode_jobs,
+)
 from ptscope.decode.perf_map import MapResolver, load_perf_maps
 from ptscope.decode.perf_script import decode_perf_data_text, decode_text_file
 from ptscope.decode.perf_text import TextStats
@@ -77,6 +84,8 @@ class DecodeOptions:
     """How to decode: decoder choice, parallelism, filters."""
 
     decoder: str = "auto"
+    """``auto`` (the own decoder for what it takes, else perf's), ``native``, ``dlfilter``
+    or ``text``."""
     jobs: int | None = None
     pids: tuple[int, ...] = ()
     tids: tuple[int, ...] = ()
@@ -472,7 +481,13 @@ def _stream(
 
 
 def _perfs(recording: Recording, options: DecodeOptions, decoder: str) -> int:
-    """How many perfs a decode of ``recording`` runs at once (its windows)."""
+    """How many perfs a decode of ``recording`` runs at once (its windows; none where the
+    own decoder decodes it all)."""
+    if decoder == "native":
+        paths = recording.perf_data_paths()
+        if all(unsupported_reason(p) is None for p in paths):
+            return 0
+        decoder = choose_perf_decoder(options.decoder).name
     if decoder != "dlfilter":
         return 1
     return max((decode_jobs(options.jobs, p) for p in recording.perf_data_paths()), default=1)
@@ -490,18 +505,43 @@ def _feed_branches(
     """Decode every perf.data of ``recording`` into ``engine``, calling ``after`` after each
     batch. Both decoders feed the same engine: the dlfilter's as columns, the text
     decoder's as events (the C engine makes them columns)."""
-    perf = find_perf()
-    filters = decode_extra(options.pids, options.tids, options.symfs) + _kernel_symbols(options)
     locations = LocationTable()
     maps = MapResolver(load_perf_maps(recording.directory, recording.processes))
     text_stats: list[TextStats] = []
     details: list[InstructionDetail] = []
     runs: list[DlfilterRun] = []
+    native_runs: list[NativeRun] = []
     for index, path in enumerate(recording.perf_data_paths()):
         if index:
             engine.end_segment()  # snapshots are separate stretches of time
         tracker.file(index)
-        if decoder == "dlfilter":
+        file_decoder = _file_decoder(path, decoder, options)
+        if file_decoder == "native":
+            # (the C engine takes columns; the Python engine, event objects)
+            if isinstance(engine, FastEngine):
+                stream: Iterator[Any] = decode_native_columnar(
+                    path,
+                    locations=locations,
+                    pids=options.pids,
+                    tids=options.tids,
+                    symfs=options.symfs,
+                    insns=options.insn_detail,
+                    run_info=native_runs,
+                )
+            else:
+                stream = decode_native(
+                    path,
+                    pids=options.pids,
+                    tids=options.tids,
+                    symfs=options.symfs,
+                    insns=options.insn_detail,
+                    run_info=native_runs,
+                )
+            batches: Iterator[list[Event]] = iter(())
+        elif file_decoder == "dlfilter":
+            perf = find_perf()
+            filters = decode_extra(options.pids, options.tids, options.symfs)
+            filters += _kernel_symbols(options)
             # The C engine takes columns; the Python engine, event objects.
             # Not where JIT maps add locations to the table as the batches are fed.
             ahead = options.read_ahead and not maps.maps
@@ -519,7 +559,7 @@ def _feed_branches(
                 task_events=True,
                 insns=options.insn_detail,
             )
-            batches: Iterator[list[Event]] = iter(())
+            batches = iter(())
         else:
             stream = iter(())
             batches = decode_perf_data_text(
@@ -529,7 +569,7 @@ def _feed_branches(
                 symfs=options.symfs,
                 extra=_kernel_symbols(options),
                 task_events=True,
-                perf=perf,
+                perf=find_perf(),
                 on_stats=text_stats.append,
                 insns=options.insn_detail,
                 on_detail=details.append,
@@ -537,7 +577,7 @@ def _feed_branches(
         stopped: list[PtscopeError] = []
         # Closed on every way out: its perf processes stop, its temporary files go.
         with _closing(stream), _closing(batches):
-            if decoder == "dlfilter":
+            if file_decoder in ("dlfilter", "native"):
                 for item in _until_failure(stream, stopped):
                     if isinstance(item, SegmentBreak):
                         engine.end_segment()
@@ -563,9 +603,12 @@ def _feed_branches(
             break
     for stats in text_stats:
         _take_text_stats(summary, stats)
-    for run in runs:
-        _take_text_stats(summary, run.stats.text)
-        trailer = run.stats.trailer or {}
+    run_stats: list[tuple[TextStats, dict[str, int] | None]] = [
+        (run.stats.text, run.stats.trailer) for run in runs
+    ] + [(run.stats.text, run.stats.trailer) for run in native_runs]
+    for text, counters in run_stats:
+        _take_text_stats(summary, text)
+        trailer = counters or {}
         summary.uncounted_blocks += int(trailer.get("blocks_unknown", 0))
         summary.ring_waits += int(trailer.get("ring_waits", 0))
         summary.ring_wait_ns += int(trailer.get("ring_wait_ns", 0))
@@ -576,6 +619,26 @@ def _feed_branches(
             summary.ring_waits,
             summary.ring_wait_ns / 1e6,
         )
+
+
+def _file_decoder(path: Path, decoder: str, options: DecodeOptions) -> str:
+    """The decoder of one perf.data: the own decoder where it takes it (else perf's, and
+    one line says why, unless the own decoder was asked for: then that is an error)."""
+    if decoder != "native":
+        return decoder
+    why = unsupported_reason(path)
+    if why is None:
+        if options.jobs is not None and options.jobs > 1:
+            log.info("the own decoder decodes %s on one core (--jobs is perf's)", path)
+        return "native"
+    if options.decoder == "native":
+        raise BadInputError(
+            f"the own decoder does not decode {path}: {why}",
+            hint="decode it with perf: --decoder dlfilter",
+        )
+    fallback = choose_perf_decoder(options.decoder).name
+    log.warning("%s: decoded by perf (%s): the own decoder does not, as %s", path, fallback, why)
+    return fallback
 
 
 def _sampled_timeline(

@@ -42,9 +42,11 @@ struct pt_block {
 	uint8_t len;	/* its length */
 	uint8_t status; /* pt_block_status */
 	uint8_t zero_call; /* a direct call to the next instruction (not pushed) */
-	/* The feed's memos (pt_feed.c): the locations of the branch as a source and of the
-	 * start as a target, valid while loc_epoch is the feed's. */
-	uint32_t src_loc, dst_loc;
+	/* The feed's memos (pt_feed.c): the location of the branch as a source, and of the
+	 * last target a branch from it went to (dst_addr), valid while the space's epoch is
+	 * loc_epoch + 1 (0: none yet). */
+	uint64_t dst_addr;
+	uint32_t src_loc, src_fn, dst_loc, dst_fn;
 	uint32_t loc_epoch;
 };
 

@@ -773,6 +773,7 @@ static int walk_insn(struct pt_dec *d, struct walked *w, uint64_t to_ip)
 			return walk_failed(d, b->status, b->file, b->branch_ip);
 		n = b->ninsn;
 		d->ip = b->branch_ip;
+		d->state.src_blk = b;
 		kind = b->kind;
 		w->kind = kind;
 		w->op = b->op;
@@ -785,6 +786,7 @@ static int walk_insn(struct pt_dec *d, struct walked *w, uint64_t to_ip)
 		pt_walk_code(d->image, (size_t)space, d->ip, to_ip, &pw);
 		d->patch = NULL;
 		d->blk = NULL;
+		d->state.src_blk = NULL;
 		if (pw.status != PT_BLOCK_OK && pw.status != PT_WALK_REACHED)
 			return walk_failed(d, pw.status, pw.file, pw.ip);
 		n = pw.ninsn;

@@ -76,6 +76,9 @@ struct pt_state {
 	uint32_t cbr;
 	uint64_t cbr_payload;
 	uint64_t psb_offset;
+	/* the block whose branch this state's from_ip is (NULL: not known): the feed's
+	 * memos of its locations */
+	struct pt_block *src_blk;
 };
 
 /* One piece of the queue's trace; consecutive: it continues the one before (else the

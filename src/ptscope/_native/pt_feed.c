@@ -420,8 +420,24 @@ static int account_block(struct pt_feed *f, struct pt_feed_thread *th, const str
 
 /* ------------------------------------------------------------------ output */
 
+/* Room for one more row in every column (they grow together). */
+static int reserve_row(struct pt_feed *f)
+{
+	if (f->pid.n < f->pid.cap && f->line_offsets.n < f->line_offsets.cap)
+		return 0;
+	struct pt_vec *cols[] = { &f->pid, &f->tid, &f->time, &f->flags, &f->src, &f->dst,
+				  &f->insn, &f->cyc, &f->gap_delta, &f->gap_insns,
+				  &f->line_offsets };
+	for (size_t i = 0; i < sizeof(cols) / sizeof(cols[0]); i++)
+		if (vec_reserve(cols[i], 1) < 0)
+			return -ENOMEM;
+	return 0;
+}
+
 static int emit_row(struct pt_feed *f, struct pt_feed_thread *th, const struct pt_row *r)
 {
+	if (reserve_row(f) < 0)
+		return -ENOMEM;
 	uint64_t insn = r->insn + th->pending_insn;
 	uint64_t cyc = r->cyc + th->pending_cyc;
 	th->pending_insn = th->pending_cyc = 0;
@@ -433,15 +449,19 @@ static int emit_row(struct pt_feed *f, struct pt_feed_thread *th, const struct p
 	}
 	th->gap_time = 0;
 	th->last_kept = r->time;
-	int err = VEC_PUSH(f->pid, int32_t, r->pid) | VEC_PUSH(f->tid, int32_t, r->tid) |
-		  VEC_PUSH(f->time, int64_t, (int64_t)r->time) |
-		  VEC_PUSH(f->flags, uint32_t, r->flags) |
-		  VEC_PUSH(f->src, int32_t, (int32_t)r->src) |
-		  VEC_PUSH(f->dst, int32_t, (int32_t)r->dst) | VEC_PUSH(f->insn, uint64_t, insn) |
-		  VEC_PUSH(f->cyc, uint64_t, cyc) | VEC_PUSH(f->gap_delta, uint32_t, gap_delta) |
-		  VEC_PUSH(f->gap_insns, uint16_t, gap_insns);
-	if (err)
-		return -ENOMEM;
+	size_t n = f->pid.n;
+	((int32_t *)f->pid.p)[n] = r->pid;
+	((int32_t *)f->tid.p)[n] = r->tid;
+	((int64_t *)f->time.p)[n] = (int64_t)r->time;
+	((uint32_t *)f->flags.p)[n] = r->flags;
+	((int32_t *)f->src.p)[n] = (int32_t)r->src;
+	((int32_t *)f->dst.p)[n] = (int32_t)r->dst;
+	((uint64_t *)f->insn.p)[n] = insn;
+	((uint64_t *)f->cyc.p)[n] = cyc;
+	((uint32_t *)f->gap_delta.p)[n] = gap_delta;
+	((uint16_t *)f->gap_insns.p)[n] = gap_insns;
+	f->pid.n = f->tid.n = f->time.n = f->flags.n = f->src.n = f->dst.n = n + 1;
+	f->insn.n = f->cyc.n = f->gap_delta.n = f->gap_insns.n = n + 1;
 	if (f->insns) {
 		struct pt_line_set *ls = &th->lines;
 		for (uint32_t i = 0; i < ls->n; i++) {
@@ -454,8 +474,7 @@ static int emit_row(struct pt_feed *f, struct pt_feed_thread *th, const struct p
 		}
 		ls->n = 0;
 	}
-	if (VEC_PUSH(f->line_offsets, int32_t, (int32_t)f->lines.n))
-		return -ENOMEM;
+	((int32_t *)f->line_offsets.p)[f->line_offsets.n++] = (int32_t)f->lines.n;
 	f->kept++;
 	return 0;
 }
@@ -477,9 +496,34 @@ int pt_feed_branch(struct pt_feed *f, const struct pt_sample *s)
 	struct pt_feed_thread *th = thread_of(f, s->pid, s->tid);
 	if (!th)
 		return -ENOMEM;
-	uint32_t src_fn, dst_fn;
-	uint32_t src = location(f, s->ip, s->space, 0, s->pid, &src_fn);
-	uint32_t dst = location(f, s->addr, s->space, 1, s->pid, &dst_fn);
+	uint32_t src_fn, dst_fn, src, dst;
+	struct pt_block *b = s->src_blk;
+	uint32_t epoch = s->space >= 0 ? f->image->spaces[s->space]->epoch + 1 : 0;
+	if (b && b->loc_epoch == epoch && epoch) {
+		/* the block's memos: no lookup for a branch taken again */
+		src = b->src_loc;
+		src_fn = b->src_fn;
+		if (b->dst_addr == s->addr) {
+			dst = b->dst_loc;
+			dst_fn = b->dst_fn;
+		} else {
+			dst = location(f, s->addr, s->space, 1, s->pid, &dst_fn);
+			b->dst_addr = s->addr;
+			b->dst_loc = dst;
+			b->dst_fn = dst_fn;
+		}
+	} else {
+		src = location(f, s->ip, s->space, 0, s->pid, &src_fn);
+		dst = location(f, s->addr, s->space, 1, s->pid, &dst_fn);
+		if (b && epoch) {
+			b->loc_epoch = epoch;
+			b->src_loc = src;
+			b->src_fn = src_fn;
+			b->dst_addr = s->addr;
+			b->dst_loc = dst;
+			b->dst_fn = dst_fn;
+		}
+	}
 	if (!src || !dst)
 		return -ENOMEM;
 	if (f->insns && account_block(f, th, s) < 0)

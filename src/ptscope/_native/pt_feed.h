@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pt_block.h"
+
 struct pt_image;
 
 /* A branch sample, as perf would hand it to the dlfilter, with what the walk knows. */
@@ -32,6 +34,7 @@ struct pt_sample {
 	 * previous branch sample (its target: walk_from; 0: not one straight walk) */
 	uint64_t walk_from, walked;
 	uint8_t ip_len; /* the length of the instruction at ip (0: not known) */
+	struct pt_block *src_blk; /* the block ending at ip, when known (its memos) */
 };
 
 /* The events between rows. */

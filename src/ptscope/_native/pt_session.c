@@ -401,6 +401,7 @@ static int sample(struct pt_session *s, struct pt_queue *q)
 		.walk_from = q->straight ? q->last_to : 0,
 		.walked = st->tot_insn_cnt - q->last_tot,
 		.ip_len = q->insn_len,
+		.src_blk = st->src_blk && st->src_blk->branch_ip == st->from_ip ? st->src_blk : NULL,
 	};
 	uint64_t cyc = q->sample_ipc ? q->ipc_cyc - q->last_br_cyc : 0;
 	if (cyc) {

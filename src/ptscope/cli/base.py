@@ -93,9 +93,11 @@ def add_decoder_arguments(parser: argparse.ArgumentParser) -> argparse._Argument
     group = parser.add_argument_group("decoding")
     group.add_argument(
         "--decoder",
-        choices=("auto", "dlfilter", "text"),
+        choices=("auto", "native", "dlfilter", "text"),
         default="auto",
-        help="auto: the C dlfilter when perf supports it (>= 5.14), else perf script text",
+        help="auto: ptscope's own Intel PT decoder, or perf for a recording it does not "
+        "take (one line says why): the C dlfilter when perf supports it (>= 5.14), else "
+        "perf script text",
     )
     group.add_argument(
         "-j",

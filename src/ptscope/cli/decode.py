@@ -144,10 +144,15 @@ def start_decode_early(
             or recording.notes.get("state") == "recording"
         ):
             return
+        if decoder in ("auto", "native"):
+            from ptscope.decode.native_support import is_built, unsupported_reason
+
+            if decoder == "native" or (is_built() and unsupported_reason(paths[0]) is None):
+                return  # the own decoder decodes it: no perf
         if perf_launch.decode_jobs(jobs, paths[0]) != 1:
             return
         tool = find_perf()
-        if perf_launch.choose_decoder(decoder, tool).name != "dlfilter":
+        if perf_launch.choose_perf_decoder(decoder, tool).name != "dlfilter":
             return
     except (PtscopeError, OSError):
         return

@@ -31,6 +31,7 @@ from typing import Any, Final
 import numpy as np
 
 from ptscope.decode import perf_data as pd
+from ptscope.decode.native_support import native_support, read_cached
 from ptscope.decode.perf_dsos import Dso, DsoLocator, DsoTable, classify_mapping
 from ptscope.decode.perf_symbols import dso_symbols
 from ptscope.decode.perf_text import TextStats, make_location, parse_error_line
@@ -107,33 +108,6 @@ def _dtypes() -> tuple[np.dtype[Any], np.dtype[Any], np.dtype[Any]]:
     return sb, ev, loc
 
 
-def native_support(data: pd.PerfData) -> str | None:
-    """None when the own decoder decodes this perf.data, else why not (one phrase)."""
-    info = data.intel_pt
-    if info is None:
-        return "it holds no Intel PT data"
-    pt_attrs = [a for a in data.attrs if a.type == info.pmu_type]
-    if not pt_attrs or not any(a.ids for a in pt_attrs):
-        return "its Intel PT event has no id"
-    timeless = (
-        not info.tsc_bit
-        or not info.cap_user_time_zero
-        or any(not a.sample_type & pd.SAMPLE_TIME for a in data.attrs)
-        or any(not a.config & info.tsc_bit for a in pt_attrs)
-    )
-    if timeless:
-        return "its trace has no timestamps"
-    if any(not a.exclude_kernel for a in pt_attrs):
-        return "it traces the kernel"
-    if info.per_cpu_mmaps and info.have_sched_switch not in (2, 3):
-        return "it is a per-CPU trace without context-switch records"
-    if info.snapshot_mode:
-        return "it is a snapshot recording"
-    if any(a.sample_type & (1 << 20) for a in data.attrs):  # PERF_SAMPLE_AUX
-        return "it samples the AUX area"
-    return None
-
-
 class _Strings:
     """Python's string table for the C side (id 0: none)."""
 
@@ -150,18 +124,20 @@ class _Strings:
 
 
 @dataclass
-class NativeRun:
-    """One finished decode by the own decoder (the dlfilter run's counterpart)."""
+class NativeStats:
+    """What a decode by the own decoder held: the events by type (as the dlfilter
+    stream's text stats count them), and the feed's counters (the dlfilter's trailer)."""
 
-    argv: list[str]
-    stats: Any
-    stderr: str = ""
+    text: TextStats = field(default_factory=TextStats)
+    trailer: dict[str, int] | None = None
 
 
 @dataclass
-class _Stats:
-    text: TextStats = field(default_factory=TextStats)
-    trailer: dict[str, int] | None = None
+class NativeRun:
+    """One finished decode by the own decoder (the dlfilter run's counterpart)."""
+
+    perf_data: Path
+    stats: NativeStats
 
 
 def _config(data: pd.PerfData) -> dict[str, int]:
@@ -375,9 +351,9 @@ class NativeDecoder:
             raise BadInputError("the own decoder is not built")
         self.perf_data = perf_data
         try:
-            data = pd.read_perf_data(perf_data)
+            data = read_cached(perf_data)
         except pd.Unsupported as e:
-            raise NativeUnsupported(str(e)) from None
+            raise NativeUnsupported(f"it does not read {e}") from None
         why = native_support(data)
         if why is not None:
             raise NativeUnsupported(why)
@@ -409,7 +385,7 @@ class NativeDecoder:
             },
         )
         self.insns = insns
-        self.stats = _Stats()
+        self.stats = NativeStats()
         self._table_ids = array("i", [-1])  # C location id -> id in `locations`
         self._table_array = np.zeros(0, dtype=np.int32)
         self._done = False
@@ -543,7 +519,7 @@ def decode_native_columnar(
     )  # fmt: skip
     yield from decoder.batches()
     if run_info is not None:
-        run_info.append(NativeRun(["ptscope", "native", str(perf_data)], decoder.stats))
+        run_info.append(NativeRun(perf_data, decoder.stats))
 
 
 def decode_native(perf_data: Path, **kwargs: Any) -> Iterator[list[Event]]:

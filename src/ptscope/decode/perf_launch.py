@@ -43,6 +43,7 @@ __all__ = [
     "PerfLaunch",
     "check_dlfilter_prerequisites",
     "choose_decoder",
+    "choose_perf_decoder",
     "decode_extra",
     "default_jobs",
     "discard_early",
@@ -153,14 +154,33 @@ class DecoderChoice:
 
 
 def choose_decoder(requested: str = "auto", perf: PerfTool | None = None) -> DecoderChoice:
-    """Resolve ``--decoder auto|dlfilter|text``.
+    """Resolve ``--decoder auto|native|dlfilter|text``.
 
-    ``auto`` picks the dlfilter when perf has ``--dlfilter`` (>= 5.14) and the library was
-    built, else the text decoder; ``dlfilter`` raises if either is missing.
+    ``auto`` picks ptscope's own decoder when it was built (the pipeline still hands a
+    recording it does not take to perf, saying why), else the dlfilter when perf has
+    ``--dlfilter`` (>= 5.14) and the library was built, else the text decoder; ``native``
+    and ``dlfilter`` raise if what they need is missing. :func:`choose_perf_decoder` is
+    the choice among perf's decoders alone.
     """
+    from ptscope.decode.native_support import is_built
+
+    if requested == "native" or (requested == "auto" and is_built()):
+        if not is_built():
+            raise ToolMissingError(
+                "cannot decode with the own decoder: it is not built",
+                hint="reinstall ptscope with a C compiler available, or use --decoder dlfilter",
+            )
+        return DecoderChoice("native", "ptscope's own Intel PT decoder")
+    return choose_perf_decoder(requested, perf)
+
+
+def choose_perf_decoder(requested: str = "auto", perf: PerfTool | None = None) -> DecoderChoice:
+    """Resolve ``--decoder auto|dlfilter|text`` among perf's decoders: ``auto`` picks the
+    dlfilter when perf has ``--dlfilter`` (>= 5.14) and the library was built, else the
+    text decoder; ``dlfilter`` raises if either is missing."""
     if requested == "text":
         return DecoderChoice("text", "text decoder requested")
-    if requested not in ("auto", "dlfilter"):
+    if requested not in ("auto", "dlfilter", "native"):
         raise ValueError(f"unknown decoder {requested!r}")
     tool = perf if perf is not None else find_perf()
     version = ".".join(map(str, tool.version))
