@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
+from ptscope.children import sweep_stale
 from ptscope.decode.binary_files import reading_binaries
 from ptscope.decode.blocks import InstructionDetail
 from ptscope.decode.dlfilter_stream import DlfilterRun, choose_decoder
@@ -19,6 +20,7 @@ from ptscope.decode.landing_pads import LandingPads
 from ptscope.decode.native import NativeRun, decode_native, decode_native_columnar
 from ptscope.decode.native_support import unsupported_reason
 from ptscope.decode.parallel import (
+    WINDOWS_TEMP_PREFIX,
     SegmentBreak,
     decode_parallel,
     decode_parallel_columnar,
@@ -200,6 +202,9 @@ def _decode_recording(
     progress: Progress | None,
 ) -> DecodeSummary:
     started = time.perf_counter()
+    # What a decode killed by SIGKILL left, whichever decoder this one uses (a decode
+    # that makes windows sweeps them too, but the own decoder makes none).
+    sweep_stale(WINDOWS_TEMP_PREFIX)
     if recording.unfinished and _recovered(recording):
         log.warning(
             "%s: its recording was not finished (ptscope was stopped while it ran); "

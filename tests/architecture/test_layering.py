@@ -23,7 +23,7 @@ ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "perftool": {"errors"},
     "children": set(),
-    "demangle": set(),
+    "demangle": {"_demangle"},  # its C part (libiberty, as perf demangles)
     "recording": {"errors"},
     "record": {"model", "recording", "errors", "perftool", "timeline", "demangle", "children"},
     "decode": {"model", "errors", "perftool", "_native", "demangle", "children"},

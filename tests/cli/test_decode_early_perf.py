@@ -1,7 +1,8 @@
-"""`ptscope decode` starts perf before it imports its decoder (decode/perf_launch.py): the
-pipeline's reader must take that perf over (not start a second one) for every option
-that reaches perf's command line, the trace must be the one a decode started the usual
-way writes, and a perf that nobody takes must not outlive the command."""
+"""`ptscope decode` with perf's decoder starts perf before it imports its decoder
+(decode/perf_launch.py): the pipeline's reader must take that perf over (not start a
+second one) for every option that reaches perf's command line, the trace must be the one a
+decode started the usual way writes, and a perf that nobody takes must not outlive the
+command. With the own decoder (the default) nothing starts early."""
 
 from __future__ import annotations
 
@@ -82,10 +83,10 @@ def _first_pid_and_tid(perf_data: Path) -> tuple[int, int]:
 @pytest.mark.parametrize(
     "options",
     [
-        (),
-        ("--no-insn-detail", "--time-axis", "instructions"),
-        ("--pid", "PID", "--no-drill"),
-        ("--tid", "TID", "--symfs", "/"),
+        ("--decoder", "dlfilter"),
+        ("--decoder", "dlfilter", "--no-insn-detail", "--time-axis", "instructions"),
+        ("--decoder", "dlfilter", "--pid", "PID", "--no-drill"),
+        ("--decoder", "dlfilter", "--tid", "TID", "--symfs", "/"),
         ("--jobs", "1", "--decoder", "dlfilter"),
     ],
     ids=["defaults", "no-insn-detail", "pid", "tid-symfs", "one-job"],
@@ -113,6 +114,7 @@ def test_the_pipeline_takes_the_perf_started_early_and_writes_the_same_trace(
         Recording.find(perf_data),
         late,
         DecodeOptions(
+            decoder="dlfilter",
             pids=(pid,) if "--pid" in options else (),
             tids=(tid,) if "--tid" in options else (),
             symfs=Path("/") if "--symfs" in options else None,
@@ -128,7 +130,7 @@ def test_the_pipeline_takes_the_perf_started_early_and_writes_the_same_trace(
 def test_nothing_starts_early_where_the_pipeline_would_not_take_it(
     perf_data: Path, tmp_path: Path
 ) -> None:
-    for options in (("--decoder", "text"), ("--jobs", "2")):
+    for options in ((), ("--decoder", "text"), ("--decoder", "dlfilter", "--jobs", "2")):
         result = _decode_early(perf_data, tmp_path / "t.fxt", *options)
         assert not result["started"], options
         assert result["counts"] == {"started early": 0, "taken": 0, "discarded": 0}
@@ -142,7 +144,8 @@ def test_a_decode_that_fails_first_stops_its_early_perf(perf_data: Path, tmp_pat
     wrapper.write_text(f'#!/bin/sh\necho "$$ $1" >> {pids}\nexec perf "$@"\n')
     wrapper.chmod(0o755)
     env = {**os.environ, "PTSCOPE_PERF": str(wrapper)}
-    argv = ["decode", str(perf_data), "-o", str(tmp_path / "t.fxt"), "--filter", "only-one-name"]
+    argv = ["decode", str(perf_data), "-o", str(tmp_path / "t.fxt"), "--decoder", "dlfilter"]
+    argv += ["--filter", "only-one-name"]
     run = subprocess.run(
         [sys.executable, "-m", "ptscope", *argv],
         capture_output=True,
@@ -187,7 +190,8 @@ def test_run_decodes_with_the_perf_it_started_early(tmp_path: Path) -> None:
     too, once the program has run."""
     program = programs.build("leaf37", static=True)
     out = tmp_path / "t.fxt"
-    result, stderr = _drive("run", "--backend", "emulated", "-o", str(out), "--", str(program))
+    args = ["--backend", "emulated", "--decoder", "dlfilter", "-o", str(out)]
+    result, stderr = _drive("run", *args, "--", str(program))
     assert result["code"] == 0, stderr
     assert result["started"]
     assert result["counts"] == {"started early": 1, "taken": 1, "discarded": 0}

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from ptscope import _native
 from ptscope.decode import dlfilter_stream as ds
 from ptscope.decode import record_format as rf
-from ptscope.decode.dlfilter_stream import RecordStreamParser, choose_decoder, make_location
+from ptscope.decode.dlfilter_stream import RecordStreamParser, make_location
+from ptscope.decode.perf_launch import choose_perf_decoder
 from ptscope.decode.perf_text import parse_location
 from ptscope.errors import BadInputError, ToolMissingError
 from ptscope.model import (
@@ -304,16 +305,16 @@ def _perf(version: tuple[int, int, int]) -> PerfTool:
     return PerfTool(path="/usr/bin/perf", version=version, version_text="perf version x")
 
 
-def test_choose_decoder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_choose_perf_decoder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(_native, "dlfilter_path", lambda: build_dlfilter())
-    assert choose_decoder("auto", _perf((6, 1, 0))).name == "dlfilter"
-    assert choose_decoder("text", _perf((6, 1, 0))).name == "text"
-    old = choose_decoder("auto", _perf((5, 13, 0)))
+    assert choose_perf_decoder("auto", _perf((6, 1, 0))).name == "dlfilter"
+    assert choose_perf_decoder("text", _perf((6, 1, 0))).name == "text"
+    old = choose_perf_decoder("auto", _perf((5, 13, 0)))
     assert old.name == "text" and "5.13" in old.reason and "5.14" in old.reason
     with pytest.raises(ToolMissingError, match=r"5\.14"):
-        choose_decoder("dlfilter", _perf((5, 13, 0)))
+        choose_perf_decoder("dlfilter", _perf((5, 13, 0)))
     monkeypatch.setattr(_native, "dlfilter_path", lambda: tmp_path / "missing.so")
-    missing = choose_decoder("auto", _perf((6, 1, 0)))
+    missing = choose_perf_decoder("auto", _perf((6, 1, 0)))
     assert missing.name == "text" and "not built" in missing.reason
     with pytest.raises(ToolMissingError):
         ds.DlfilterProcess(tmp_path / "perf.data", perf=_perf((6, 1, 0)))

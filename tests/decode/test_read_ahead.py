@@ -175,7 +175,9 @@ def test_reading_ahead_writes_the_same_trace(
     for ahead in (False, True):
         out = tmp_path / f"ahead-{ahead}" / "trace.fxt.gz"
         out.parent.mkdir()
-        options = DecodeOptions(jobs=3, drill=perf_data.parent, read_ahead=ahead)
+        options = DecodeOptions(
+            decoder="dlfilter", jobs=3, drill=perf_data.parent, read_ahead=ahead
+        )
         summary = decode_recording(recording, out, options)
         assert summary.slices > 200
         traces.append((_parts(out), summary.slices, summary.top_functions))
@@ -196,7 +198,7 @@ def test_an_interrupted_decode_leaves_no_reader_and_no_perf(
         decode_recording(
             Recording.find(perf_data),
             tmp_path / "trace.fxt.gz",
-            DecodeOptions(jobs=3, read_ahead=True),
+            DecodeOptions(decoder="dlfilter", jobs=3, read_ahead=True),
         )
     assert list(tmp_path.iterdir()) == []
     assert not _readers()

@@ -31,7 +31,8 @@ def test_perf_killed_while_decoding(recordings: Callable[[str], Path], tmp_path:
     rec = recordings("many_calls_long")
     out = tmp_path / "t.fxt.gz"
     env = environment(tmp_path)
-    running = start(["decode", "-j", "1", str(rec), "-o", str(out)], env, tmp_path)
+    args = ["decode", "-j", "1", "--decoder", "dlfilter", str(rec), "-o", str(out)]
+    running = start(args, env, tmp_path)
     # The trace's temporary file appears with the first slices written, while perf has
     # most of the recording still to decode (it runs ahead of ptscope by a pipe's worth).
     running.wait_for(lambda: any(tmp_path.glob("t.fxt.gz.ptscope-*.tmp")))

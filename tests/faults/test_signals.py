@@ -112,7 +112,9 @@ def test_run_while_decoding(sig: signal.Signals, tmp_path: Path) -> None:
     the signal stops perf and removes the directory; the recording is kept."""
     exe = programs.build("many_calls", static=True)
     env = environment(tmp_path, PTSCOPE_PERF_STALL_TIMEOUT="0", **standin_perf(tmp_path, "hangs"))
-    running, rec, out = _start_run(tmp_path, env, [str(exe), "6000"], "-j", "2")
+    running, rec, out = _start_run(
+        tmp_path, env, [str(exe), "6000"], "-j", "2", "--decoder", "dlfilter"
+    )
     tmpdir = tmp_path / "tmpdir"
 
     def decoding() -> bool:
@@ -213,7 +215,7 @@ def test_decode_while_decoding(
     damage_data_size(rec / "perf.data")
     env = environment(tmp_path, PTSCOPE_PERF_STALL_TIMEOUT="0")
     out = tmp_path / "t.fxt.gz"
-    running = start(["decode", str(rec), "-o", str(out)], env, tmp_path)
+    running = start(["decode", "--decoder", "dlfilter", str(rec), "-o", str(out)], env, tmp_path)
     running.wait_for(lambda: bool(running.children("perf")))
     running.signal(sig)
     done = running.finish()

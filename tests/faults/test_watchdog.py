@@ -57,7 +57,8 @@ def test_what_perf_decoded_before_it_stalled_is_written(
     rec = recording_copy("basics")
     out = tmp_path / "t.fxt.gz"
     env = environment(tmp_path, **{STALL: "1"}, **standin_perf(tmp_path, "decodes-then-hangs"))
-    done = run(["decode", "-j", "1", str(rec), "-o", str(out)], env, tmp_path)
+    args = ["decode", "-j", "1", "--decoder", "dlfilter", str(rec), "-o", str(out)]
+    done = run(args, env, tmp_path)
     line = one_line_error(done, 3)
     assert "stopped making progress" in line and "holds what was decoded" in line, line
     assert f"wrote {out}" in done.stdout, done.stdout
@@ -74,7 +75,8 @@ def test_run_keeps_the_recording_and_the_partial_trace(
     exe = programs.build("basics", static=True)
     rec, out = tmp_path / "rec", tmp_path / "t.fxt.gz"
     env = environment(tmp_path, **{STALL: "1"}, **standin_perf(tmp_path, "decodes-then-hangs"))
-    args = ["run", "--backend", "emulated", "-j", "1", "--keep-recording", str(rec)]
+    args = ["run", "--backend", "emulated", "-j", "1", "--decoder", "dlfilter"]
+    args += ["--keep-recording", str(rec)]
     done = run([*args, "-o", str(out), "--", str(exe), "3"], env, tmp_path)
     one_line_error(done, 3)
     assert "recording kept at" in done.stderr and f"wrote {out}" in done.stdout
@@ -94,7 +96,8 @@ def test_a_long_loop_without_calls_is_not_a_stall(
     rec = recording_copy("silent_loop")
     out = tmp_path / "t.fxt.gz"
     env = environment(tmp_path, **{STALL: "0.5"})
-    done = run(["decode", "-j", "1", str(rec), "-o", str(out)], env, tmp_path)
+    args = ["decode", "-j", "1", "--decoder", "dlfilter", str(rec), "-o", str(out)]
+    done = run(args, env, tmp_path)
     assert done.code == 0, done.stderr
     assert "main" in _names(out)
 
@@ -105,5 +108,6 @@ def test_a_bad_limit_is_a_usage_error(
 ) -> None:
     rec = recording_copy("basics")
     env = environment(tmp_path, **{STALL: value})
-    done = run(["decode", str(rec), "-o", str(tmp_path / "t.fxt.gz")], env, tmp_path)
+    args = ["decode", "--decoder", "dlfilter", str(rec), "-o", str(tmp_path / "t.fxt.gz")]
+    done = run(args, env, tmp_path)
     assert STALL in one_line_error(done, 2)

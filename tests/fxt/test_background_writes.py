@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from ptscope import pipeline
+from ptscope.decode import native
 from ptscope.decode.perf_launch import core_idle_beside
 from ptscope.fxt.background import WRITER_NICE, BackgroundWrites
 from ptscope.fxt.stream import TooManyParts
@@ -214,6 +215,7 @@ def perf_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def small_batches(monkeypatch: pytest.MonkeyPatch) -> None:
     """Batches of a few slices: the short recording goes through the queue many times."""
     monkeypatch.setattr(pipeline, "_DRAIN_SLICES", 64)
+    monkeypatch.setattr(native, "BATCH_ROWS", 256)
 
 
 def _parts(out: Path) -> dict[str, bytes]:
@@ -283,8 +285,9 @@ def test_a_failure_in_the_writer_thread_is_the_decodes_error(
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("small_batches")
+@pytest.mark.parametrize("decoder", ["dlfilter", "native"])
 def test_an_interrupted_decode_leaves_no_trace_and_no_thread(
-    perf_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    perf_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, decoder: str
 ) -> None:
     """Ctrl-C while batches wait for the writer: the thread ends, the trace is removed."""
     interrupt_after_batches(monkeypatch, 5)
@@ -292,7 +295,7 @@ def test_an_interrupted_decode_leaves_no_trace_and_no_thread(
         decode_recording(
             Recording.find(perf_data),
             tmp_path / "trace.fxt.gz",
-            DecodeOptions(jobs=1, writer_thread=True),
+            DecodeOptions(decoder=decoder, jobs=1, writer_thread=True),
         )
     assert list(tmp_path.iterdir()) == []
     assert not _writer_threads()
@@ -335,20 +338,29 @@ def test_the_engine_answers_nothing_else_while_it_feeds() -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("jobs", "idle_core", "threaded"),
-    [(1, False, False), (1, True, True), (2, False, True)],
-    ids=["one-job-no-idle-core", "one-job-idle-core", "windows"],
+    ("decoder", "jobs", "idle_core", "threaded", "busy"),
+    [
+        ("dlfilter", 1, False, False, [2]),
+        ("dlfilter", 1, True, True, [2]),
+        ("dlfilter", 2, False, True, []),
+        ("native", 1, False, False, [1]),
+        ("native", 2, True, True, [1]),
+    ],
+    ids=["one-job-no-idle-core", "one-job-idle-core", "windows", "own-busy", "own-idle"],
 )
 def test_the_decode_writes_on_the_thread_where_it_pays(
     perf_data: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    decoder: str,
     jobs: int,
     idle_core: bool,
     threaded: bool,
+    busy: list[int],
 ) -> None:
     """By default: with windows (the later ones are read once their perfs have ended), or
-    when a core is idle beside perf's and the engine's; not otherwise (two busy cores)."""
+    when a core is idle beside perf's and the engine's; not otherwise (two busy cores).
+    The own decoder runs in the engine's thread (one busy core, whatever --jobs says)."""
     started: list[int] = []
 
     class Counted(BackgroundWrites):
@@ -364,12 +376,15 @@ def test_the_decode_writes_on_the_thread_where_it_pays(
 
     monkeypatch.setattr(pipeline, "BackgroundWrites", Counted)
     monkeypatch.setattr(pipeline, "core_idle_beside", idle)
-    decode_recording(Recording.find(perf_data), tmp_path / "t.fxt.gz", DecodeOptions(jobs=jobs))
+    options = DecodeOptions(decoder=decoder, jobs=jobs)
+    decode_recording(Recording.find(perf_data), tmp_path / "t.fxt.gz", options)
     assert bool(started) is threaded
-    assert asked == ([] if jobs > 1 else [2])  # perf's thread and the engine's
+    assert asked == busy  # perf's thread and the engine's, or the engine's alone
     # Into a FIFO or a device: never (a signal must reach the thread that waits).
     started.clear()
     decode_recording(
-        Recording.find(perf_data), Path("/dev/null"), DecodeOptions(jobs=jobs, writer_thread=True)
+        Recording.find(perf_data),
+        Path("/dev/null"),
+        DecodeOptions(decoder=decoder, jobs=jobs, writer_thread=True),
     )
     assert not started

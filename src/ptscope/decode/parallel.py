@@ -67,6 +67,7 @@ from ptscope.perftool import PerfTool, find_perf
 __all__ = [
     "MAX_DEFAULT_JOBS",
     "SEGMENT_BREAK",
+    "WINDOWS_TEMP_PREFIX",
     "EventSink",
     "PsbPoint",
     "SegmentBreak",
@@ -96,6 +97,8 @@ _RELEASE_BYTES: Final = 16 << 20
 byte of the trace, and the mapped pages all counted in ptscope's peak RSS (a 122 MB
 perf.data: 158 MB at the start of a ``--jobs 2`` decode, 62 MB at its busiest)."""
 _MIN_WINDOW_BYTES: Final = 64 * 1024
+WINDOWS_TEMP_PREFIX: Final = "ptscope-decode-"
+"""Of the temporary directory the windows' perfs write into."""
 
 
 class SegmentBreak:
@@ -607,7 +610,7 @@ def _decode_windows(
                 insns=insns,
             )
         return
-    with temporary_directory("ptscope-decode-") as tmp:
+    with temporary_directory(WINDOWS_TEMP_PREFIX) as tmp:
         procs: list[DlfilterProcess] = []
         try:
             for i, w in enumerate(windows):
