@@ -1,8 +1,8 @@
 """Every decode option means the same on every decoder (issue 14, item 2).
 
 Each option of ``ptscope decode`` (``--pid``, ``--tid``, ``--filter``, ``--symfs``,
-``--jobs``) is applied to a real emulated recording with the dlfilter decoder and with the
-text decoder: both traces must be identical, and a filter must keep exactly what it names
+``--jobs``) is applied to a real emulated recording with the own decoder, the dlfilter
+decoder and the text decoder: the traces must be identical, and a filter must keep exactly what it names
 (the thread and process ids come from the recording's metadata, not from a decoder).
 """
 
@@ -29,7 +29,7 @@ pytestmark = [
     pytest.mark.skipif(not _native.is_available(), reason="the dlfilter is not built"),
 ]
 
-DECODERS = ("dlfilter", "text")
+DECODERS = ("native", "dlfilter", "text")
 
 
 def _meta(perf_data: Path) -> dict[str, dict[str, str]]:
@@ -62,7 +62,8 @@ def _same_on_every_decoder(perf_data: Path, tmp_path: Path, *options: str) -> se
         _decode(perf_data, tmp_path / f"{decoder}.fxt.gz", "--decoder", decoder, *options)
         for decoder in DECODERS
     ]
-    assert traces[0] == traces[1], f"{options}: the decoders disagree"
+    for decoder, trace in zip(DECODERS[1:], traces[1:], strict=True):
+        assert trace == traces[0], f"{options}: {decoder} and {DECODERS[0]} disagree"
     return set(traces[0])
 
 

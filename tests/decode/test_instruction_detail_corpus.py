@@ -1,6 +1,6 @@
 """Instruction detail on emulated recordings of the test corpus, with the real perf: the
-dlfilter (C block cache) and the text decoder (capstone) give identical events, counts and
-code lines; a parallel decode gives each branch the same counts and lines as a single one
+own decoder, the dlfilter (C block cache) and the text decoder (capstone) give identical
+events, counts and code lines; a parallel decode gives each branch the same counts and lines as a single one
 (tests/emulated/test_instruction_detail.py checks them against QEMU's trace)."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import pytest
 from decode import test_dlfilter_corpus as corpus
 from decode.test_dlfilter_corpus import _events, _windows, pytestmark, recordings
 from ptscope.decode.dlfilter_stream import DlfilterRun, decode_with_dlfilter
+from ptscope.decode.native import decode_native
 from ptscope.decode.parallel import decode_parallel
 from ptscope.decode.perf_script import decode_perf_data_text
 from ptscope.model import BranchEvent
@@ -23,7 +24,7 @@ IDS = [key for key in corpus.IDS if not key.startswith("basics")]
 
 
 @pytest.mark.parametrize("key", IDS)
-def test_dlfilter_and_text_decoders_agree(recordings: dict[str, Path], key: str) -> None:
+def test_own_dlfilter_and_text_decoders_agree(recordings: dict[str, Path], key: str) -> None:
     perf_data = recordings[key]
     runs: list[DlfilterRun] = []
     dlfilter = _events(decode_with_dlfilter(perf_data, insns=True, task_events=True, run_info=runs))
@@ -35,6 +36,7 @@ def test_dlfilter_and_text_decoders_agree(recordings: dict[str, Path], key: str)
     trailer = runs[0].stats.trailer
     assert trailer is not None and trailer["blocks_unknown"] == 0
     assert dlfilter == text
+    assert _events(decode_native(perf_data, insns=True)) == dlfilter
 
 
 @pytest.mark.parametrize("key", IDS)

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from ptscope.pipeline import decode_recording
+from ptscope.pipeline import DecodeOptions, decode_recording
 from support import qemu_truth
+from support.decoder_parity import perf_decodes_the_same
 from support.emulated_corpus import CORPUS, Case, recorded
 from support.fxt_check import third_party_view
 
@@ -149,3 +150,14 @@ def test_trace_has_the_call_tree_qemu_executed(case: Case, corpus_dir: Path) -> 
 @pytest.mark.parametrize("case", CORPUS, ids=lambda c: c.id)
 def test_trace_times_follow_the_cycle_model(case: Case, corpus_dir: Path) -> None:
     _compare(case, corpus_dir, times=True)
+
+
+@pytest.mark.parametrize("case", CORPUS, ids=lambda c: c.id)
+def test_perf_decodes_the_same_trace(case: Case, corpus_dir: Path) -> None:
+    """The trace above is the own decoder's: perf's decoder (the dlfilter) makes the same
+    of each recording."""
+    rec = recorded(case, corpus_dir)
+    output = rec.directory / "trace.fxt.gz"
+    if not output.exists():
+        decode_recording(rec.result.recording, output)
+    perf_decodes_the_same(rec.directory, output, DecodeOptions())

@@ -107,15 +107,17 @@ def test_both_decoders_write_the_same_drills(
     tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     rec = _recorded("coarse", tmp_path_factory.mktemp("drill"))
-    _, dlfilter = _slices(rec, tmp_path / "d.fxt.gz")
+    _, native = _slices(rec, tmp_path / "n.fxt.gz")
+    _, dlfilter = _slices(rec, tmp_path / "d.fxt.gz", "--decoder", "dlfilter")
     _, text = _slices(rec, tmp_path / "t.fxt.gz", "--decoder", "text")
-    drills = [(s.start, s.name, s.args["drill"]) for s in dlfilter]
+    drills = [(s.start, s.name, s.args["drill"]) for s in native]
+    assert drills == [(s.start, s.name, s.args["drill"]) for s in dlfilter]
     assert drills == [(s.start, s.name, s.args["drill"]) for s in text]
     # every call has an anchor; the [syscall] gaps and the inferred root do not
-    anchored = {s.name for s in dlfilter if _ANCHOR_RE.search(str(s.args["drill"]))}
+    anchored = {s.name for s in native if _ANCHOR_RE.search(str(s.args["drill"]))}
     assert {"leaf37", "forward37", "main"} <= anchored
     assert not any(
-        _ANCHOR_RE.search(str(s.args["drill"])) for s in dlfilter if s.name == "[syscall]"
+        _ANCHOR_RE.search(str(s.args["drill"])) for s in native if s.name == "[syscall]"
     )
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from ptscope.decode.blocks import InstructionDetail
 from ptscope.decode.dlfilter_stream import DlfilterRun, decode_with_dlfilter
+from ptscope.decode.native import NativeRun, decode_native
 from ptscope.decode.perf_script import decode_perf_data_text
 from ptscope.model import BranchEvent, BranchKind
 from support import qemu_truth
@@ -22,13 +23,19 @@ from support.emulated_corpus import Case, Recorded, recorded
 
 pytestmark = pytest.mark.slow
 
-DECODERS = ["dlfilter", "text"]
+DECODERS = ["native", "dlfilter", "text"]
 
 
 def _decode(rec: Recorded, decoder: str, *, keep_all: bool = False) -> list[BranchEvent]:
     """The branches of a recording with instruction detail; no block may be uncounted."""
     perf_data = rec.directory / "perf.data"
-    if decoder == "dlfilter":
+    if decoder == "native":
+        native_runs: list[NativeRun] = []
+        batches = decode_native(perf_data, insns=True, keep_all=keep_all, run_info=native_runs)
+        events = [e for b in batches for e in b if isinstance(e, BranchEvent)]
+        counters = native_runs[0].stats.trailer
+        assert counters is not None and counters["blocks_unknown"] == 0
+    elif decoder == "dlfilter":
         runs: list[DlfilterRun] = []
         batches = decode_with_dlfilter(perf_data, insns=True, keep_all=keep_all, run_info=runs)
         events = [e for b in batches for e in b if isinstance(e, BranchEvent)]

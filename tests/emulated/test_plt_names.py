@@ -45,8 +45,8 @@ def test_calls_through_the_plt_are_named_after_their_stub(tmp_path: Path, layout
     program = build("lazy_plt", link=link, extra=["-fno-builtin", "-Wl,-z,lazy", *flags])
     dynamic = subprocess.run(["readelf", "-d", str(program)], capture_output=True, text=True)
     assert "BIND_NOW" not in dynamic.stdout and "NOW" not in dynamic.stdout  # lazy binding
-    dlfilter, text = traced_by_both_decoders(program, tmp_path)
-    rows = dump_rows(dlfilter)
+    native, text = traced_by_both_decoders(program, tmp_path)
+    rows = dump_rows(native)
     assert rows == dump_rows(text), "both decoders give the same trace"
     first, second = _children(rows, "measure")
     # The first call binds strlen: the stub, then PLT0 and the resolver, then strlen.

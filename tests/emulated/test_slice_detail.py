@@ -25,7 +25,7 @@ from support.fxt_check import third_party_view
 
 pytestmark = pytest.mark.slow
 
-DECODERS = ["dlfilter", "text"]
+DECODERS = ["native", "dlfilter", "text"]
 
 
 @pytest.fixture(scope="module")

@@ -37,8 +37,8 @@ def test_calls_into_a_stripped_binary_are_named_by_their_entry(tmp_path: Path) -
         "no symbols" in subprocess.run(["nm", str(stripped)], capture_output=True, text=True).stderr
     )
     address = _functions(named)
-    dlfilter, text = traced_by_both_decoders(stripped, tmp_path)
-    rows = dump_rows(dlfilter)
+    native, text = traced_by_both_decoders(stripped, tmp_path)
+    rows = dump_rows(native)
     assert rows == dump_rows(text), "both decoders name them alike"
 
     by_address = {v: k for k, v in address.items()}

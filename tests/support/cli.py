@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from support.decoder_parity import perf_decodes_the_same
+
 __all__ = ["dump_rows", "one_line_error", "ptscope", "traced_by_both_decoders"]
 
 
@@ -41,18 +43,20 @@ def one_line_error(result: subprocess.CompletedProcess[str], code: int | None = 
 
 
 def traced_by_both_decoders(program: Path, where: Path) -> tuple[Path, Path]:
-    """``program`` recorded under QEMU (in ``where``) and decoded by the dlfilter, then its
-    recording decoded again by the text decoder: the two traces."""
+    """``program`` recorded under QEMU (in ``where``) and decoded by the own decoder (which
+    must write the trace the dlfilter writes of it), then its recording decoded again by
+    the text decoder: the two traces."""
     recording = where / "rec"
-    dlfilter, text = where / "dlfilter.fxt", where / "text.fxt"
+    native, text = where / "native.fxt", where / "text.fxt"
     done = ptscope(
         *("run", "--backend", "emulated", "--keep-recording", str(recording)),
-        *("--decoder", "dlfilter", "-o", str(dlfilter), "--", str(program)),
+        *("-o", str(native), "--", str(program)),
     )
     assert done.returncode == 0, done.stderr
+    perf_decodes_the_same(recording, native)
     done = ptscope("decode", str(recording), "--decoder", "text", "-o", str(text))
     assert done.returncode == 0, done.stderr
-    return dlfilter, text
+    return native, text
 
 
 def dump_rows(trace: Path) -> list[tuple[int, str]]:

@@ -3,8 +3,9 @@ independent oracles (see ``oracles.py``): the instrumented build's own log, QEMU
 instruction trace (``qemu_truth.py``), and ``uftrace`` on a ``-pg`` build.
 
 Each check traces one build and reads the result twice: the trace file written by the
-production pipeline (the dlfilter decoder and the C engine), read back with the third-party
-``fxt`` reader; and the Python reference engine fed by perf's text decoder. Both must equal
+production pipeline (the own decoder and the C engine; perf's decoder, the dlfilter, must
+write the same trace), read back with the third-party ``fxt`` reader; and the Python
+reference engine fed by perf's text decoder. Both must equal
 the oracle. :func:`check_program` runs every oracle on every optimisation level and returns
 one :class:`Outcome` per (oracle, level, engine).
 """
@@ -30,6 +31,7 @@ from ptscope.reconstruct.engine import TraceSegmentEngine
 from ptscope.record.emulated import EmulationOptions, record
 from ptscope.timeline import Timeline
 from support import oracles, qemu_truth
+from support.decoder_parity import perf_decodes_the_same
 from support.progen import Program
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -174,13 +176,15 @@ def ptscope(*args: str, cwd: Path | None = None, env: dict[str, str] | None = No
 
 
 def record_and_decode(exe: Path, tmp: Path, *args: str, **env: str) -> tuple[Path, Path]:
-    """``ptscope run --backend emulated`` (dlfilter decoder, C engine): (trace, recording)."""
+    """``ptscope run --backend emulated`` (the own decoder, C engine): (trace, recording).
+    perf's decoder (the dlfilter) must make the same trace of the recording."""
     trace = tmp / "trace.fxt.gz"
     rec = tmp / "rec"
     ptscope(
         "run", "--backend", "emulated", "--keep-recording", str(rec), "-o", str(trace),
         "--", str(exe), *args, cwd=tmp, env=env,
     )  # fmt: skip
+    perf_decodes_the_same(rec, trace)
     return trace, rec
 
 
@@ -211,9 +215,11 @@ def trace(
     if result.exit_code != 0:
         raise RuntimeError(f"{exe.name}: {result.summary}")
     out = workdir / "trace.fxt.gz"
-    # Two windows, whatever the default on this machine: each window's edges (a lead-in,
-    # a segment break) are where the engine's hardest cases meet (fuzz seed 294).
+    # The own decoder (the default); then perf's in two windows, whatever the default on
+    # this machine: each window's edges (a lead-in, a segment break) are where the engine's
+    # hardest cases meet (fuzz seed 294). Both must make the same trace.
     decode_recording(result.recording, out, DecodeOptions(jobs=2))
+    perf_decodes_the_same(directory, out, DecodeOptions(jobs=2))
     (perf_data,) = result.recording.perf_data_paths()
     return Traced(exe, out, perf_data, directory)
 

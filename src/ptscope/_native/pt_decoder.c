@@ -220,6 +220,7 @@ static int bad_packet(struct pt_dec *d)
 
 static void reposition(struct pt_dec *d)
 {
+	d->repositions++;
 	d->ip = 0;
 	d->blk = NULL;
 	d->pkt_state = S_NO_PSB;

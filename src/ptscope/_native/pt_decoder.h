@@ -125,6 +125,8 @@ struct pt_dec {
 	int last_packet_type;
 	/* flow */
 	int pkt_state;
+	uint32_t repositions; /* times the trace started over (a buffer that does not go on
+			       * from the one before): what ran up to it is unknown */
 	uint64_t ip, last_ip, psb_ip, ret_addr;
 	struct pt_block **ret_slot;
 	bool have_last_ip, pge, in_psb, overflow;

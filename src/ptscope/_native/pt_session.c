@@ -39,7 +39,8 @@ struct pt_queue {
 	bool sample_ipc;
 	/* the walk since the last branch sample (for instruction detail) */
 	uint64_t last_to, last_tot;
-	bool straight;
+	uint32_t last_repositions; /* the decoder's at the last branch */
+	bool straight;		   /* the walk went on from last_to since the last branch */
 };
 
 enum { P_NEXT_SB, P_QUEUES, P_RUN, P_DONE };
@@ -398,7 +399,7 @@ static int sample(struct pt_session *s, struct pt_queue *q)
 		.ip = st->from_ip,
 		.addr = st->to_ip,
 		.space = q->dec.space,
-		.walk_from = q->straight ? q->last_to : 0,
+		.walk_from = q->straight && q->dec.repositions == q->last_repositions ? q->last_to : 0,
 		.walked = st->tot_insn_cnt - q->last_tot,
 		.ip_len = q->insn_len,
 		.src_blk = st->src_blk && st->src_blk->branch_ip == st->from_ip ? st->src_blk : NULL,
@@ -412,6 +413,7 @@ static int sample(struct pt_session *s, struct pt_queue *q)
 	}
 	q->last_to = st->to_ip;
 	q->last_tot = st->tot_insn_cnt;
+	q->last_repositions = q->dec.repositions;
 	q->straight = true;
 	return pt_feed_branch(f, &smp);
 }

@@ -23,6 +23,7 @@
  *       (pt_symtree.c): intervals and the symbol each finds, as bytes of uint64, uint64,
  *       uint32, and every symbol's end once perf fixed it (uint64).
  *   packets(buffer) -> [(offset, type, size, count, ip, payload), ...]
+ *   psb_tsc(buffer, start, end) -> (tsc, offset) or None
  *   error_message(code) -> str
  *
  * run() lets other threads run while it decodes (the trace's writer), and takes the GIL
@@ -445,6 +446,43 @@ static PyObject *packets(PyObject *Py_UNUSED(m), PyObject *arg)
 	return out;
 }
 
+/* The TSC of the PSB+ at `start` of `buffer` (up to `end`), as perf's overlap search
+ * reads it: (payload, offset of the TSC packet), or None where the PSB+ ends (PSBEND),
+ * a packet is bad or cut, or `end` comes first. */
+static PyObject *psb_tsc(PyObject *Py_UNUSED(m), PyObject *args)
+{
+	Py_buffer view;
+	Py_ssize_t start, end;
+	if (!PyArg_ParseTuple(args, "y*nn", &view, &start, &end))
+		return NULL;
+	if (start < 0 || end > view.len || start > end) {
+		PyBuffer_Release(&view);
+		PyErr_SetString(PyExc_ValueError, "psb_tsc: range outside the buffer");
+		return NULL;
+	}
+	const uint8_t *p = view.buf;
+	size_t pos = (size_t)start, stop = (size_t)end;
+	struct pt_packet_ctx ctx = { 0 };
+	PyObject *res = NULL;
+	while (pos < stop) {
+		struct pt_packet pkt;
+		memset(&pkt, 0, sizeof(pkt));
+		size_t n = pt_packet_next(p + pos, stop - pos, &ctx, &pkt);
+		if (n == PT_NEED_MORE || pkt.type == PT_PKT_BAD || pkt.type == PT_PKT_PSBEND)
+			break;
+		if (pkt.type == PT_PKT_TSC) {
+			res = Py_BuildValue("(Kn)", (unsigned long long)pkt.payload, (Py_ssize_t)pos);
+			break;
+		}
+		pt_packet_update_ctx(&ctx, &pkt);
+		pos += n;
+	}
+	PyBuffer_Release(&view);
+	if (!res && !PyErr_Occurred())
+		Py_RETURN_NONE;
+	return res;
+}
+
 static PyObject *flatten_symbols(PyObject *Py_UNUSED(m), PyObject *args)
 {
 	PyObject *objs[7];
@@ -540,6 +578,7 @@ static PyObject *location_layout(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
 
 static PyMethodDef methods[] = {
 	{ "packets", packets, METH_O, "Every packet of a buffer of Intel PT bytes." },
+	{ "psb_tsc", psb_tsc, METH_VARARGS, "The TSC of a PSB+ (perf's overlap search)." },
 	{ "flatten_symbols", flatten_symbols, METH_VARARGS, "A DSO's symbols as perf finds them." },
 	{ "error_message", error_message, METH_O, "perf's message for an error code." },
 	{ "sideband_layout", sideband_layout, METH_NOARGS, "struct pt_sb: size, fields." },

@@ -35,6 +35,7 @@ from ptscope.decode.native_support import native_support, read_cached
 from ptscope.decode.perf_dsos import Dso, DsoLocator, DsoTable, classify_mapping
 from ptscope.decode.perf_symbols import dso_symbols
 from ptscope.decode.perf_text import TextStats, make_location, parse_error_line
+from ptscope.decode.snapshot_overlap import buffer_uses
 from ptscope.errors import BadInputError
 from ptscope.model import (
     UNKNOWN_SYMBOL,
@@ -174,23 +175,31 @@ def _config(data: pd.PerfData) -> dict[str, int]:
     }
 
 
-def _queues(data: pd.PerfData) -> list[tuple[int, int, list[tuple[int, int, int, bool]]]]:
+def _queues(
+    data: pd.PerfData, trace: mmap.mmap
+) -> list[tuple[int, int, list[tuple[int, int, int, bool]]]]:
     """The AUX queues (by mmap index, as perf numbers them): tid and cpu of each from its
-    first buffer, its buffers one continuous stream (full-trace recordings)."""
+    first buffer, and what of each buffer is decoded: all of it, one continuous stream, in
+    a full-trace recording; in a snapshot recording what a snapshot adds to the one
+    before (:mod:`~ptscope.decode.snapshot_overlap`)."""
     by_idx: dict[int, list[pd.AuxBuffer]] = {}
     for b in data.buffers:
         by_idx.setdefault(b.idx, []).append(b)
+    info = data.intel_pt
+    snapshots = info is not None and bool(info.snapshot_mode)
     out = []
     for idx in sorted(by_idx):
         bufs = by_idx[idx]
         first = bufs[0]
-        out.append(
-            (
-                first.tid,
-                first.cpu,
-                [(b.data_offset, b.size, b.reference, k > 0) for k, b in enumerate(bufs)],
-            )
-        )
+        if snapshots:
+            uses = buffer_uses(trace, [(b.data_offset, b.size) for b in bufs], have_tsc=True)
+            pieces = [
+                (u.offset, u.size, b.reference, u.consecutive)
+                for u, b in zip(uses, bufs, strict=True)
+            ]
+        else:
+            pieces = [(b.data_offset, b.size, b.reference, k > 0) for k, b in enumerate(bufs)]
+        out.append((first.tid, first.cpu, pieces))
     return out
 
 
@@ -372,7 +381,7 @@ class NativeDecoder:
         self._decoder = _ptdecode.Decoder(
             self._trace,
             config,
-            _queues(data),
+            _queues(data, self._trace),
             self.image.files,
             self._sideband.tobytes(),
             self.image.symbols,

@@ -43,8 +43,6 @@ def native_support(data: pd.PerfData) -> str | None:
         return "it traces the kernel"
     if info.per_cpu_mmaps and info.have_sched_switch not in (2, 3):
         return "it is a per-CPU trace without context-switch records"
-    if info.snapshot_mode:
-        return "it is a snapshot recording"
     if any(a.sample_type & (1 << 20) for a in data.attrs):  # PERF_SAMPLE_AUX
         return "it samples the AUX area"
     return None
