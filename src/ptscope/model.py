@@ -22,6 +22,7 @@ import numpy.typing as npt
 
 __all__ = [
     "COUNT_BUDGET",
+    "DAMAGED_DATA",
     "IN_TX_FLAG",
     "NOWHERE",
     "SYNTHETIC_SYSCALL",
@@ -64,6 +65,9 @@ all, about 17 days of one core at 3 GHz, more than perf decodes in weeks. A thre
 totals are int64 in the C engine (and times, below :data:`TIME_LIMIT`, on the
 instructions axis): within this budget they stay in range even summed over hundreds of
 parallel windows. A decoder reads counts past it as damaged data (a decode error)."""
+DAMAGED_DATA: Final = "damaged data"
+"""How the message of a decode error that stands for numbers out of these ranges begins
+(whichever decoder read them)."""
 
 
 class BranchFlags(IntFlag):

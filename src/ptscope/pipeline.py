@@ -516,11 +516,13 @@ def _feed_branches(
     details: list[InstructionDetail] = []
     runs: list[DlfilterRun] = []
     native_runs: list[NativeRun] = []
+    used: dict[str, None] = {}  # the decoders that decoded, in order
     for index, path in enumerate(recording.perf_data_paths()):
         if index:
             engine.end_segment()  # snapshots are separate stretches of time
         tracker.file(index)
         file_decoder = _file_decoder(path, decoder, options)
+        used[file_decoder] = None
         if file_decoder == "native":
             # (the C engine takes columns; the Python engine, event objects)
             if isinstance(engine, FastEngine):
@@ -606,6 +608,9 @@ def _feed_branches(
             after()
             summary.failure = failure
             break
+    if used and list(used) != [decoder]:
+        summary.decoder = " and ".join(used)
+        summary.decoder_reason = "what the own decoder does not take is decoded by perf"
     for stats in text_stats:
         _take_text_stats(summary, stats)
     run_stats: list[tuple[TextStats, dict[str, int] | None]] = [
@@ -642,7 +647,8 @@ def _file_decoder(path: Path, decoder: str, options: DecodeOptions) -> str:
             hint="decode it with perf: --decoder dlfilter",
         )
     fallback = choose_perf_decoder(options.decoder).name
-    log.warning("%s: decoded by perf (%s): the own decoder does not, as %s", path, fallback, why)
+    log.warning("%s: decoding with perf (%s): the own decoder does not take it, as %s",
+                path, fallback, why)  # fmt: skip
     return fallback
 
 

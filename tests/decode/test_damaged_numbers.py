@@ -14,6 +14,7 @@ from ptscope.decode.dlfilter_stream import RecordStreamParser, StreamStats
 from ptscope.decode.perf_text import PerfTextParser
 from ptscope.model import (
     COUNT_BUDGET,
+    DAMAGED_DATA,
     TIME_LIMIT,
     BranchBatch,
     BranchEvent,
@@ -211,7 +212,7 @@ def test_a_dlfilter_record_with_a_number_out_of_range_is_a_decode_error(
     assert len(errors) == 1
     error = events[errors[0]]
     assert isinstance(error, DecodeError)
-    assert "damaged dlfilter record" in error.message
+    assert error.message.startswith(f"{DAMAGED_DATA}: ")
     assert (error.pid, error.tid) == (100, 100)
     # The damaged record is replaced, in place; everything else is as it was.
     i = errors[0]

@@ -2,8 +2,9 @@
 
 Each option of ``ptscope decode`` (``--pid``, ``--tid``, ``--filter``, ``--symfs``,
 ``--jobs``) is applied to a real emulated recording with the own decoder, the dlfilter
-decoder and the text decoder: the traces must be identical, and a filter must keep exactly what it names
-(the thread and process ids come from the recording's metadata, not from a decoder).
+decoder and the text decoder: the traces must be identical, and a filter must keep exactly
+what it names (the thread and process ids come from the recording's metadata, not from a
+decoder).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Instruction detail on emulated recordings of the test corpus, with the real perf: the
 own decoder, the dlfilter (C block cache) and the text decoder (capstone) give identical
-events, counts and code lines; a parallel decode gives each branch the same counts and lines as a single one
-(tests/emulated/test_instruction_detail.py checks them against QEMU's trace)."""
+events, counts and code lines; a parallel decode gives each branch the same counts and
+lines as a single one (tests/emulated/test_instruction_detail.py checks them against
+QEMU's trace)."""
 
 from __future__ import annotations
 

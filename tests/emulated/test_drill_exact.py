@@ -116,9 +116,7 @@ def test_both_decoders_write_the_same_drills(
     # every call has an anchor; the [syscall] gaps and the inferred root do not
     anchored = {s.name for s in native if _ANCHOR_RE.search(str(s.args["drill"]))}
     assert {"leaf37", "forward37", "main"} <= anchored
-    assert not any(
-        _ANCHOR_RE.search(str(s.args["drill"])) for s in native if s.name == "[syscall]"
-    )
+    assert not any(_ANCHOR_RE.search(str(s.args["drill"])) for s in native if s.name == "[syscall]")
 
 
 def test_a_call_cut_short_or_not_there(

@@ -18,7 +18,7 @@ from ptscope.fxt.reader import FxtTrace, read_trace
 from ptscope.pipeline import DecodeOptions, decode_recording
 from ptscope.recording import Recording
 
-__all__ = ["first_trace_difference", "assert_same_trace", "perf_decodes_the_same"]
+__all__ = ["assert_same_trace", "first_trace_difference", "perf_decodes_the_same"]
 
 _PER_THREAD = ("slices", "instants", "counters")
 

@@ -436,6 +436,20 @@ def snapshots(perf_data: Path, out: Path, *, count: int, ring: float) -> Path:
     return _rewrite(perf_data, out, (0, 0), {8: 1}, snapped)  # priv[8]: SNAPSHOT_MODE
 
 
+def with_aux_data(perf_data: Path, out: Path, streams: list[bytes]) -> Path:
+    """Write ``perf_data`` into ``out`` with its first queue's trace replaced by one
+    buffer for each of ``streams`` (and no other queue): for handing perf any bytes."""
+
+    def replaced(records: list[_AuxRecord]) -> list[list[_AuxRecord]]:
+        first = next(k for k, r in enumerate(records) if r.idx == records[0].idx)
+        return [
+            [_AuxRecord(r.body, data) for data in streams] if k == first else []
+            for k, r in enumerate(records)
+        ]
+
+    return _rewrite(perf_data, out, (0, 0), {}, replaced)
+
+
 @dataclass
 class _AuxRecord:
     body: bytes
@@ -447,16 +461,25 @@ class _AuxRecord:
         return int(struct.unpack_from("<I", self.body, 32)[0])
 
 
+def with_attr_flags(perf_data: Path, out: Path, set_bits: int, clear_bits: int) -> Path:
+    """Write ``perf_data`` into ``out`` with bits of its PT event's attribute flags set and
+    cleared (``exclude_kernel`` is bit 5: a recording that says it traced the kernel)."""
+    return _rewrite(
+        perf_data, out, (0, 0), {}, lambda rs: [[r] for r in rs], (set_bits, clear_bits)
+    )
+
+
 def _rewrite(
     perf_data: Path,
     out: Path,
     config_bits: tuple[int, int],
     priv: dict[int, int],
     aux: Callable[[list[_AuxRecord]], list[list[_AuxRecord]]],
+    flag_bits: tuple[int, int] = (0, 0),
 ) -> Path:
-    """Write ``perf_data`` into ``out`` with the PT event's config bits changed, words of
-    AUXTRACE_INFO's private data set, and each AUXTRACE record replaced by those ``aux``
-    makes of it (given them all in file order); the AUXTRACE index is made again."""
+    """Write ``perf_data`` into ``out`` with the PT event's config and flag bits changed,
+    words of AUXTRACE_INFO's private data set, and each AUXTRACE record replaced by those
+    ``aux`` makes of it (given them all in file order); the AUXTRACE index is made again."""
     raw = perf_data.read_bytes()
     f = list(_HEADER.unpack_from(raw, 0))
     attrs_off, attrs_size, attr_size = f[3], f[4], f[2]
@@ -468,6 +491,8 @@ def _rewrite(
         if ptype == 8:  # the Intel PT event (type 8 in these recordings)
             (config,) = struct.unpack_from("<Q", head, pos + 8)
             struct.pack_into("<Q", head, pos + 8, _patched(config, config_bits))
+            (flags,) = struct.unpack_from("<Q", head, pos + 40)
+            struct.pack_into("<Q", head, pos + 40, _patched(flags, flag_bits))
     # the records: (AUXTRACE records are placeholders, their index in `aux_records`)
     items: list[bytes | int] = []
     aux_records: list[_AuxRecord] = []
@@ -513,7 +538,7 @@ def _rewrite(
                 for at in index:
                     blob += struct.pack("<QQ", at, 48)
             elif bit == _FEAT_EVENT_DESC:
-                _patch_event_desc(blob, config_bits)
+                _patch_event_desc(blob, config_bits, flag_bits)
             features.append(bytes(blob))
     new_data_size = len(records)
     f[6] = new_data_size
@@ -552,7 +577,7 @@ def _patched(config: int, bits: tuple[int, int]) -> int:
     return (config & ~clear) | set_bits
 
 
-def _patch_event_desc(blob: bytearray, bits: tuple[int, int]) -> None:
+def _patch_event_desc(blob: bytearray, bits: tuple[int, int], flags: tuple[int, int]) -> None:
     count, attr_size = struct.unpack_from("<II", blob, 0)
     pos = 8
     for _ in range(count):
@@ -560,6 +585,8 @@ def _patch_event_desc(blob: bytearray, bits: tuple[int, int]) -> None:
         if ptype == 8:
             (config,) = struct.unpack_from("<Q", blob, pos + 8)
             struct.pack_into("<Q", blob, pos + 8, _patched(config, bits))
+            (value,) = struct.unpack_from("<Q", blob, pos + 40)
+            struct.pack_into("<Q", blob, pos + 40, _patched(value, flags))
         pos += attr_size
         (nr_ids,) = struct.unpack_from("<I", blob, pos)
         pos += 4

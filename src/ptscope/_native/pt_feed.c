@@ -92,6 +92,12 @@ int pt_feed_init(struct pt_feed *f, struct pt_image *image, bool keep_all, bool 
 	return VEC_PUSH(f->line_offsets, int32_t, 0);
 }
 
+void pt_feed_limits(struct pt_feed *f, uint64_t time_limit, uint64_t count_budget)
+{
+	f->time_limit = time_limit;
+	f->count_max = f->count_budget = count_budget;
+}
+
 void pt_feed_free(struct pt_feed *f)
 {
 	struct pt_vec *vs[] = { &f->pid, &f->tid, &f->time, &f->flags, &f->src, &f->dst, &f->insn,
@@ -420,6 +426,12 @@ static int account_block(struct pt_feed *f, struct pt_feed_thread *th, const str
 
 /* ------------------------------------------------------------------ output */
 
+static int push_event(struct pt_feed *f, struct pt_event ev)
+{
+	ev.row = (uint32_t)f->pid.n;
+	return VEC_PUSH(f->events, struct pt_event, ev);
+}
+
 /* Room for one more row in every column (they grow together). */
 static int reserve_row(struct pt_feed *f)
 {
@@ -449,6 +461,20 @@ static int emit_row(struct pt_feed *f, struct pt_feed_thread *th, const struct p
 	}
 	th->gap_time = 0;
 	th->last_kept = r->time;
+	if (r->time >= f->time_limit || gap_delta > r->time || insn > f->count_max ||
+	    cyc > f->count_max || insn + cyc > f->count_budget) {
+		/* numbers the engine cannot take (damaged data): an error in the row's place */
+		f->kept++;
+		th->lines.n = 0;
+		int code = r->time >= f->time_limit ? PT_DAMAGED_TIME
+			   : gap_delta > r->time    ? PT_DAMAGED_GAP
+						    : PT_DAMAGED_COUNTS;
+		uint64_t value = code == PT_DAMAGED_GAP ? gap_delta : insn;
+		return push_event(f, (struct pt_event){ PT_EV_DAMAGED, 0, r->pid, r->tid, 0, code,
+							code == PT_DAMAGED_TIME ? 0 : r->time,
+							cyc, code == PT_DAMAGED_TIME ? r->time : value });
+	}
+	f->count_budget -= insn + cyc;
 	size_t n = f->pid.n;
 	((int32_t *)f->pid.p)[n] = r->pid;
 	((int32_t *)f->tid.p)[n] = r->tid;
@@ -549,12 +575,6 @@ int pt_feed_branch(struct pt_feed *f, const struct pt_sample *s)
 	return emit_row(f, th, &r);
 }
 
-static int push_event(struct pt_feed *f, struct pt_event ev)
-{
-	ev.row = (uint32_t)f->pid.n;
-	return VEC_PUSH(f->events, struct pt_event, ev);
-}
-
 int pt_feed_power(struct pt_feed *f, int32_t pid, int32_t tid, int32_t cpu, uint64_t time,
 		  uint32_t cbr, uint32_t khz)
 {
@@ -565,6 +585,9 @@ int pt_feed_power(struct pt_feed *f, int32_t pid, int32_t tid, int32_t cpu, uint
 		return 0;
 	}
 	f->power++;
+	if (time >= f->time_limit)
+		return push_event(f, (struct pt_event){ PT_EV_DAMAGED, 0, pid, tid, cpu,
+							PT_DAMAGED_POWER_TIME, 0, 0, time });
 	uint64_t mhz = ((uint64_t)khz + 500) / 1000;
 	return push_event(f, (struct pt_event){ PT_EV_POWER, 0, pid, tid, cpu, 0, time, 0,
 						(uint64_t)(cbr & 0xff) | mhz << 32 });

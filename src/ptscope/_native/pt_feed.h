@@ -38,15 +38,19 @@ struct pt_sample {
 };
 
 /* The events between rows. */
-enum { PT_EV_ERROR, PT_EV_POWER, PT_EV_COMM };
+enum { PT_EV_ERROR, PT_EV_POWER, PT_EV_COMM, PT_EV_DAMAGED };
+/* PT_EV_DAMAGED (numbers past what the engine takes, in place of a row or a power
+ * event, as dlfilter_stream.py checks the dlfilter's records): its code says which. */
+enum { PT_DAMAGED_TIME, PT_DAMAGED_GAP, PT_DAMAGED_COUNTS, PT_DAMAGED_POWER_TIME };
 struct pt_event {
 	uint32_t kind;
 	uint32_t row; /* it comes before this row */
 	int32_t pid, tid, cpu;
 	int32_t code;	 /* error: its code; comm: 1 if exec */
 	uint64_t time;	 /* error: 0 if none; comm: 0 if none */
-	uint64_t ip;	 /* error */
-	uint64_t value;	 /* power: cbr | freq in kHz << 32; comm: the name's string id */
+	uint64_t ip;	 /* error; damaged: the cycle count */
+	uint64_t value;	 /* power: cbr | freq in kHz << 32; comm: the name's string id;
+			  * damaged: the time, gap or instruction count */
 };
 
 /* A location met for the first time: C location id `id` is (ip, symbol, offset, dso). */
@@ -91,6 +95,9 @@ struct pt_feed {
 	size_t loc_cap, loc_count;
 	uint32_t next_loc;
 	int failed;
+	/* the engine's limits (model.TIME_LIMIT, model.COUNT_BUDGET) and what is left of
+	 * the budget (the sum of all counts) */
+	uint64_t time_limit, count_max, count_budget;
 	/* counters (the dlfilter's trailer) */
 	uint64_t samples, kept, dropped, power, other, blocks_unknown;
 };
@@ -98,6 +105,7 @@ struct pt_feed {
 int pt_feed_init(struct pt_feed *f, struct pt_image *image, bool keep_all, bool to_end,
 		 bool insns);
 void pt_feed_free(struct pt_feed *f);
+void pt_feed_limits(struct pt_feed *f, uint64_t time_limit, uint64_t count_budget);
 int pt_feed_select(struct pt_feed *f, const int32_t *pids, size_t npids, const int32_t *tids,
 		   size_t ntids);
 

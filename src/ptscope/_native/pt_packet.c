@@ -40,10 +40,10 @@ static size_t extended(const uint8_t *buf, size_t len, struct pt_packet_ctx *ctx
 		return got(pkt, PT_PKT_PSBEND, 2, 0);
 	case 0xf3:
 		return got(pkt, PT_PKT_OVF, 2, 0);
-	case 0x03: /* CBR: 02 03 ratio 00 */
+	case 0x03: /* CBR: 02 03 ratio, then a byte perf keeps in the payload too */
 		if (len < 4)
 			return PT_NEED_MORE;
-		return got(pkt, PT_PKT_CBR, 4, buf[2]);
+		return got(pkt, PT_PKT_CBR, 4, pt_le_bytes(buf + 2, 2));
 	case 0xa3: { /* long TNT: 47 bits and a stop bit in 6 bytes */
 		if (len < 8)
 			return PT_NEED_MORE;
@@ -109,13 +109,12 @@ static size_t extended(const uint8_t *buf, size_t len, struct pt_packet_ctx *ctx
 		got(pkt, PT_PKT_BEP, 2, 0);
 		pkt->ip = b >> 7;
 		return 2;
-	case 0x13:
-	case 0x93: /* CFE: type (bits 4:0 of byte 2), vector (byte 3), IP bit */
+	case 0x13: /* CFE: IP bit 7 and type bits 4:0 of byte 2, vector (byte 3) */
 		if (len < 4)
 			return PT_NEED_MORE;
 		got(pkt, PT_PKT_CFE, 4, buf[3]);
 		pkt->count = buf[2] & 0x1f;
-		pkt->ip = b >> 7;
+		pkt->ip = buf[2] >> 7;
 		return 4;
 	case 0x53: /* EVD: type (bits 5:0 of byte 2), 8 bytes of payload */
 		if (len < 11)

@@ -34,7 +34,7 @@ enum pt_packet_type {
 	PT_PKT_MTC,	/* payload: the 8-bit CTC */
 	PT_PKT_TMA,	/* payload: CTC[15:0]; count: the fast counter (9 bits) */
 	PT_PKT_CYC,	/* payload: the cycle count */
-	PT_PKT_CBR,	/* payload: the core:bus ratio */
+	PT_PKT_CBR,	/* payload: the core:bus ratio and the byte after it (as perf reads it) */
 	PT_PKT_VMCS,	/* payload: the VMCS base address */
 	PT_PKT_OVF,
 	PT_PKT_MNT,	/* payload: 8 bytes */

@@ -50,10 +50,18 @@ class DecodeCommand:
         )
         add_serve_option(parser)
         add_decode_options(parser)
+        parser.add_argument(
+            "--verify",
+            action="store_true",
+            help="decode with the own decoder and with perf's, and say where they first "
+            "differ (exit 1) or that they are identical; writes no trace",
+        )
 
     def run(self, args: argparse.Namespace) -> int:
         from ptscope.decode.perf_launch import early_launches
 
+        if args.verify:
+            return verify_decoders(args)
         check_trace_output(args.output)
         with early_launches():
             start_perf_early(args)
@@ -86,6 +94,45 @@ class DecodeCommand:
                     args.recording, args.output, options, progress
                 )
         print_summary(summary, sys.stdout, served=args.serve)
+
+
+def verify_decoders(args: argparse.Namespace) -> int:
+    """``ptscope decode --verify``: 0 when both decoders give the same events, else 1
+    (the first difference is printed)."""
+    from ptscope.decode.verify import describe, differing_fields, verify
+    from ptscope.recording import Recording, is_archive
+
+    if args.perf_script is not None or args.recording is None:
+        raise UsageError("--verify compares the decoders of a recording: give one")
+    path = check_input(Path(args.recording))
+    if is_archive(path):
+        raise UsageError("--verify takes a recording or a perf.data, not an archive")
+    with signals_deferred():
+        recording = Recording.find(path)
+    verdicts = verify(
+        recording.perf_data_paths(),
+        pids=parse_id_list(args.pid, "--pid") if args.pid else (),
+        tids=parse_id_list(args.tid, "--tid") if args.tid else (),
+        symfs=args.symfs,
+        insns=args.insn_detail,
+    )
+    for v in verdicts:
+        if v.difference is None:
+            print(
+                f"identical: {v.perf_data}: {v.events:,} events ({v.branches:,} branches, "
+                f"{v.errors:,} decode errors) from both decoders"
+            )
+            continue
+        d = v.difference
+        print(f"different: {v.perf_data}: the decoders part at event {d.index + 1:,}")
+        for event in d.before:
+            print(f"  both: {describe(event)}")
+        print(f"  perf: {describe(d.perf)}")
+        print(f"  own:  {describe(d.own)}")
+        for line in differing_fields(d.perf, d.own):
+            print(f"        {line}")
+        return 1
+    return 0
 
 
 def start_perf_early(args: argparse.Namespace) -> None:

@@ -10,7 +10,7 @@
  *       records (sideband_layout() gives its fields); symbols: called with a file's index
  *       the first time an address in it is resolved, returns None or the columns (start,
  *       end, sym_start, sym_end: uint64; name, fn: uint32) as buffers; options: dict
- *       (insns, keep_all, to_end, pids, tids).
+ *       (insns, keep_all, to_end, pids, tids, time_limit, count_budget).
  *   Decoder.run(max_rows) -> bool (True: the trace has ended)
  *   Decoder.take() -> (columns, events, locations): the rows since the last take, as
  *       bytes (columns in BranchBatch order: pid, tid, time, flags, src, dst, insn, cyc,
@@ -193,10 +193,15 @@ static int Decoder_init(Decoder *self, PyObject *args, PyObject *kwds)
 	self->image.unknown_fn = (uint32_t)unknown_fn;
 	self->image.load_symbols = load_symbols;
 	self->image.load_ctx = self;
+	uint64_t time_limit = 0, count_budget = 0;
+	if (get_u64(options, "time_limit", &time_limit, true) < 0 ||
+	    get_u64(options, "count_budget", &count_budget, true) < 0)
+		return -1;
 	if (pt_feed_init(&self->feed, &self->image, keep_all, to_end, insns) < 0) {
 		PyErr_NoMemory();
 		return -1;
 	}
+	pt_feed_limits(&self->feed, time_limit, count_budget);
 	pt_session_init(&self->session, &cfg, &self->image, &self->feed);
 	self->ready = true; /* (from here on, dealloc frees the C state) */
 

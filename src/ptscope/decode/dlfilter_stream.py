@@ -60,6 +60,7 @@ from ptscope.decode.record_ring import RingReader
 from ptscope.errors import BadInputError
 from ptscope.model import (
     COUNT_BUDGET,
+    DAMAGED_DATA,
     NOWHERE,
     TIME_LIMIT,
     BranchBatch,
@@ -733,7 +734,7 @@ class RecordStreamParser:
         """The decode error that stands for a damaged record (``what`` is out of range)."""
         self.stats.damaged += 1
         self.stats.decode_errors += 1
-        return DecodeError(pid, tid, time or None, None, f"damaged dlfilter record: {what}")
+        return DecodeError(pid, tid, time or None, None, f"{DAMAGED_DATA}: {what}")
 
     def _window(self, rows: _Rows) -> _Rows | None:
         """``rows`` without those outside the time window (None: no row is left)."""

@@ -38,9 +38,13 @@ from ptscope.decode.perf_text import TextStats, make_location, parse_error_line
 from ptscope.decode.snapshot_overlap import buffer_uses
 from ptscope.errors import BadInputError
 from ptscope.model import (
+    COUNT_BUDGET,
+    DAMAGED_DATA,
+    TIME_LIMIT,
     UNKNOWN_SYMBOL,
     BranchBatch,
     CommEvent,
+    DecodeError,
     Event,
     LocationTable,
     PowerEvent,
@@ -74,7 +78,8 @@ _SB_SWITCH_CPU_WIDE, _SB_LOST = 7, 8
 _SB_COMM_EXEC, _SB_SWITCH_OUT, _SB_FORK_EXEC = 1, 2, 4
 _NO_FILE: Final = 0xFFFFFFFF
 _MISC_FORK_EXEC: Final = 1 << 13
-_EV_ERROR, _EV_POWER, _EV_COMM = 0, 1, 2
+_EV_ERROR, _EV_POWER, _EV_COMM, _EV_DAMAGED = 0, 1, 2, 3
+_DAMAGED_TIME, _DAMAGED_GAP, _DAMAGED_COUNTS = 0, 1, 2  # (3: a power event's time)
 _CFG_PASS_THRU: Final = 1 << 0
 _CFG_BRANCH_EN: Final = 1 << 13
 
@@ -391,6 +396,8 @@ class NativeDecoder:
                 "to_end": int(to_end),
                 "pids": list(pids),
                 "tids": list(tids),
+                "time_limit": TIME_LIMIT,
+                "count_budget": COUNT_BUDGET,
             },
         )
         self.insns = insns
@@ -498,9 +505,23 @@ class NativeDecoder:
                 pid, tid, time or None, self.strings.values[int(ev["value"])], bool(ev["code"])
             )
         self.stats.text.decode_errors += 1
+        if kind == _EV_DAMAGED:
+            return DecodeError(pid, tid, time or None, None, f"{DAMAGED_DATA}: {_damage(ev)}")
         err = parse_error_line(_error_line(ev, time))
         assert err is not None
         return err
+
+
+def _damage(ev: Any) -> str:
+    """What of a record was out of range (the words the dlfilter stream's check uses)."""
+    code, value = int(ev["code"]), int(ev["value"])
+    if code == _DAMAGED_TIME:
+        return f"branch record's time {value}"
+    if code == _DAMAGED_GAP:
+        return f"branch record's gap_delta {value} (before time 0)"
+    if code == _DAMAGED_COUNTS:
+        return f"branch record's counts {value}/{int(ev['ip'])}"
+    return f"power record's time {value}"
 
 
 class NativeUnsupported(Exception):
