@@ -10,6 +10,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "pt_image.h"
 #include "pt_insn.h"
@@ -228,9 +229,29 @@ static void reposition(struct pt_dec *d)
 	d->have_tma = false;
 }
 
+/* With release_input, the whole pages of trace between kept_from and `upto` go back to
+ * the kernel: the decoder never reads behind itself, and the pages of a file mapping are
+ * read again from the page cache if another queue's buffer shares one. A decode's
+ * memory then stays flat however large the recording (its pages would otherwise count
+ * in the process's RSS as they are read). */
+#define RELEASE_STEP ((size_t)8 << 20)
+#define PAGE_BYTES ((uintptr_t)4096) /* x86-64's (a larger page: madvise refuses, no harm) */
+
+static void release_behind(struct pt_dec *d, const uint8_t *upto)
+{
+	uintptr_t mask = PAGE_BYTES - 1;
+	uintptr_t lo = ((uintptr_t)d->kept_from + mask) & ~mask;
+	uintptr_t hi = (uintptr_t)upto & ~mask;
+	if (d->kept_from && hi > lo)
+		madvise((void *)lo, hi - lo, MADV_DONTNEED);
+	d->kept_from = upto;
+}
+
 /* The next buffer: R_OK, R_RESTART for one that does not continue the last, R_NODATA. */
 static int next_data(struct pt_dec *d)
 {
+	if (d->cfg.release_input && d->buf)
+		release_behind(d, d->buf);
 	d->pkt_step = 0;
 	while (d->next_buf < d->nbufs && !d->bufs[d->next_buf].size)
 		d->next_buf++;
@@ -242,6 +263,7 @@ static int next_data(struct pt_dec *d)
 	const struct pt_buffer *b = &d->bufs[d->next_buf++];
 	d->buf = b->data;
 	d->len = b->size;
+	d->kept_from = b->data;
 	d->buf_timestamp = b->ref_timestamp;
 	if (!b->consecutive) {
 		reposition(d);
@@ -263,6 +285,8 @@ static int next_packet(struct pt_dec *d)
 			int r = next_data(d);
 			if (r)
 				return r;
+		} else if (d->cfg.release_input && (size_t)(d->buf - d->kept_from) >= RELEASE_STEP) {
+			release_behind(d, d->buf);
 		}
 		size_t n = pt_packet_next(d->buf, d->len, &d->ctx, &d->pkt);
 		if (n == PT_NEED_MORE || d->pkt.type == PT_PKT_BAD) {

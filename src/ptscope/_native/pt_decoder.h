@@ -99,6 +99,8 @@ struct pt_dec_config {
 	uint32_t max_non_turbo_ratio;
 	int max_loops;
 	bool fup_with_nlip; /* Goldmont: a FUP may hold the next instruction's address */
+	bool release_input; /* the buffers lie in a mapping of the file: the pages behind
+			     * the decoder are handed back (see release_behind()) */
 };
 
 struct pt_image;
@@ -117,6 +119,7 @@ struct pt_dec {
 	const struct pt_buffer *bufs;
 	size_t nbufs, next_buf;
 	const uint8_t *buf; /* the current packet */
+	const uint8_t *kept_from; /* release_input: the trace before it was handed back */
 	size_t len;	    /* bytes left from it in the buffer */
 	size_t pkt_step;
 	uint64_t pos;

@@ -180,6 +180,7 @@ static int Decoder_init(Decoder *self, PyObject *args, PyObject *kwds)
 	U64("tsc_ctc_ratio_d", cfg.dec.tsc_ctc_ratio_d, false);
 	U64("max_loops", cfg.dec.max_loops, false);
 	U64("fup_with_nlip", cfg.dec.fup_with_nlip, false);
+	U64("release_input", cfg.dec.release_input, false);
 	cfg.dec.max_non_turbo_ratio = cfg.max_non_turbo_ratio;
 	uint64_t unknown_fn = 0, insns = 0, keep_all = 0, to_end = 0;
 	if (get_u64(config, "unknown_fn", &unknown_fn, true) < 0 ||

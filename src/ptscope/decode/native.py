@@ -381,6 +381,7 @@ class NativeDecoder:
         )
         config = _config(data)
         config["unknown_fn"] = self.image.fn_id(function_key(UNKNOWN_SYMBOL, ""))
+        config["release_input"] = 1  # (the trace is a mapping of the file: see pt_decoder.c)
         self._file = open(data.path if not data.path.is_dir() else data.path / "data", "rb")  # noqa: SIM115
         self._trace = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
         self._decoder = _ptdecode.Decoder(
