@@ -173,7 +173,10 @@ def optional_extension(
     link-time optimisation, for a library cut into files whose calls across files are on
     the hot path (the engine)."""
     if not os.environ.get(skip):
-        flags = ["-flto"] if lto else []
+        # Only the module's PyInit is exported (PyMODINIT_FUNC): the calls between its
+        # files bind locally (no PLT), and with LTO they inline.
+        flags = ["-fvisibility=hidden", "-fno-semantic-interposition"]
+        flags += ["-flto"] if lto else []
         ext_modules.append(
             Extension(
                 name,

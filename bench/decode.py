@@ -40,8 +40,20 @@ machine):
   (perf2perfetto's ``--itrace=i0ns``): perf i0ns floor (every instruction synthesized and
   handed to the null dlfilter) and perf i0ns text (printed, ``-F ...,insn``, thrown away).
 
-``--peers`` measures against perf2perfetto (its public source built offline with Debian's
-Rust crates, ../shared/docs/peers.md; skipped with a line saying why where it cannot be):
+``--native`` measures the own decoder (``ptscope.decode.native``: perf.data to the engine's
+batches in C, no perf) against the floor and the perf path in one interleaved run: the own
+decoder alone (batches out, with and without instruction detail), into the C engine, the
+whole pipeline with it and with perf's dlfilter, and the ``ptscope decode`` command with
+its defaults (the own decoder, every slice's ``drill`` arg) and with ``--decoder
+dlfilter``; CPU and wall as multiples of the floor, peak RSS, the trace's size. With
+``--peer-dlfilter SO`` (an already built perf2perfetto) the peer's row too.
+
+``--workload sort`` records ``sort -n`` of ``--lines`` numbers (a real program: glibc's
+sort, its allocator and locale code) instead of the call-heavy program.
+
+``--peers`` measures against perf2perfetto (given already built with ``--peer-dlfilter
+SO``, ../shared/docs/peers.md; this script builds and fetches nothing of another project,
+and says in one line that the row is skipped without it):
 the floor, perf2perfetto (time axis), ptscope ``--no-insn-detail -j1``, ``-j1``, ``-j1``
 with the records through a pipe (``PTSCOPE_NO_RING=1``, the transport before ring mode),
 ``--jobs 2`` and with no ``--jobs`` (its default), in interleaved rounds; those run the
@@ -192,6 +204,34 @@ def emulated_recording(branches: int) -> Path:
 def call_heavy_recording(rounds: int) -> Path:
     """An emulated-PT recording of the call-heavy program running ``rounds`` rounds."""
     return _recording(CALL_HEAVY, "call_heavy", rounds)
+
+
+def sort_recording(lines: int) -> Path:
+    """An emulated-PT recording of ``sort -n`` sorting ``lines`` numbers (the system's
+    sort: dynamically linked, glibc's qsort, allocator and locale code)."""
+    import random
+    import shutil
+
+    sort = shutil.which("sort") or "/usr/bin/sort"
+    directory = CACHE / f"sort-{lines}-{_hash(sort, str(lines))}"
+    perf_data = directory / "perf.data"
+    if perf_data.exists():
+        return perf_data
+    from ptscope.record import emulated  # type: ignore[attr-defined]
+
+    CACHE.mkdir(parents=True, exist_ok=True)
+    numbers = CACHE / f"numbers-{lines}.txt"
+    rng = random.Random(lines)
+    numbers.write_text("".join(f"{rng.randrange(10**9)}\n" for _ in range(lines)))
+    tmp = directory.with_name(directory.name + ".tmp")
+    subprocess.run(["rm", "-rf", str(tmp)], check=True)
+    print(f"recording sort -n of {lines:,} lines under emulated PT (once; cached in {directory})")
+    t0 = time.perf_counter()
+    options = emulated.EmulationOptions(deterministic=True)
+    result = emulated.record([sort, "-n", "-o", "/dev/null", str(numbers)], tmp, options=options)
+    print(f"  recorded {result.instructions:,} instructions in {time.perf_counter() - t0:.1f} s")
+    tmp.rename(directory)
+    return perf_data
 
 
 def _recording(program: str, name: str, iterations: int) -> Path:
@@ -451,6 +491,31 @@ def _without_ring(measure: Callable[[], dict[str, float]]) -> dict[str, float]:
     return measure()
 
 
+def _native(perf_data: Path, insns: bool) -> dict[str, float]:
+    """The own decoder alone: perf.data to the engine's batches (no perf)."""
+    from ptscope.decode.native import NativeRun, decode_native_columnar
+    from ptscope.model import BranchBatch
+
+    n = 0
+    runs: list[NativeRun] = []
+    for items in decode_native_columnar(perf_data, insns=insns, run_info=runs):
+        n += sum(len(x) if type(x) is BranchBatch else 1 for x in items)
+    counters = runs[0].stats.trailer or {}
+    return {"events": n, "samples": counters.get("samples", 0)}
+
+
+def _native_c_engine(perf_data: Path, insns: bool) -> dict[str, float]:
+    """The own decoder's batches through the C engine (no trace written)."""
+    from ptscope.decode.native import decode_native_columnar
+    from ptscope.reconstruct.fast_engine import FastEngine
+
+    engine = FastEngine()
+    for items in decode_native_columnar(perf_data, insns=insns):
+        engine.feed_all(items)
+    timeline = engine.finish()
+    return {"events": engine.stats.events, "slices": timeline.slice_count()}
+
+
 def _child_pipeline_dlfilter(perf_data: Path, _jobs: int) -> dict[str, float]:
     return _pipeline(perf_data, "dlfilter", 1)
 
@@ -465,65 +530,20 @@ def _child_pipeline_text(perf_data: Path, _jobs: int) -> dict[str, float]:
 
 # ------------------------------------------------------------------ peers
 
-P2P_REPO = "https://github.com/michoecho/perf2perfetto"
-P2P_CRATES = Path("/usr/share/cargo/registry")
-P2P_PINS = {  # the versions Debian packages (../shared/docs/peers.md)
-    "strum": '"0.19"',
-    "strum_macros": '"0.19"',
-    "numtoa": '"0.2"',
-    "bindgen": '{ version = "0.60", default-features = false, features = [] }',
-}
+PEER_ENV = "PTSCOPE_BENCH_PEER_DLFILTER"
+"""The peer dlfilter the children use (main sets it from ``--peer-dlfilter``)."""
 
 
-def build_perf2perfetto() -> Path | str:
-    """perf2perfetto's dlfilter, built offline from its public source with Debian's Rust
-    crates; or why it cannot be built here (one line). The source: $PERF2PERFETTO_SRC, a
-    copy in bench/cache, or a clone of its repository where the network allows."""
-    import re
-    import shutil
-
-    out = CACHE / "perf2perfetto" / "libperf2perfetto.so"
-    if out.exists():
-        return out
-    cargo = shutil.which("cargo") or str(Path.home() / ".cargo" / "bin" / "cargo")
-    if not Path(cargo).exists():
-        return "no cargo (apt-get install cargo)"
-    if not P2P_CRATES.is_dir():
-        return (
-            "Debian's Rust crates are missing (apt-get install librust-libc-dev "
-            "librust-num-traits-dev librust-lru-dev librust-strum-dev librust-strum-macros-dev "
-            "librust-numtoa-dev librust-bindgen-dev libclang-dev)"
-        )
-    src = CACHE / "perf2perfetto-src"
-    if not (src / "Cargo.toml").exists():
-        given = os.environ.get("PERF2PERFETTO_SRC")
-        if given:
-            shutil.copytree(given, src, ignore=shutil.ignore_patterns("target", ".git"))
-        else:
-            got = subprocess.run(
-                ["git", "clone", "-q", "--depth", "1", P2P_REPO, str(src)], capture_output=True
-            )
-            if got.returncode != 0:
-                return f"cannot fetch its source ({P2P_REPO}; set PERF2PERFETTO_SRC)"
-    manifest = (src / "Cargo.toml").read_text()
-    for crate, version in P2P_PINS.items():
-        manifest = re.sub(rf"(?m)^{crate} = .*$", f"{crate} = {version}", manifest)
-    (src / "Cargo.toml").write_text(manifest)
-    (src / "Cargo.lock").unlink(missing_ok=True)
-    (src / ".cargo").mkdir(exist_ok=True)
-    (src / ".cargo" / "config.toml").write_text(
-        '[source.crates-io]\nreplace-with = "debian"\n'
-        f'[source.debian]\ndirectory = "{P2P_CRATES}"\n'
-    )
-    print("building perf2perfetto (once; cached in bench/cache)", flush=True)
-    built = subprocess.run(
-        [cargo, "build", "--release", "--offline", "-q"], cwd=src, capture_output=True, text=True
-    )
-    if built.returncode != 0:
-        return f"cargo build failed: {(built.stderr.strip().splitlines() or ['?'])[-1]}"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy(src / "target" / "release" / "libperf2perfetto.so", out)
-    return out
+def peer_dlfilter() -> Path | str:
+    """perf2perfetto's dlfilter, already built, given by ``--peer-dlfilter SO``; or why its
+    rows are skipped (one line). This script builds and fetches nothing of another
+    project (../shared/docs/peers.md says how to build it)."""
+    given = os.environ.get(PEER_ENV)
+    if not given:
+        return "no peer dlfilter given (--peer-dlfilter SO: an already built perf2perfetto)"
+    if not Path(given).is_file():
+        return f"{given}: no such file"
+    return Path(given)
 
 
 def _child_perf2perfetto(perf_data: Path, _jobs: int) -> dict[str, float]:
@@ -532,7 +552,7 @@ def _child_perf2perfetto(perf_data: Path, _jobs: int) -> dict[str, float]:
 
     from ptscope.perftool import find_perf, perf_env
 
-    library = build_perf2perfetto()
+    library = peer_dlfilter()
     if isinstance(library, str):
         raise SystemExit(library)
     with tempfile.TemporaryDirectory() as tmp:
@@ -548,9 +568,10 @@ def _perf2perfetto_argv(perf: str, perf_data: Path, library: Path, out: Path) ->
     return [*argv, "--dlfilter", str(library), "--dlarg", str(out), "--dlarg", "t"]
 
 
-def _cli_decode(perf_data: Path, _jobs: int) -> dict[str, float]:
-    """The command a user runs, ``ptscope decode -j1``, in a process of its own: Python's
-    start-up, the CLI's process settings and every slice's ``drill`` arg included."""
+def _cli_decode(perf_data: Path, _jobs: int, *options: str) -> dict[str, float]:
+    """The command a user runs, ``ptscope decode -j1`` (with ``options``), in a process of
+    its own: Python's start-up, the CLI's process settings and every slice's ``drill`` arg
+    included."""
     import re
     import tempfile
 
@@ -558,7 +579,7 @@ def _cli_decode(perf_data: Path, _jobs: int) -> dict[str, float]:
         out = Path(tmp) / "trace.fxt.gz"
         argv = [sys.executable, "-c", _CLI_WITH_RSS, "decode", str(perf_data.parent)]
         done = subprocess.run(
-            [*argv, "-o", str(out), "-j1"], capture_output=True, text=True, check=True
+            [*argv, "-o", str(out), "-j1", *options], capture_output=True, text=True, check=True
         )
         found = re.search(r"([\d,]+) slices", done.stdout + done.stderr)
         slices = int(found.group(1).replace(",", "")) if found else 0
@@ -595,6 +616,17 @@ PEERS_SET = [
     "ptscope --jobs 2",
     "ptscope default",
     "ptscope decode -j1 (CLI)",
+]
+# --native: the own decoder against the floor and perf's path
+NATIVE_SET = [
+    "floor",
+    "perf2perfetto",
+    "own decoder",
+    "own decoder plain",
+    "ptscope native",
+    "ptscope dlfilter",
+    "ptscope decode (CLI)",
+    "ptscope decode --decoder dlfilter (CLI)",
 ]
 
 
@@ -642,7 +674,15 @@ CHILDREN: dict[str, Callable[[Path, int], dict[str, float]]] = {
     ),
     "engine+writer alone": lambda p, _j: _consumer(p, False),
     "engine+writer alone, writer thread": lambda p, _j: _consumer(p, True),
-    "ptscope decode -j1 (CLI)": _cli_decode,
+    "ptscope decode -j1 (CLI)": lambda p, j: _cli_decode(p, j, "--decoder", "dlfilter"),
+    "own decoder": lambda p, _j: _native(p, True),
+    "own decoder plain": lambda p, _j: _native(p, False),
+    "own decoder+C engine": lambda p, _j: _native_c_engine(p, True),
+    "ptscope native": lambda p, _j: _pipeline(p, "native", 1),
+    "ptscope decode (CLI)": _cli_decode,
+    "ptscope decode --decoder dlfilter (CLI)": lambda p, j: _cli_decode(
+        p, j, "--decoder", "dlfilter"
+    ),
     "perf i0ns text": _child_perf_i0ns_text,
 }
 INSNS_SET = [
@@ -684,6 +724,7 @@ NOT_BY_DEFAULT = {
     "perf i0ns text",
     "text insns",
     *PEERS_SET[1:],
+    *NATIVE_SET[1:],
     *WRITER_SET[1:],
     *READ_AHEAD_SET[1:],
 }
@@ -718,6 +759,7 @@ def _cpu_seconds() -> float:
 def child_main(name: str, perf_data: Path, jobs: int) -> None:
     # Imports are not part of any measurement.
     import ptscope.decode.dlfilter_stream
+    import ptscope.decode.native
     import ptscope.decode.parallel
     import ptscope.decode.perf_script
     import ptscope.reconstruct.engine
@@ -778,6 +820,38 @@ def peers_report(results: dict[str, dict[str, float]]) -> None:
             print(f"ptscope decode (CLI, drill strings) / perf2perfetto: CPU {cpu:.2f}x")
 
 
+def native_report(results: dict[str, dict[str, float]]) -> None:
+    """The own decoder's figures against the issue's targets."""
+    floor = results.get("floor")
+    if not floor:
+        return
+    for name, target in (
+        ("ptscope decode (CLI)", "target: CPU <= 0.2x the floor, goal 0.1x"),
+        ("ptscope native", "the pipeline alone, after its imports"),
+        ("own decoder", "the decoder alone"),
+    ):
+        r = results.get(name)
+        if r is not None:
+            print(
+                f"{name}: CPU {_times(r, floor, 'floor', 'cpu'):.2f}x the floor, wall"
+                f" {_times(r, floor, 'floor', 'inner_wall'):.2f}x ({target})"
+            )
+    cli, perf_cli = (
+        results.get("ptscope decode (CLI)"),
+        results.get("ptscope decode --decoder dlfilter (CLI)"),
+    )
+    if cli and perf_cli:
+        print(
+            f"ptscope decode, own decoder / perf's: CPU {cli['cpu'] / perf_cli['cpu']:.2f}x,"
+            f" wall {cli['inner_wall'] / perf_cli['inner_wall']:.2f}x; peak RSS"
+            f" {cli['rss_python_mb']:.0f} MB (target <= 100 MB)"
+        )
+    own = results.get("own decoder")
+    if own and own.get("samples"):
+        rate = own["samples"] / own["inner_wall"] / 1e6
+        print(f"own decoder: {int(own['samples']):,} perf samples, {rate:.1f} M samples/s")
+
+
 INSTRUCTION_RUNS: list[tuple[str, list[str]]] = [
     ("floor", []),
     ("perf2perfetto", []),
@@ -825,7 +899,7 @@ def instructions_main(perf_data: Path) -> None:
         print("--instructions: skipped: valgrind is missing (make bench-system-deps)")
         return
     perf = find_perf().path
-    library = build_perf2perfetto()
+    library = peer_dlfilter()
     rows: dict[str, dict[str, int]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name, options in INSTRUCTION_RUNS:
@@ -1022,11 +1096,25 @@ def main() -> None:
     )
     ap.add_argument(
         "--workload",
-        choices=("mixed", "calls"),
+        choices=("mixed", "calls", "sort"),
         default="mixed",
-        help="mixed: the default program; calls: the call-heavy one (--rounds)",
+        help="mixed: the default program; calls: the call-heavy one (--rounds); sort: "
+        "`sort -n` of --lines numbers",
     )
     ap.add_argument("--rounds", type=int, default=60_000, help="rounds of the call-heavy one")
+    ap.add_argument("--lines", type=int, default=200_000, help="lines `sort -n` sorts")
+    ap.add_argument(
+        "--native",
+        action="store_true",
+        help="the own decoder against the floor and perf's path (the whole pipeline, the "
+        "command), with the peer's row when --peer-dlfilter is given",
+    )
+    ap.add_argument(
+        "--peer-dlfilter",
+        type=Path,
+        metavar="SO",
+        help="perf2perfetto's dlfilter, already built (its rows are skipped without it)",
+    )
     ap.add_argument(
         "--memory",
         nargs="*",
@@ -1038,7 +1126,7 @@ def main() -> None:
     ap.add_argument(
         "--peers",
         action="store_true",
-        help="against perf2perfetto (built offline here, or skipped saying why): the floor, "
+        help="against perf2perfetto (--peer-dlfilter, or skipped saying why): the floor, "
         "perf2perfetto, ptscope --no-insn-detail -j1, -j1, --jobs 2 and its default",
     )
     ap.add_argument(
@@ -1078,6 +1166,8 @@ def main() -> None:
     if args.child:
         child_main(args.child[0], Path(args.child[1]), int(args.child[2]))
         return
+    if args.peer_dlfilter is not None:
+        os.environ[PEER_ENV] = str(args.peer_dlfilter.resolve())
     if args.memory is not None:
         memory_main(args.memory or [60_000, 300_000])
         return
@@ -1085,6 +1175,8 @@ def main() -> None:
         perf_data = args.perf_data
     elif args.workload == "calls":
         perf_data = call_heavy_recording(args.rounds)
+    elif args.workload == "sort":
+        perf_data = sort_recording(args.lines)
     else:
         perf_data = emulated_recording(args.branches)
     build_null_dlfilter()
@@ -1109,6 +1201,8 @@ def main() -> None:
         if args.insns
         else PEERS_SET
         if args.peers
+        else NATIVE_SET
+        if args.native
         else WRITER_SET
         if args.writer_thread
         else READ_AHEAD_SET
@@ -1117,7 +1211,7 @@ def main() -> None:
     )
     names = names or [n for n in CHILDREN if n not in NOT_BY_DEFAULT]
     if "perf2perfetto" in names:
-        library = build_perf2perfetto()
+        library = peer_dlfilter()
         if isinstance(library, str):
             print(f"perf2perfetto: skipped: {library}")
             names = [n for n in names if n != "perf2perfetto"]
@@ -1152,8 +1246,10 @@ def main() -> None:
                     ratio = _median_ratio(rounds, name, base, key)
                     if ratio == ratio:  # (not NaN: both were measured in some round)
                         r[f"{key} x {base}"] = ratio
-    if args.peers:
+    if args.peers or args.native:
         peers_report(results)
+        if args.native:
+            native_report(results)
         return
     floor = results.get("floor", {}).get("inner_wall")
     print()

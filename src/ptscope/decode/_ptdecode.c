@@ -24,6 +24,7 @@
  *       uint32, and every symbol's end once perf fixed it (uint64).
  *   packets(buffer) -> [(offset, type, size, count, ip, payload), ...]
  *   psb_tsc(buffer, start, end) -> (tsc, offset) or None
+ *   insn(code) -> (length, kind, op, rel) or None
  *   error_message(code) -> str
  *
  * run() lets other threads run while it decodes (the trace's writer), and takes the GIL
@@ -37,6 +38,7 @@
 #include "pt_decoder.h"
 #include "pt_feed.h"
 #include "pt_image.h"
+#include "pt_insn.h"
 #include "pt_packet.h"
 #include "pt_session.h"
 #include "pt_symtree.h"
@@ -489,6 +491,20 @@ static PyObject *psb_tsc(PyObject *Py_UNUSED(m), PyObject *args)
 	return res;
 }
 
+/* One instruction as the walker sees it (tests: against capstone). */
+static PyObject *insn(PyObject *Py_UNUSED(m), PyObject *arg)
+{
+	Py_buffer view;
+	if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+		return NULL;
+	struct pt_insn in;
+	int ok = pt_insn_decode(view.buf, (size_t)view.len, &in);
+	PyBuffer_Release(&view);
+	if (!ok)
+		Py_RETURN_NONE;
+	return Py_BuildValue("(iiii)", in.length, in.kind, in.op, in.rel);
+}
+
 static PyObject *flatten_symbols(PyObject *Py_UNUSED(m), PyObject *args)
 {
 	PyObject *objs[7];
@@ -584,6 +600,7 @@ static PyObject *location_layout(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
 
 static PyMethodDef methods[] = {
 	{ "packets", packets, METH_O, "Every packet of a buffer of Intel PT bytes." },
+	{ "insn", insn, METH_O, "(length, kind, op, rel) of an instruction, or None." },
 	{ "psb_tsc", psb_tsc, METH_VARARGS, "The TSC of a PSB+ (perf's overlap search)." },
 	{ "flatten_symbols", flatten_symbols, METH_VARARGS, "A DSO's symbols as perf finds them." },
 	{ "error_message", error_message, METH_O, "perf's message for an error code." },
