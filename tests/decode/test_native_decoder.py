@@ -17,6 +17,7 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+import capstone
 import pytest
 
 from ptscope import _native
@@ -24,6 +25,7 @@ from ptscope.cli import decode as cli_decode
 from ptscope.decode import native, verify
 from ptscope.decode.dlfilter_stream import decode_with_dlfilter
 from ptscope.decode.native import decode_native
+from ptscope.decode.perf_data import REC_MMAP, REC_MMAP2, read_perf_data
 from ptscope.model import BranchEvent, DecodeError, Event
 from support.cli import one_line_error, ptscope
 from support.decoder_parity import assert_same_trace
@@ -54,18 +56,44 @@ def _events(batches: Iterator[list[Event]]) -> list[Event]:
     return [e for b in batches for e in b]
 
 
-def _same(perf_data: Path, **mode: bool) -> list[Event]:
+def _same(perf_data: Path, *, non_code: bool = False, **mode: bool) -> list[Event]:
+    """perf's events, which the own decoder's must equal; with ``non_code``, up to where
+    the own decoder stops at bytes that are not 64-bit code and perf walks on (their one
+    documented difference: a damaged trace sends both walks there)."""
     perf = _events(decode_with_dlfilter(perf_data, task_events=True, **mode))
     own = _events(decode_native(perf_data, **mode))
     verdict = verify.first_difference(perf, own)
     if verdict.difference is not None:
         d = verdict.difference
+        if non_code and _stops_at_non_code(perf_data, d.own):
+            return perf[: d.index]
         pytest.fail(
             f"{perf_data} {mode}: event {d.index} of {len(perf)}/{len(own)}: "
             f"perf {verify.describe(d.perf)} / own {verify.describe(d.own)} "
             f"({'; '.join(verify.differing_fields(d.perf, d.own))})"
         )
     return perf
+
+
+def _stops_at_non_code(perf_data: Path, own: Event | None) -> bool:
+    """``own`` is the own decoder's "Failed to get instruction" at bytes that capstone
+    does not decode as 64-bit code either (read from the file mapped there)."""
+    if not (isinstance(own, DecodeError) and own.message == "Failed to get instruction"):
+        return False
+    ip = own.ip or 0
+    for r in read_perf_data(perf_data).sideband:
+        if r.type not in (REC_MMAP, REC_MMAP2) or not r.fields or not Path(r.name).is_file():
+            continue
+        addr, length, pgoff = r.fields[:3]
+        if addr <= ip < addr + length:
+            with open(r.name, "rb") as f:
+                f.seek(pgoff + ip - addr)
+                code = f.read(15)
+            return not list(_CAPSTONE.disasm(code, ip, 1))
+    return False
+
+
+_CAPSTONE = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
 
 
 @pytest.mark.parametrize("mode", list(MODES))
@@ -88,14 +116,14 @@ def test_the_same_events_on_a_recording_perf_finds_damaged(
     assert any(isinstance(e, DecodeError) for e in events)
 
 
-@pytest.mark.parametrize("seed", [0, 1, 3, 4, 5, 7, 8, 11, 12, 15])
+@pytest.mark.parametrize("seed", range(12))
 def test_the_same_events_on_damaged_trace(
     recordings: dict[str, Path], tmp_path: Path, seed: int
 ) -> None:
     """Bits flipped, bytes set and runs of zeros in the trace: the same errors where perf
-    finds them, the same branches around them. (Runs of random bytes can send both walks
-    into bytes that are not code, where perf's instruction decoder takes encodings that
-    are invalid in 64-bit mode and ours does not: docs/architecture.md.)"""
+    finds them, the same branches around them; up to where a wrong path (damage sends both
+    walks off) reaches bytes that are not code, where perf's instruction decoder takes
+    encodings that are invalid in 64-bit mode and ours does not (docs/architecture.md)."""
     source = recordings["threads-pie"]
     rng = random.Random(seed)
     data = bytearray(source.read_bytes())
@@ -113,7 +141,7 @@ def test_the_same_events_on_damaged_trace(
     damaged = tmp_path / "perf.data"
     damaged.write_bytes(bytes(data))
     for mode in ({"insns": True}, {"keep_all": True}):
-        _same(damaged, **mode)
+        assert len(_same(damaged, non_code=True, **mode)) > 100
 
 
 # ----------------------------------------------------------------- what it does not take

@@ -13,8 +13,6 @@ on how far the own decoder's times may be from perf's is zero.
 from __future__ import annotations
 
 import collections
-import re
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -23,8 +21,8 @@ from ptscope import _native
 from ptscope.decode.dlfilter_stream import decode_with_dlfilter
 from ptscope.decode.native import decode_native
 from ptscope.model import BranchEvent, BranchKind, DecodeError, Event
-from ptscope.perftool import find_perf, perf_env
 from support.emulated_corpus import decode_case_recording
+from support.perf_dump import packet_dump
 from support.pt_reshape import Shape, reshape, snapshots
 
 pytestmark = [
@@ -60,18 +58,9 @@ def recordings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def _packet_kinds(perf_data: Path) -> collections.Counter[str]:
     """Packets by kind, as ``perf script -D`` (perf's own packet decoder) lists them."""
-    dump = subprocess.run(
-        [str(find_perf().path), "script", "-D", "-i", str(perf_data)],
-        capture_output=True,
-        text=True,
-        env=perf_env(),
-        timeout=300,
-        check=True,
-    ).stdout
-    kinds: collections.Counter[str] = collections.Counter()
-    for m in re.finditer(r"^\.\s+[0-9a-f]{8}:\s+(?:[0-9a-f]{2} )+\s+(\S+)", dump, re.M):
-        kinds[m.group(1)] += 1
-    return kinds
+    return collections.Counter(
+        desc.split()[0] for buffer in packet_dump(perf_data) for _at, _size, desc in buffer
+    )
 
 
 def _first_difference(a: list[Event], b: list[Event]) -> str | None:

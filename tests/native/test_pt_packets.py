@@ -9,15 +9,13 @@ formats of perf's ``intel_pt_pkt_desc``), so the comparison is of text, packet b
 from __future__ import annotations
 
 import random
-import re
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from ptscope.decode import native
-from ptscope.perftool import find_perf, perf_env
 from support.emulated_corpus import decode_case_recording
+from support.perf_dump import packet_dump
 from support.pt_reshape import with_aux_data
 
 pytestmark = [
@@ -117,28 +115,10 @@ def _ours(data: bytes) -> list[tuple[int, int, str]]:
     return out
 
 
-_DUMP_LINE = re.compile(r"^\.\s+([0-9a-f]{8}):\s+((?:[0-9a-f]{2} )+)\s*(.*?)\s*$")
-
-
 def _perfs(carrier: Path, data: bytes, tmp_path: Path) -> list[tuple[int, int, str]]:
     """(offset, size, description) of each packet of ``data``, by ``perf script -D``."""
-    perf_data = with_aux_data(carrier, tmp_path / "perf.data", [data])
-    dump = subprocess.run(
-        [str(find_perf().path), "script", "-D", "-i", str(perf_data)],
-        capture_output=True,
-        text=True,
-        env=perf_env(),
-        timeout=120,
-        check=True,
-    ).stdout
-    _, _, packets = dump.partition("Intel Processor Trace data: size")
-    out = []
-    for line in packets.splitlines()[1:]:
-        m = _DUMP_LINE.match(line)
-        if not m:
-            break
-        out.append((int(m.group(1), 16), len(m.group(2).split()), m.group(3)))
-    return out
+    (buffer,) = packet_dump(with_aux_data(carrier, tmp_path / "perf.data", [data]))
+    return buffer
 
 
 @pytest.fixture(scope="module")

@@ -5,26 +5,6 @@
  */
 #include "filter_internal.h"
 
-PTSCOPE_EXPORT int ptscope_split_block(const uint8_t *code, size_t avail, size_t size,
-				       uint32_t *before, uint8_t *end_len)
-{
-	size_t pos = 0;
-	uint32_t n = 0;
-	while (pos < size) {
-		int len = ptscope_x86_length(code + pos, avail - pos);
-		if (len <= 0)
-			return -1;
-		pos += (size_t)len;
-		n++;
-	}
-	if (pos != size)
-		return -1;
-	int len = pos < avail ? ptscope_x86_length(code + pos, avail - pos) : 0;
-	*before = n;
-	*end_len = len > 0 ? (uint8_t)len : 0;
-	return 0;
-}
-
 /* ------------------------------------------------------------- line sets */
 
 static int line_set_add_anywhere(struct line_set *s, uint64_t lo, uint64_t hi);
@@ -162,7 +142,7 @@ static struct block_slot *block_of(struct ptscope_filter *f, uint64_t start, uin
 	uint32_t before;
 	uint8_t end_len;
 	if (got >= (int64_t)(end - start) &&
-	    ptscope_split_block(f->code, (size_t)got, (size_t)(end - start), &before, &end_len) == 0) {
+	    ptscope_x86_split(f->code, (size_t)got, (size_t)(end - start), &before, &end_len) == 0) {
 		b->before = before;
 		b->end_len = end_len;
 		f->counters.blocks_decoded++;

@@ -203,12 +203,6 @@ int ring_open(struct ptscope_filter *f, int memfd);
 
 /* ------------------------------------- filter_blocks.c: instruction detail */
 
-/* Split `size` bytes of code (`code` holds `avail` >= size bytes) into instructions:
- * *before = how many start before offset `size`, *end_len = the length of the one at
- * `size` (0 if none decodes there). -1 if the instructions do not end exactly at `size`. */
-PTSCOPE_EXPORT int ptscope_split_block(const uint8_t *code, size_t avail, size_t size,
-				       uint32_t *before, uint8_t *end_len);
-
 /* Instruction detail: write a kept branch's lines records (all its line ranges but the
  * last) and return the last range, which goes into its branch record. The set is emptied. */
 struct ptscope_line_range take_lines(struct ptscope_filter *f, struct line_set *set);

@@ -344,7 +344,7 @@ static int lines_add(struct pt_line_set *s, uint64_t lo, uint64_t hi)
 
 /* The instructions of the code from start up to `end` (not included) and the length of
  * the one at `end`, split as the dlfilter splits a block it reads through perf
- * (filter_blocks.c: block_of, ptscope_split_block): the bytes of the map holding
+ * (filter_blocks.c: block_of, then ptscope_x86_split): the bytes of the map holding
  * `start`, one after the other. -1: they do not split exactly there. */
 static int split_block(struct pt_image *im, long space, uint64_t start, uint64_t end,
 		       uint32_t *before, uint8_t *end_len)
@@ -363,22 +363,7 @@ static int split_block(struct pt_image *im, long space, uint64_t start, uint64_t
 		avail = size + PTSCOPE_X86_MAX_LENGTH;
 	if (avail < size)
 		return -1;
-	const uint8_t *code = file->data + off;
-	size_t pos = 0;
-	uint32_t n = 0;
-	while (pos < size) {
-		int len = ptscope_x86_length(code + pos, avail - pos);
-		if (len <= 0)
-			return -1;
-		pos += (size_t)len;
-		n++;
-	}
-	if (pos != size)
-		return -1;
-	int len = pos < avail ? ptscope_x86_length(code + pos, avail - pos) : 0;
-	*before = n;
-	*end_len = len > 0 ? (uint8_t)len : 0;
-	return 0;
+	return ptscope_x86_split(file->data + off, avail, size, before, end_len);
 }
 
 /* account_block: the instructions and code lines of the run from the thread's block

@@ -334,3 +334,23 @@ done:
 short_input:
 	return avail < PTSCOPE_X86_MAX_LENGTH ? -1 : 0;
 }
+
+int ptscope_x86_split(const uint8_t *code, size_t avail, size_t size, uint32_t *before,
+		      uint8_t *end_len)
+{
+	size_t pos = 0;
+	uint32_t n = 0;
+	while (pos < size) {
+		int len = ptscope_x86_length(code + pos, avail - pos);
+		if (len <= 0)
+			return -1;
+		pos += (size_t)len;
+		n++;
+	}
+	if (pos != size)
+		return -1;
+	int len = pos < avail ? ptscope_x86_length(code + pos, avail - pos) : 0;
+	*before = n;
+	*end_len = len > 0 ? (uint8_t)len : 0;
+	return 0;
+}
