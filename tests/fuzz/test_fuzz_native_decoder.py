@@ -164,4 +164,4 @@ TARGET = FuzzTarget(
     check=check_recording,
 )
 
-test_fuzz = quick(TARGET, examples=120)
+test_fuzz = quick(TARGET, examples=60)
