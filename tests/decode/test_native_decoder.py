@@ -230,3 +230,24 @@ def test_verify_shows_where_the_decoders_part(
     assert out[0].startswith("different: ") and "part at event 40" in out[0], out
     assert [line.split(":")[0].strip() for line in out[1:6]] == ["both"] * 3 + ["perf", "own"]
     assert out[6].strip().startswith("insn_count: "), out
+
+
+@pytest.mark.parametrize("how", [("--split-time", "20us"), ("--split-size", "2k")])
+def test_split_parts_are_the_same_as_perfs(
+    recordings: dict[str, Path], tmp_path: Path, how: tuple[str, str]
+) -> None:
+    """Split into parts, each part the same as the one perf's decoder makes."""
+    parts = {}
+    for decoder in ("native", "dlfilter"):
+        out = tmp_path / decoder
+        out.mkdir()
+        done = ptscope(
+            "decode", str(recordings["threads-pie"]), "-o", str(out / "t.fxt.gz"),
+            "--decoder", decoder, "--no-drill", *how,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        parts[decoder] = sorted(out.glob("t-*.fxt.gz"))
+    assert len(parts["native"]) >= 2
+    assert [p.name for p in parts["native"]] == [p.name for p in parts["dlfilter"]]
+    for own, perf in zip(parts["native"], parts["dlfilter"], strict=True):
+        assert_same_trace(own, perf)

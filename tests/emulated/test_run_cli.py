@@ -17,6 +17,7 @@ import pytest
 from ptscope.fxt.reader import read_trace
 from ptscope.recording import Recording
 from support import programs
+from support.decoder_parity import perf_decodes_the_same
 from support.emulated_corpus import needs_tools
 
 pytestmark = pytest.mark.slow
@@ -224,6 +225,7 @@ def test_jit_code_is_traced_named_and_never_costs_the_rest(tmp_path: Path) -> No
 
     again = ptscope("decode", str(rec), "-o", str(tmp_path / "again.fxt.gz"))
     assert again.returncode == 0, again.stderr
+    perf_decodes_the_same(rec, tmp_path / "again.fxt.gz")  # (the own decoder wrote it)
     names = calls(tmp_path / "again.fxt.gz")
     [main_depth] = names["main"]
     assert names["jitted_sum"] == [main_depth + 1] * 40
@@ -233,6 +235,7 @@ def test_jit_code_is_traced_named_and_never_costs_the_rest(tmp_path: Path) -> No
     blind = ptscope("decode", str(rec), "-o", str(tmp_path / "blind.fxt.gz"))
     assert blind.returncode == 0, blind.stderr
     assert "decode error" in blind.stdout
+    perf_decodes_the_same(rec, tmp_path / "blind.fxt.gz")
     names = calls(tmp_path / "blind.fxt.gz")
     assert names["after_jit"] == [main_depth + 1] * 40
     assert "exit" in names
