@@ -6,14 +6,15 @@ repeated inside an AUX buffer), their sideband records' numbers set at and past 
 file itself cut, shortened or spliced (buffers cut, records torn).
 
 The decoder may refuse a file in one line (a ``PtscopeError``, or ``NativeUnsupported``
-for what it does not take, which perf then decodes). Otherwise it must not crash or hang:
-what it gives, decode errors as events, the C engine and the Python engine take and the
-trace writer writes.
+for what it does not take, which perf then decodes). Otherwise it must not crash, hang or
+grow without bound: what it gives, decode errors as events, the C engine and the Python
+engine take and the trace writer writes.
 """
 
 from __future__ import annotations
 
 import io
+import resource
 import struct
 import tempfile
 from functools import cache
@@ -156,6 +157,13 @@ def check_recording(case: tuple[bytes, bool, bool]) -> None:
     engine = make_engine() if columnar else TraceSegmentEngine()
     engine.feed_all(items)
     FxtWriter(io.BytesIO()).timeline(engine.finish())
+    # Memory stays bounded whatever the damage (a length, a count or an address taken for
+    # a size would show here): the process's peak, which only grows, stays far below it.
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    assert peak_mb < MEMORY_BOUND_MB, f"peak RSS {peak_mb:.0f} MB"
+
+
+MEMORY_BOUND_MB = 2048
 
 
 TARGET = FuzzTarget(
