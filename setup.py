@@ -87,6 +87,7 @@ NATIVE = "src/ptscope/_native"
 DLFILTER_FILES = (
     "dlfilter",
     "filter_blocks",
+    "filter_inline",
     "filter_output",
     "filter_tables",
     "x86_length",
@@ -112,7 +113,10 @@ if not os.environ.get("PTSCOPE_NO_DLFILTER"):
             sources=[f"{NATIVE}/{name}.c" for name in DLFILTER_FILES],
             depends=[
                 f"{NATIVE}/{name}.h"
-                for name in ("record_format", "x86_length", "filter_internal", "filter_tables")
+                for name in (
+                    "record_format", "x86_length", "filter_internal", "filter_tables",
+                    "inline_runs",
+                )
             ],
             # -flto: the files' calls into each other are inlined as within one file;
             # -fno-semantic-interposition: so are the few functions it exports for the

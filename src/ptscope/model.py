@@ -36,6 +36,7 @@ __all__ = [
     "CommEvent",
     "DecodeError",
     "Event",
+    "InlineNodes",
     "Location",
     "LocationTable",
     "PowerEvent",
@@ -88,6 +89,10 @@ class BranchFlags(IntFlag):
     VMEXIT = 1 << 12
     INTR_DISABLE = 1 << 13
     INTR_TOGGLE = 1 << 14
+    INLINE = 1 << 30
+    """ptscope's own, not perf's: no branch but the first instruction of another inlined
+    body (the decoders split blocks there with instruction detail; src and dst are that
+    instruction)."""
 
 
 class BranchKind(IntEnum):
@@ -107,6 +112,8 @@ class BranchKind(IntEnum):
     TX_ABORT = 11
     VMENTRY = 12
     VMEXIT = 13
+    INLINE = 14
+    """Not a branch: control enters or leaves an inlined body (:attr:`BranchFlags.INLINE`)."""
 
 
 class TraceState(IntEnum):
@@ -169,6 +176,9 @@ class Location:
     symbol: str = UNKNOWN_SYMBOL
     offset: int = -1
     dso: str = ""
+    inline: int = field(default=0, compare=False, repr=False)
+    """The innermost inlined body at ``ip``: a node of the decode's :class:`InlineNodes`
+    (0: none; set by :meth:`LocationTable.add`)."""
     function: str = field(init=False, compare=False)
     entry: int = field(init=False, compare=False)
 
@@ -292,6 +302,8 @@ _IGNORED_BITS: Final = (
 
 def _classify(flags: int) -> tuple[BranchKind, TraceState]:
     F = BranchFlags
+    if flags & F.INLINE:
+        return BranchKind.INLINE, TraceState.NONE
     begin = bool(flags & F.TRACE_BEGIN)
     end = bool(flags & F.TRACE_END)
     if begin and end:
@@ -358,6 +370,7 @@ _KIND_FLAGS: Final[dict[BranchKind, int]] = {
     BranchKind.TX_ABORT: BranchFlags.BRANCH | BranchFlags.TX_ABORT,
     BranchKind.VMENTRY: BranchFlags.BRANCH | BranchFlags.VMENTRY,
     BranchKind.VMEXIT: BranchFlags.BRANCH | BranchFlags.VMEXIT,
+    BranchKind.INLINE: BranchFlags.INLINE,
 }
 _STATE_FLAGS: Final[dict[TraceState, int]] = {
     TraceState.NONE: 0,
@@ -373,6 +386,40 @@ def branch_flags(kind: BranchKind, state: TraceState, in_tx: bool = False) -> in
 
 _SIGN: Final = 1 << 63
 _WRAP: Final = 1 << 64
+
+
+class InlineNodes:
+    """The inlined bodies a decode met, numbered (append-only; node 0 is none).
+
+    A node is one inlined instance of a function (one ``DW_TAG_inlined_subroutine``):
+    ``names[i]`` the inlined function, ``call_sites[i]`` where it was inlined
+    (``file:line``), ``parents[i]`` the node it is inlined in (0: the out-of-line function
+    itself). A :class:`LocationTable` says which node each location's instruction is in
+    (the innermost)."""
+
+    __slots__ = ("_ids", "call_sites", "names", "parents")
+
+    def __init__(self) -> None:
+        self.names: list[str] = [""]
+        self.call_sites: list[str] = [""]
+        self.parents = array("i", [0])
+        self._ids: dict[object, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def add(self, key: object, name: str, call_site: str, parent: int) -> int:
+        """The node of ``key`` (any hashable naming the instance: added once)."""
+        found = self._ids.get(key)
+        if found is not None:
+            return found
+        if not 0 <= parent < len(self.names):
+            raise ValueError("an inlined body's parent must be added first")
+        index = self._ids[key] = len(self.names)
+        self.names.append(name)
+        self.call_sites.append(call_site)
+        self.parents.append(parent)
+        return index
 
 
 class LocationTable:
@@ -392,12 +439,18 @@ class LocationTable:
         "entries",
         "function_ids",
         "functions",
+        "inline",
+        "inline_nodes",
         "ips",
         "locations",
         "offsets",
     )
 
     def __init__(self) -> None:
+        # The inlined body of each location (``inline_nodes[id]``, a node of ``inline``;
+        # 0: none), when a decoder reads inline information (else ``inline`` is None).
+        self.inline: InlineNodes | None = None
+        self.inline_nodes = array("i")
         self.locations: list[Location] = []
         self.functions: list[str] = []
         self.function_ids = array("i")
@@ -413,8 +466,9 @@ class LocationTable:
     def __getitem__(self, index: int) -> Location:
         return self.locations[index]
 
-    def add(self, loc: Location) -> int:
-        """The id of ``loc`` (of an equal location added before, if any)."""
+    def add(self, loc: Location, node: int = 0) -> int:
+        """The id of ``loc`` (of an equal location added before, if any); ``node``: the
+        inlined body its instruction is in (a node of :attr:`inline`)."""
         key = (loc.ip, loc.symbol, loc.offset, loc.dso)
         found = self._ids.get(key)
         if found is not None:
@@ -434,6 +488,9 @@ class LocationTable:
             del self.ips[index:], self.offsets[index:]
             raise
         self.function_ids.append(fn)
+        self.inline_nodes.append(node)
+        if node:
+            loc.inline = node
         self.locations.append(loc)
         self._ids[key] = index
         return index
@@ -553,8 +610,8 @@ class BranchBatch:
                 e.tid,
                 e.time,
                 branch_flags(e.kind, e.state, e.in_tx),
-                add(e.src),
-                add(e.dst),
+                add(e.src, e.src.inline),
+                add(e.dst, e.dst.inline),
                 e.insn_count,
                 e.cycle_count,
                 _gap_delta(e.time, e.gap_time),

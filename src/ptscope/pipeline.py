@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-from ptscope.children import sweep_stale
+from ptscope.children import sweep_stale, temporary_directory
 from ptscope.decode.binary_files import reading_binaries
 from ptscope.decode.blocks import InstructionDetail
 from ptscope.decode.dlfilter_stream import DlfilterRun, choose_decoder
+from ptscope.decode.inline_runs import recording_runs, write_runs_file
 from ptscope.decode.landing_pads import LandingPads
 from ptscope.decode.native import NativeRun, decode_native, decode_native_columnar
 from ptscope.decode.native_support import unsupported_reason
@@ -50,6 +51,7 @@ from ptscope.model import (
     CommEvent,
     DecodeError,
     Event,
+    InlineNodes,
     LocationTable,
     StackSample,
 )
@@ -104,6 +106,9 @@ class DecodeOptions:
     insn_detail: bool = True
     """Exact instruction counts and i-cache footprints from the basic-block cache
     (``--no-insn-detail`` turns it off)."""
+    inline: bool = True
+    """Inlined functions as slices of their own, from the binaries' DWARF (``--no-inline``
+    turns it off); at the exact instruction with ``insn_detail``, else at the branches."""
     drill: Path | None = None
     """The kept recording that every slice's ``drill`` command names (None: no drill arg)."""
     writer_thread: bool | None = None
@@ -485,6 +490,22 @@ def _stream(
     tracker.finished()
 
 
+def _inline_argument(
+    perf_data: Path, locations: LocationTable, symfs: Path | None, scratch: contextlib.ExitStack
+) -> list[str]:
+    """The dlfilter's ``--dlarg inline=PATH``: the inlined code of the recording's
+    binaries, written to a file that ``scratch`` removes (none: no argument)."""
+    if locations.inline is None:
+        locations.inline = InlineNodes()
+    runs = recording_runs(perf_data, locations.inline, symfs)
+    if not runs:
+        return []
+    where = scratch.enter_context(temporary_directory("ptscope-inline-"))
+    file = where / "inline-runs"
+    write_runs_file(file, runs)
+    return ["--dlarg", f"inline={file}"]
+
+
 def _perfs(recording: Recording, options: DecodeOptions, decoder: str) -> int:
     """How many perfs a decode of ``recording`` runs at once (its windows; none where the
     own decoder decodes it all)."""
@@ -523,6 +544,7 @@ def _feed_branches(
         tracker.file(index)
         file_decoder = _file_decoder(path, decoder, options)
         used[file_decoder] = None
+        scratch = contextlib.ExitStack()  # what this file's decode leaves, removed after it
         if file_decoder == "native":
             # (the C engine takes columns; the Python engine, event objects)
             if isinstance(engine, FastEngine):
@@ -533,6 +555,7 @@ def _feed_branches(
                     tids=options.tids,
                     symfs=options.symfs,
                     insns=options.insn_detail,
+                    inline=options.inline,
                     run_info=native_runs,
                 )
             else:
@@ -549,6 +572,8 @@ def _feed_branches(
             perf = find_perf()
             filters = decode_extra(options.pids, options.tids, options.symfs)
             filters += _kernel_symbols(options)
+            if options.inline and isinstance(engine, FastEngine):
+                filters += _inline_argument(path, locations, options.symfs, scratch)
             # The C engine takes columns; the Python engine, event objects.
             # Not where JIT maps add locations to the table as the batches are fed.
             ahead = options.read_ahead and not maps.maps
@@ -583,7 +608,7 @@ def _feed_branches(
             )
         stopped: list[PtscopeError] = []
         # Closed on every way out: its perf processes stop, its temporary files go.
-        with _closing(stream), _closing(batches):
+        with scratch, _closing(stream), _closing(batches):
             if file_decoder in ("dlfilter", "native"):
                 for item in _until_failure(stream, stopped):
                     if isinstance(item, SegmentBreak):

@@ -43,6 +43,8 @@ class SliceFlags(IntFlag):
     """The return was never seen: it ends where the thread's trace ends (or its segment)."""
     SYNTHETIC = 4
     """Not a function: ``[untraced]``, ``[syscall]``."""
+    INLINED = 8
+    """Not a call: an inlined function's body, inside the function it was inlined in."""
 
 
 @dataclass(slots=True)
@@ -178,6 +180,9 @@ class SliceBatch:
     """
 
     names: list[str]
+    call_sites: dict[int, str] | None = None
+    """Where each name id that stands for an inlined body was inlined (``file:line``): its
+    slices' ``call_site`` arg. Like :attr:`names`, it only grows."""
     pid: Int64Array = field(default_factory=_empty_i64)
     tid: Int64Array = field(default_factory=_empty_i64)
     start: Int64Array = field(default_factory=_empty_i64)

@@ -28,6 +28,7 @@ from ptscope.model import (
     CommEvent,
     DecodeError,
     Event,
+    InlineNodes,
     Location,
     LocationTable,
     PowerEvent,
@@ -55,14 +56,19 @@ Engine = TraceSegmentEngine | FastEngine
 
 
 def both(
-    events: Sequence[Event], cuts: random.Random | None = None, pads: LandingPadLookup | None = None
+    events: Sequence[Event],
+    cuts: random.Random | None = None,
+    pads: LandingPadLookup | None = None,
+    inline: InlineNodes | None = None,
 ) -> None:
     """Events through the Python engine, their batches through the C engine: identical."""
-    a = TraceSegmentEngine(keep_slots=True, landing_pads=pads)
+    a = TraceSegmentEngine(keep_slots=True, landing_pads=pads, inline=inline)
     a.feed_all(events)
     ta = a.finish()
     b = FastEngine(keep_slots=True, landing_pads=pads)
-    b.feed_all(to_items(events, cuts=cuts))
+    table = LocationTable()
+    table.inline = inline
+    b.feed_all(to_items(events, table=table, cuts=cuts))
     tb = b.finish()
     assert_same(a, ta, b, tb)
     assert check_outcome(a, ta) == check_outcome(b, tb)
@@ -74,8 +80,13 @@ def both(
 @pytest.mark.parametrize("path", GOLDENS, ids=[p.stem for p in GOLDENS])
 def test_golden_scripts_give_identical_traces(path: Path) -> None:
     script = parse_script(path.read_text())
-    both(script.events, pads=script.landing_pads)
-    both(script.events, cuts=random.Random(path.stem), pads=script.landing_pads)
+    both(script.events, pads=script.landing_pads, inline=script.inline)
+    both(
+        script.events,
+        cuts=random.Random(path.stem),
+        pads=script.landing_pads,
+        inline=script.inline,
+    )
 
 
 @pytest.mark.parametrize("path", GOLDENS, ids=[p.stem for p in GOLDENS])
@@ -83,8 +94,8 @@ def test_golden_scripts_event_by_event(path: Path) -> None:
     """One event at a time (as the transcript renderer feeds): same slots after each."""
     script = parse_script(path.read_text())
     events = script.events
-    a = TraceSegmentEngine(keep_slots=True, landing_pads=script.landing_pads)
-    b = FastEngine(keep_slots=True, landing_pads=script.landing_pads)
+    a = TraceSegmentEngine(keep_slots=True, landing_pads=script.landing_pads, inline=script.inline)
+    b = FastEngine(keep_slots=True, landing_pads=script.landing_pads, inline=script.inline)
     for event in events:
         a.feed(event)
         b.feed(event)
@@ -109,7 +120,12 @@ def loc(fn: str, off: int) -> Location:
     return Location(base + off, fn, off, "prog")
 
 
-KINDS = [(k, s) for k in BranchKind for s in TraceState]
+KINDS = [
+    (k, s)
+    for k in BranchKind
+    for s in TraceState
+    if k != BranchKind.INLINE or s == TraceState.NONE  # (no state: not a branch)
+]
 OFFSETS = [0, 0x3, 0x8, 0x20]
 
 
@@ -293,6 +309,8 @@ def test_batch_events_round_trip() -> None:
 def test_branch_flags_inverts_classify_flags() -> None:
     for kind in BranchKind:
         for state in TraceState:
+            if kind == BranchKind.INLINE and state != TraceState.NONE:
+                continue  # not a branch: no trace state
             for in_tx in (False, True):
                 flags = branch_flags(kind, state, in_tx)
                 assert classify_flags(flags) == (kind, state)

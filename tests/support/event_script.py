@@ -15,7 +15,11 @@ Input lines (one event each; ``#`` starts a comment)::
 
 A header line ``#! pad f+0x40 <= f+0x18..f+0x1d`` says that exceptions thrown from call
 sites in ``[f+0x18, f+0x1d)`` land at ``f+0x40`` (the binary's exception tables, as the
-engine's landing-pad lookup would read them).
+engine's landing-pad lookup would read them). ``#! inline g = f+0x8..f+0x20 at a.c:10``
+says that ``[f+0x8, f+0x20)`` is the body of ``g`` inlined into ``f`` at ``a.c:10``
+(``#! inline h in g = ...``: inlined in that body; the addresses of the innermost body a
+location falls in are its node, as DWARF gives them); ``105 inline f+0x8`` is the
+decoders' row where control enters or leaves a body there without a branch.
 
 Symbols get stable fake addresses (0x400000 + 0x1000 * n) so offsets stay meaningful.
 The transcript interleaves each input line with what the engine's final pass produced at the
@@ -31,10 +35,13 @@ from ptscope.model import (
     NOWHERE,
     BranchEvent,
     BranchFlags,
+    BranchKind,
     DecodeError,
     Event,
+    InlineNodes,
     Location,
     PowerEvent,
+    TraceState,
     classify_flags,
 )
 from ptscope.reconstruct.engine import TraceSegmentEngine
@@ -66,6 +73,8 @@ class Script:
     lines: list[str] = field(default_factory=list)
     symbols: dict[str, int] = field(default_factory=dict)
     pads: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+    inline: InlineNodes | None = None
+    bodies: list[tuple[int, int, int]] = field(default_factory=list)  # (start, end, node)
 
     def landing_pads(self, dso: str, ip: int) -> list[tuple[int, int]]:
         """The engine's landing-pad lookup, from the script's ``#! pad`` lines."""
@@ -85,7 +94,9 @@ class Script:
         if sym == "[unknown]":
             return Location(0xDEAD0000 + offset, "[unknown]", -1, "")
         base = self.symbols.setdefault(sym, 0x400000 + 0x1000 * len(self.symbols))
-        return Location(base + offset, sym, offset, "prog")
+        ip = base + offset
+        inside = [(e - s, n) for s, e, n in self.bodies if s <= ip < e]
+        return Location(ip, sym, offset, "prog", inline=min(inside)[1] if inside else 0)
 
 
 def parse_script(text: str) -> Script:
@@ -96,6 +107,18 @@ def parse_script(text: str) -> Script:
             start, _, end = sites.partition("..")
             ranges = script.pads.setdefault(script.location(pad.strip()).ip, [])
             ranges.append((script.location(start.strip()).ip, script.location(end.strip()).ip))
+            continue
+        if raw.startswith("#! inline "):
+            head, _, rest = raw[len("#! inline ") :].partition(" = ")
+            name, _, parent = head.partition(" in ")
+            span, _, site = rest.partition(" at ")
+            start, _, end = span.partition("..")
+            if script.inline is None:
+                script.inline = InlineNodes()
+            up = script.inline.add(parent.strip(), parent.strip(), "", 0) if parent else 0
+            node = script.inline.add(name.strip(), name.strip(), site.strip(), up)
+            lo, hi = script.location(start.strip()).ip, script.location(end.strip()).ip
+            script.bodies.append((lo, hi, node))
             continue
         line = raw.split("#", 1)[0].rstrip()
         if not line.strip() or line.lstrip().startswith("->") or line.strip() == "INPUT ENDED":
@@ -124,6 +147,10 @@ def _parse_event(script: Script, line: str) -> Event:
     if words[0] == "cbr":  # `TIME cbr MHZ`: a CPU frequency change
         assert time is not None, line
         return PowerEvent(pid, tid, time, int(words[1]) // 100, int(words[1]))
+    if words[0] == "inline":  # `TIME inline f+0x8`: control enters or leaves a body there
+        assert time is not None, line
+        where = script.location(words[1])
+        return BranchEvent(pid, tid, time, BranchKind.INLINE, TraceState.NONE, where, where)
     in_tx = words[0] == "(x)"
     if in_tx:
         words.pop(0)
@@ -160,7 +187,9 @@ def _parse_event(script: Script, line: str) -> Event:
 def run_transcript(text: str) -> tuple[str, Timeline, TraceSegmentEngine]:
     """Feed a script through the engine; return the transcript, the timeline, the engine."""
     script = parse_script(text)
-    engine = TraceSegmentEngine(keep_slots=True, landing_pads=script.landing_pads)
+    engine = TraceSegmentEngine(
+        keep_slots=True, landing_pads=script.landing_pads, inline=script.inline
+    )
     owner: dict[tuple[int, int, int], int] = {}  # (pid, tid, slot) -> input line index
     for index, event in enumerate(script.events):
         pid = getattr(event, "pid", 1) or 1
@@ -184,6 +213,7 @@ def run_transcript(text: str) -> tuple[str, Timeline, TraceSegmentEngine]:
         for i, sl in enumerate(tt.slices(timeline.names)):
             s0, s1 = int(start_slots[i]), int(end_slots[i])
             note = " (inferred)" if sl.flags & SliceFlags.INFERRED_START else ""
+            note += " (inlined)" if sl.flags & SliceFlags.INLINED else ""
             out[owner.get((tt.pid, tt.tid, s0), -1)].append(
                 (ti, s0, 2, sl.depth, f"{prefix}{sl.start} BEGIN {sl.name}{note}")
             )

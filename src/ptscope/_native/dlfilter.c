@@ -233,6 +233,36 @@ static const struct perf_dlfilter_al *resolve_side(const struct perf_dlfilter_sa
 	return NULL;
 }
 
+/* A location's record, written when it is first met, and its slot: resolved through
+ * perf (`al`; NULL: nothing known there). */
+static struct loc_slot *new_location(struct ptscope_filter *f, struct loc_slot *slot, uint64_t addr,
+				     uint64_t meta, int32_t pid, const struct perf_dlfilter_al *al)
+{
+	const char *sym = al ? al->sym : NULL;
+	const char *dso = al ? al->dso : NULL;
+	const struct inline_runs *inl = dso ? inline_runs_of(&f->inl, dso) : NULL;
+	uint64_t next;
+	int32_t node = inl && al ? inline_runs_node(inl, al->addr, &next) : 0;
+	struct ptscope_location_rec r;
+	memset(&r, 0, sizeof(r));
+	r.tag = PTSCOPE_TAG_LOCATION;
+	r.ip = addr;
+	r.pid = pid;
+	r.offset = ptscope_symbol_offset(al);
+	r.symbol = symbol_is_unknown(sym) ? PTSCOPE_NO_STRING : name_id(f, sym);
+	r.dso = dso ? name_id(f, dso) : PTSCOPE_NO_STRING;
+	r.node = node;
+	r.id = ++f->next_loc_id;
+	emit(f, &r, sizeof(r));
+	f->counters.locations++;
+	*slot = (struct loc_slot){ .addr = addr, .meta = meta, .id = r.id,
+				   .fn = function_key_id(f, sym, dso), .sym_ptr = sym, .dso_ptr = dso,
+				   .has_map = al != NULL, .node = node, .inl = inl,
+				   .map_addr = al ? al->addr : 0 };
+	f->locs.count++;
+	return slot;
+}
+
 /* The cached location of the sample's ip or addr. On a miss it is resolved through perf
  * (`al` if the caller already has it, else resolve_side()) and its records are written.
  * Returns the slot (valid until the next lookup), or NULL. */
@@ -251,23 +281,26 @@ static struct loc_slot *location(struct ptscope_filter *f, const struct perf_dlf
 		return slot;
 	if (!al)
 		al = resolve_side(s, ctx, side);
-	const char *sym = al ? al->sym : NULL;
-	const char *dso = al ? al->dso : NULL;
-	struct ptscope_location_rec r;
-	memset(&r, 0, sizeof(r));
-	r.tag = PTSCOPE_TAG_LOCATION;
-	r.ip = addr;
-	r.pid = s->pid;
-	r.offset = ptscope_symbol_offset(al);
-	r.symbol = symbol_is_unknown(sym) ? PTSCOPE_NO_STRING : name_id(f, sym);
-	r.dso = dso ? name_id(f, dso) : PTSCOPE_NO_STRING;
-	r.id = ++f->next_loc_id;
-	emit(f, &r, sizeof(r));
-	f->counters.locations++;
-	*slot = (struct loc_slot){ .addr = addr, .meta = meta, .id = r.id,
-				   .fn = function_key_id(f, sym, dso), .sym_ptr = sym, .dso_ptr = dso };
-	f->locs.count++;
-	return slot;
+	return new_location(f, slot, addr, meta, s->pid, al);
+}
+
+struct loc_slot *location_at(struct ptscope_filter *f, const struct perf_dlfilter_sample *s,
+			     void *ctx, uint32_t gen, uint64_t addr)
+{
+	if ((f->locs.count + 1) * 2 > f->locs.cap && loc_table_grow(&f->locs) < 0) {
+		f->failed = 1;
+		return NULL;
+	}
+	uint64_t meta = loc_meta(s->pid, gen, 1);
+	struct loc_slot *slot = loc_find(&f->locs, addr, meta);
+	if (slot->id)
+		return slot;
+	struct perf_dlfilter_al al;
+	memset(&al, 0, sizeof(al));
+	al.size = sizeof(al);
+	int found = perf_dlfilter_fns.resolve_address &&
+		     perf_dlfilter_fns.resolve_address(ctx, addr, &al) == 0;
+	return new_location(f, slot, addr, meta, s->pid, found ? &al : NULL);
 }
 
 /* ------------------------------------------------------------ per sample */
@@ -320,8 +353,8 @@ static int handle_power(struct ptscope_filter *f, const struct perf_dlfilter_sam
 
 /* The record of a branch sample (its counts and gap added when it is kept). Every field
  * is set: the record is packed, so they are all of its bytes (no memset first). */
-static void branch_record(struct ptscope_filter *f, struct ptscope_branch_rec *r,
-			  const struct perf_dlfilter_sample *s, uint32_t ip_loc, uint32_t addr_loc)
+void branch_record(struct ptscope_filter *f, struct ptscope_branch_rec *r,
+		   const struct perf_dlfilter_sample *s, uint32_t ip_loc, uint32_t addr_loc)
 {
 	_Static_assert(sizeof(*r) == 1 + 1 + 2 + 3 * 4 + 5 * 8 + 4 * 4,
 		       "branch_record sets every field");
@@ -345,8 +378,7 @@ static void branch_record(struct ptscope_filter *f, struct ptscope_branch_rec *r
 
 /* Write a kept branch, with the counts of the jumps dropped before it and the time of the
  * first of them. */
-static void keep_branch(struct ptscope_filter *f, struct thread_state *th,
-			struct ptscope_branch_rec *r)
+void keep_branch(struct ptscope_filter *f, struct thread_state *th, struct ptscope_branch_rec *r)
 {
 	r->insn_cnt += th->pending_insn;
 	r->cyc_cnt += th->pending_cyc;
@@ -436,9 +468,11 @@ static int handle_branch(struct ptscope_filter *f, const struct perf_dlfilter_sa
 		th->source_hints[source_hint_index(s->ip)] = (uint32_t)(src - f->locs.slots);
 	}
 	uint32_t src_id = src->id, src_fn = src->fn, dst_id, dst_fn;
+	int32_t src_node = src->node, dst_node;
 	if (s->addr && src->next_addr == s->addr) {
 		dst_id = src->next_id; /* the same target as the last branch from here */
 		dst_fn = src->next_fn;
+		dst_node = src->next_node;
 	} else {
 		/* `src` moves when the table grows: found again then. */
 		const struct loc_slot *before = f->locs.slots;
@@ -447,17 +481,22 @@ static int handle_branch(struct ptscope_filter *f, const struct perf_dlfilter_sa
 			return -ENOMEM;
 		dst_id = dst->id;
 		dst_fn = dst->fn;
+		dst_node = dst->node;
 		if (f->locs.slots != before)
 			src = loc_find(&f->locs, s->ip, loc_meta(s->pid, *gen, 0));
 		src->next_addr = s->addr;
 		src->next_id = dst_id;
 		src->next_fn = dst_fn;
+		src->next_node = dst_node;
 	}
 	if (f->insns && account_block(f, th, s, ctx, *gen, src) < 0) {
 		f->failed = 1;
 		return -ENOMEM;
 	}
-	if (!f->keep_all && ptscope_droppable_flags(s->flags) && src_fn == dst_fn) {
+	th->last_time = s->time;
+	/* (a jump between inlined bodies is kept: the engine sees where it goes) */
+	if (!f->keep_all && ptscope_droppable_flags(s->flags) && src_fn == dst_fn &&
+	    src_node == dst_node) {
 		if (!f->insns)
 			th->pending_insn += s->insn_cnt;
 		th->pending_cyc += s->cyc_cnt;
@@ -528,6 +567,7 @@ static int start_failed(struct ptscope_filter *f, int err)
 		fclose(f->out);
 	free(f->only_pids.ids);
 	free(f->only_tids.ids);
+	inline_free(&f->inl);
 	free(f);
 	return err;
 }
@@ -557,6 +597,8 @@ PTSCOPE_EXPORT int start(void **data, void *ctx)
 			bad = id_list_parse(argv[i] + 4, &f->only_pids);
 		else if (strncmp(argv[i], "tid=", 4) == 0)
 			bad = id_list_parse(argv[i] + 4, &f->only_tids);
+		else if (strncmp(argv[i], "inline=", 7) == 0)
+			bad = inline_load(&f->inl, argv[i] + 7);
 		else if (strncmp(argv[i], "ring=", 5) == 0)
 			bad = ring_parse(argv[i] + 5, &f->ring, &ring_fd);
 		else if (strncmp(argv[i], "until=", 6) == 0) {
@@ -665,6 +707,7 @@ PTSCOPE_EXPORT int stop(void *data, void *ctx)
 	free(f->pid_gen);
 	free(f->only_pids.ids);
 	free(f->only_tids.ids);
+	inline_free(&f->inl);
 	if (f->ring.base)
 		munmap(f->ring.base, (size_t)f->ring.chunks * f->ring.chunk_bytes);
 	free(f->ring.free);
@@ -677,7 +720,7 @@ PTSCOPE_EXPORT const char *filter_description(const char **long_description)
 	if (long_description)
 		*long_description =
 			"Drops jumps inside one function and writes the other branches as binary "
-			"records for ptscope (args: OUT [keep-all] [to-end] [until=NS] [insns] [pid=P,...] "
+			"records for ptscope (args: OUT [keep-all] [to-end] [until=NS] [insns] [inline=PATH] [pid=P,...] "
 			"[tid=T,...] [beat=FD] [ring=MEMFD,FREEFD,CHUNKS,BYTES]; OUT = - | fd:N | PATH).";
 	return "ptscope: compact branch record stream";
 }

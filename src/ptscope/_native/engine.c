@@ -46,6 +46,8 @@
 /* model._classify, as kind | state << 4 (a test compares all 32768 values). */
 static uint8_t classify(uint32_t flags)
 {
+	if (flags & BF_INLINE)
+		return K_INLINE; /* not a branch: no state, no other flag counts */
 	bool begin = flags & BF_TRACE_BEGIN, end = flags & BF_TRACE_END;
 	if (begin && end)
 		return K_NONE; /* `tr strt tr end`: nothing executed */
@@ -178,10 +180,29 @@ static void map_insert(Slot *map, size_t cap, int64_t pid, int64_t tid, size_t i
  * that encloses it in time (the one below it in its context, or the context's base), and
  * its count is taken then. Contexts hand theirs on as they end (stitch_lines). */
 
+/* Where lines run in frame ix go: its innermost inlined body open, or itself. */
+static inline LineSet *frame_lines(Thread *th, int64_t ix)
+{
+	Frame *f = frame(th, ix);
+	return f->inl_top >= 0 ? &frame(th, f->inl_top)->lines : &f->lines;
+}
+
 static inline LineSet *line_sink(Thread *th)
 {
 	Ctx *c = cur(th);
-	return c->nframes ? &frame(th, c->frames[c->nframes - 1].ix)->lines : &c->base;
+	return c->nframes ? frame_lines(th, c->frames[c->nframes - 1].ix) : &c->base;
+}
+
+/* The inlined frames open in frame ix end: each counts its lines and gives them to the
+ * frame it is inlined in (closing them is close_frame's). */
+static void lines_inlined(Engine *e, Thread *th, int64_t ix)
+{
+	for (int64_t k = frame(th, ix)->inl_top; k >= 0;) {
+		Frame *g = frame(th, k);
+		g->icache = g->lines.n;
+		ls_merge(e, &frame(th, g->parent)->lines, &g->lines);
+		k = g->parent == ix ? -1 : g->parent;
+	}
 }
 
 static void add_lines(Engine *e, Thread *th, const uint64_t *lines, size_t n)
@@ -202,10 +223,11 @@ static void lines_down(Engine *e, Thread *th, Ctx *c, size_t from, LineSet *into
 	if (!e->lines_on)
 		return;
 	for (size_t k = c->nframes; k-- > from;) {
+		lines_inlined(e, th, c->frames[k].ix);
 		Frame *f = frame(th, c->frames[k].ix);
 		f->icache = f->lines.n;
 		LineSet *below = k > from || !into
-				     ? (k ? &frame(th, c->frames[k - 1].ix)->lines : &c->base)
+				     ? (k ? frame_lines(th, c->frames[k - 1].ix) : &c->base)
 				     : into;
 		ls_merge(e, below, &f->lines);
 	}
@@ -229,12 +251,12 @@ static void stitch_lines(Engine *e, Thread *th, ptrdiff_t ci, LineSet *landed)
 			/* A handler: into the frame it interrupted (below the [syscall] frame that
 			 * ended where the handler began). */
 			Ctx *b = th->ctxs[j - 1];
-			ls_merge(e, &frame(th, b->frames[b->nframes - 2].ix)->lines, &c->base);
+			ls_merge(e, frame_lines(th, b->frames[b->nframes - 2].ix), &c->base);
 		} else if (c->detached || j == 0) {
 			ls_merge(e, &late, &c->base);
 		} else {
 			Ctx *b = th->ctxs[j - 1];
-			ls_merge(e, b->nframes ? &frame(th, b->frames[b->nframes - 1].ix)->lines
+			ls_merge(e, b->nframes ? frame_lines(th, b->frames[b->nframes - 1].ix)
 					       : &b->base,
 				 &c->base);
 		}
@@ -522,7 +544,7 @@ void land_on(Engine *e, Thread *th, size_t ci, size_t fi, int64_t t)
 {
 	Ctx *target = th->ctxs[ci];
 	int64_t end = take_slot(e, th, t, 0);
-	stitch_lines(e, th, (ptrdiff_t)ci, &frame(th, target->frames[fi].ix)->lines);
+	stitch_lines(e, th, (ptrdiff_t)ci, frame_lines(th, target->frames[fi].ix));
 	bool interrupted = false; /* the context above interrupts the one being closed */
 	for (size_t j = th->nctx - 1; j > ci; j--) {
 		Ctx *c = th->ctxs[j];
@@ -876,6 +898,73 @@ static void trace_start(Engine *e, Thread *th, int32_t dst, int64_t t)
 	first_frame(e, th, c, dst, entry ? 0 : FL_INFERRED, t);
 }
 
+/* ------------------------------------------------------------ inlined frames */
+
+static inline int32_t node_of(Engine *e, int32_t loc)
+{
+	return e->loc_node ? e->loc_node[loc] : 0;
+}
+
+/* Frame ix, the top of context c, now runs in inlined body `node` (0: the function
+ * itself): the inlined frames it leaves end and those it enters begin (their address:
+ * `addr`, where control entered them), at one slot at t (a call slot when one begins: it
+ * lasts at least 1 ns before anything else starts). */
+static void inline_to(Engine *e, Thread *th, Ctx *c, int64_t ix, int32_t node, int64_t t,
+		      int64_t addr)
+{
+	int64_t top = frame(th, ix)->inl_top;
+	int32_t have = top >= 0 ? frame(th, top)->node : 0;
+	int32_t a = have, b = node;
+	while (e->node_depth[a] > e->node_depth[b])
+		a = e->node_parent[a];
+	while (e->node_depth[b] > e->node_depth[a])
+		b = e->node_parent[b];
+	while (a != b) {
+		a = e->node_parent[a];
+		b = e->node_parent[b];
+	}
+	int64_t slot = take_slot(e, th, t, node != a ? CALL_SLOT : 0);
+	while (top >= 0 && frame(th, top)->node != a) {
+		int64_t k = top;
+		Frame *g = frame(th, k);
+		int64_t up = g->parent;
+		if (e->lines_on) {
+			g->icache = g->lines.n;
+			ls_merge(e, &frame(th, up)->lines, &g->lines);
+		}
+		top = up == ix ? -1 : up;
+		frame(th, ix)->inl_top = top;
+		close_frame(e, th, k, slot, 0);
+	}
+	int32_t path[MAX_INLINE_DEPTH];
+	size_t n = 0;
+	for (int32_t x = node; x != a; x = e->node_parent[x])
+		path[n++] = x;
+	while (n--) {
+		int64_t k = new_frame(e, th, c, top >= 0 ? top : ix, e->node_name[path[n]], slot,
+				      addr, FL_INLINED, 0);
+		frame(th, k)->node = path[n];
+		top = k;
+		frame(th, ix)->inl_top = k;
+	}
+}
+
+/* Control is at location loc: if the top frame runs its function, the inlined bodies
+ * open in it become loc's. */
+static inline void inline_at(Engine *e, Thread *th, int32_t loc, int64_t t)
+{
+	Ctx *c = cur(th);
+	if (!c->nframes)
+		return;
+	Handle h = c->frames[c->nframes - 1];
+	if (h.fn != e->loc_fn[loc])
+		return;
+	int64_t top = frame(th, h.ix)->inl_top;
+	int32_t node = node_of(e, loc);
+	if (node != (top >= 0 ? frame(th, top)->node : 0))
+		inline_to(e, th, c, h.ix, node, t, (int64_t)e->loc_ip[loc]);
+}
+
 /* engine.py: _apply */
 static void apply(Engine *e, Thread *th, int kind, int state, int32_t src, int32_t dst,
 		  int64_t t)
@@ -944,9 +1033,28 @@ static void apply(Engine *e, Thread *th, int kind, int state, int32_t src, int32
 		if (e->loc_fn[dst] != e->loc_fn[src])
 			jump(e, th, src, dst, t);
 		return;
+	case K_INLINE:
+		return; /* apply_at's */
 	default:
 		e->ignored++;
 	}
+}
+
+/* apply(), and the inlined bodies it leaves and enters: the branch's source runs in its
+ * inlined bodies (without instruction detail, that is where the decoders first see them),
+ * and its target in its own. */
+static inline void apply_at(Engine *e, Thread *th, int kind, int state, int32_t src,
+			    int32_t dst, int64_t t)
+{
+	if (!e->loc_node) {
+		apply(e, th, kind, state, src, dst, t);
+		return;
+	}
+	if (state == S_NONE)
+		inline_at(e, th, src, t);
+	apply(e, th, kind, state, src, dst, t);
+	if (state != S_END)
+		inline_at(e, th, dst, t);
 }
 
 /* ------------------------------------------ anchors (engine_anchors.c) at a branch */
@@ -1015,14 +1123,14 @@ void branch_body(Engine *e, Thread *th, int kind, int state, bool in_tx, int32_t
 				th->ev_ip = q.ip;
 				th->ev_time = q.time;
 				th->ev_occurrence = q.occurrence;
-				apply(e, th, q.kind, q.state, q.src, q.dst, tq <= t ? tq : t);
+				apply_at(e, th, q.kind, q.state, q.src, q.dst, tq <= t ? tq : t);
 			}
 			th->ev_ip = ip;
 			th->ev_time = time;
 			th->ev_occurrence = occurrence;
 		}
 	}
-	apply(e, th, kind, state, src, dst, t);
+	apply_at(e, th, kind, state, src, dst, t);
 }
 
 /* engine.py: TraceSegmentEngine._break_body (a segment break on one thread) */
@@ -1168,6 +1276,10 @@ void ptscope_engine_free(Engine *e)
 	free(e->loc_entry);
 	free(e->loc_off);
 	free(e->loc_ip);
+	free(e->loc_node);
+	free(e->node_parent);
+	free(e->node_name);
+	free(e->node_depth);
 	free(e->fn_flags);
 	free(e->pad_index.v);
 	free(e->pad_ranges.v);
@@ -1206,7 +1318,13 @@ int ptscope_engine_add_locations(Engine *e, ptscope_column fn, ptscope_column en
 		uint64_t *p = realloc(e->loc_ip, cap * sizeof(uint64_t));
 		if (p)
 			e->loc_ip = p;
-		if (!f || !en || !off || !p)
+		int32_t *nd = e->loc_node;
+		if (nd) {
+			nd = realloc(e->loc_node, cap * sizeof(int32_t));
+			if (nd)
+				e->loc_node = nd;
+		}
+		if (!f || !en || !off || !p || (e->loc_node && !nd))
 			return refuse(e, PTSCOPE_ENGINE_NOMEM, "out of memory");
 		e->caploc = cap;
 	}
@@ -1216,8 +1334,75 @@ int ptscope_engine_add_locations(Engine *e, ptscope_column fn, ptscope_column en
 		e->loc_entry[k] = PTSCOPE_AT(entry, int64_t, i);
 		e->loc_off[k] = PTSCOPE_AT(offset, int64_t, i);
 		e->loc_ip[k] = PTSCOPE_AT(ip, uint64_t, i);
+		if (e->loc_node)
+			e->loc_node[k] = 0;
 	}
 	e->nloc = need;
+	return PTSCOPE_ENGINE_OK;
+}
+
+int ptscope_engine_add_inline_nodes(Engine *e, const int32_t *parent, const int32_t *name,
+				    size_t n)
+{
+	GUARD(e);
+	size_t first = e->nnodes ? e->nnodes : 1;
+	if (n > (size_t)INT32_MAX - first)
+		return refuse(e, PTSCOPE_ENGINE_OVERFLOW, "too many inlined bodies");
+	for (size_t i = 0; i < n; i++) {
+		if (parent[i] < 0 || (size_t)parent[i] >= first + i || name[i] < 0)
+			return refuse(e, PTSCOPE_ENGINE_BAD_INPUT, "bad inlined body");
+		if (parent[i] && (size_t)parent[i] < first &&
+		    e->node_depth[parent[i]] >= MAX_INLINE_DEPTH)
+			return refuse(e, PTSCOPE_ENGINE_BAD_INPUT, "inlined bodies nested too deep");
+	}
+	size_t need = first + n;
+	if (need > e->capnodes) {
+		size_t cap = e->capnodes ? e->capnodes : 256;
+		while (cap < need)
+			cap *= 2;
+		int32_t *pa = realloc(e->node_parent, cap * sizeof(int32_t));
+		if (pa)
+			e->node_parent = pa;
+		int32_t *na = realloc(e->node_name, cap * sizeof(int32_t));
+		if (na)
+			e->node_name = na;
+		uint8_t *de = realloc(e->node_depth, cap);
+		if (de)
+			e->node_depth = de;
+		if (!pa || !na || !de)
+			return refuse(e, PTSCOPE_ENGINE_NOMEM, "out of memory");
+		e->capnodes = cap;
+	}
+	e->node_parent[0] = e->node_name[0] = 0;
+	e->node_depth[0] = 0;
+	for (size_t i = 0; i < n; i++) {
+		uint8_t depth = (uint8_t)(e->node_depth[parent[i]] + 1);
+		if (depth > MAX_INLINE_DEPTH) {
+			e->nnodes = first + i;
+			return refuse(e, PTSCOPE_ENGINE_BAD_INPUT, "inlined bodies nested too deep");
+		}
+		e->node_parent[first + i] = parent[i];
+		e->node_name[first + i] = name[i];
+		e->node_depth[first + i] = depth;
+	}
+	e->nnodes = need;
+	return PTSCOPE_ENGINE_OK;
+}
+
+int ptscope_engine_set_location_nodes(Engine *e, size_t first, const int32_t *node, size_t n)
+{
+	GUARD(e);
+	if (first > e->nloc || n > e->nloc - first)
+		return refuse(e, PTSCOPE_ENGINE_BAD_INPUT, "no such location");
+	for (size_t i = 0; i < n; i++)
+		if (node[i] < 0 || (size_t)node[i] >= (e->nnodes ? e->nnodes : 1))
+			return refuse(e, PTSCOPE_ENGINE_BAD_INPUT, "no such inlined body");
+	if (!e->loc_node) {
+		e->loc_node = calloc(e->caploc ? e->caploc : 1, sizeof(int32_t));
+		if (!e->loc_node)
+			return refuse(e, PTSCOPE_ENGINE_NOMEM, "out of memory");
+	}
+	memcpy(e->loc_node + first, node, n * sizeof(int32_t));
 	return PTSCOPE_ENGINE_OK;
 }
 
@@ -1311,7 +1496,7 @@ int ptscope_engine_feed(Engine *e, const ptscope_column *cols, size_t n,
 		uint32_t gap_delta = PTSCOPE_AT(c_gap, uint32_t, i);
 		uint64_t gap_insns = gap_insns_col ? PTSCOPE_AT(*gap_insns_col, uint16_t, i) : 0;
 		int64_t gap_time = gap_delta ? time - (int64_t)gap_delta : 0;
-		uint8_t ks = ptscope_kind_state[flags & (FLAG_TABLE_SIZE - 1)];
+		uint8_t ks = ptscope_classify(flags);
 		int kind = ks & 15, state = ks >> 4;
 		if (!th || tid != cur_tid || pid != cur_pid) {
 			cur_pid = pid;
@@ -1341,7 +1526,7 @@ int ptscope_engine_feed(Engine *e, const ptscope_column *cols, size_t n,
 			add_lines(e, th, all_lines + l0, (size_t)(l1 - l0));
 		}
 		note_branch(e, th, kind, src, dst, time);
-		apply(e, th, kind, state, src, dst, t);
+		apply_at(e, th, kind, state, src, dst, t);
 	}
 	return PTSCOPE_ENGINE_OK;
 }

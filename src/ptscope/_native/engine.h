@@ -27,6 +27,7 @@
 #define FL_INFERRED 1
 #define FL_OPEN_AT_END 2
 #define FL_SYNTHETIC 4
+#define FL_INLINED 8 /* SliceFlags.INLINED: an inlined body, not a call */
 #define FL_AFTER_CALL (1 << 8)
 #define FL_KERNEL_ENTRY (1 << 9) /* engine.py: _KERNEL_ENTRY */
 #define FL_ARMED (1 << 10)	 /* engine.py: _Thread.armed (its setjmp just returned) */
@@ -57,6 +58,7 @@ enum {
 	K_TX_ABORT,
 	K_VMENTRY,
 	K_VMEXIT,
+	K_INLINE, /* control enters or leaves an inlined body (no branch: see "Inlined frames") */
 };
 enum { S_NONE, S_START, S_END };
 
@@ -77,9 +79,12 @@ enum {
 	BF_VMEXIT = 1 << 12,
 	BF_INTR_DISABLE = 1 << 13,
 	BF_INTR_TOGGLE = 1 << 14,
+	/* ptscope's own: not a branch but the first instruction of another inlined body (the
+	 * decoders split blocks there; the row's src and dst are that instruction) */
+	BF_INLINE = 1 << 30, /* far from perf's bits, which grow (6.x: branch miss, 1 << 15) */
 };
 #define IN_TX_FLAG BF_IN_TX
-#define FLAG_TABLE_SIZE 32768 /* classify_flags depends on bits 0..14 only */
+#define FLAG_TABLE_SIZE 32768 /* classify_flags depends on bits 0..14 only, and BF_INLINE */
 
 /* Name ids the Python side reserves for the synthetic frames. */
 #define NAME_UNTRACED 0
@@ -138,6 +143,11 @@ typedef struct {
 	uint8_t known; /* KNOWN_START | KNOWN_END */
 	bool spine;    /* starts where its context starts: written with its context's group */
 	bool live;
+	/* Inlined frames (FL_INLINED) are not on any context's stack: a frame of the stack has
+	 * the innermost inlined body open in it (inl_top, -1: none), each inlined frame the
+	 * one it is inlined in as its parent, up to the stack's frame, and its node. */
+	int32_t node;
+	int64_t inl_top;
 } Frame;
 #define KNOWN_START 1
 #define KNOWN_END 2
@@ -345,7 +355,15 @@ typedef struct {
 /* feed()'s columns, in this order. */
 enum { C_PID, C_TID, C_TIME, C_FLAGS, C_SRC, C_DST, C_INSN, C_CYC, C_GAP, NCOLS };
 
+/* Inlined bodies are nodes of a tree (a node's parent: the body it is inlined in, 0: the
+ * function itself); a location names the innermost one at its address (0: none). */
+#define MAX_INLINE_DEPTH 64
+
 struct ptscope_engine {
+	int32_t *loc_node; /* NULL: no location is in an inlined body */
+	int32_t *node_parent, *node_name;
+	uint8_t *node_depth;
+	size_t nnodes, capnodes; /* node 0 (none) included once any is added */
 	int32_t *loc_fn;
 	int64_t *loc_entry, *loc_off;
 	uint64_t *loc_ip;
@@ -382,6 +400,10 @@ typedef struct ptscope_engine Engine;
 
 /* classify() of every flags value (kind | state << 4), filled by ptscope_engine_setup(). */
 extern uint8_t ptscope_kind_state[FLAG_TABLE_SIZE];
+static inline uint8_t ptscope_classify(uint32_t flags)
+{
+	return flags & BF_INLINE ? K_INLINE : ptscope_kind_state[flags & (FLAG_TABLE_SIZE - 1)];
+}
 void ptscope_engine_setup(void);
 
 /* PTSCOPE_ENGINE_OK, or why the engine takes no more: BROKEN, or with `open` FINISHED (a
@@ -395,6 +417,13 @@ void ptscope_engine_free(Engine *e);
 int ptscope_engine_add_locations(Engine *e, ptscope_column fn, ptscope_column entry,
 				 ptscope_column offset, ptscope_column ip, size_t n);
 int ptscope_engine_mark_function(Engine *e, int fn, int flags);
+/* Inlined bodies, numbered from nnodes on (the first call adds node 0, none, first):
+ * parent (a node added before; 0: inlined in the function itself) and the name id its
+ * slices take. */
+int ptscope_engine_add_inline_nodes(Engine *e, const int32_t *parent, const int32_t *name,
+				    size_t n);
+/* The innermost inlined body of locations [first, first + n) (0: none). */
+int ptscope_engine_set_location_nodes(Engine *e, size_t first, const int32_t *node, size_t n);
 void ptscope_engine_set_landing_pads(Engine *e, ptscope_landing_pads_fn fn, void *ctx);
 /* n branches: cols[NCOLS] as the C_* enum says (pid, tid: int32; time: int64; flags:
  * uint32; src, dst: int32; insn, cyc: uint64; gap_delta: uint32). Code lines (instruction

@@ -187,6 +187,9 @@ static bool follow_on(Engine *e, Thread *th, Lookahead *l, Hypothesis *h, const 
 		}
 		return true;
 	}
+	case K_INLINE: /* no branch: every stack as it was */
+		keep_hypothesis(e, l, *h);
+		return true;
 	case K_JUMP:
 	case K_CJUMP:
 		if (fn == sfn) {

@@ -305,6 +305,8 @@ int64_t new_frame(Engine *e, Thread *th, Ctx *c, int64_t parent, int32_t name,
 	f->first_follower = f->last_follower = f->next_follower = -1;
 	f->known = 0;
 	f->icache = -1;
+	f->node = 0;
+	f->inl_top = -1;
 	line_set_clear(&f->lines);
 	f->live = true;
 	f->spine = start == c->start_slot;
@@ -326,6 +328,14 @@ int64_t new_frame(Engine *e, Thread *th, Ctx *c, int64_t parent, int32_t name,
 /* engine.py: _close */
 void close_frame(Engine *e, Thread *th, int64_t ix, int64_t slot, int64_t flags)
 {
+	/* The inlined bodies open in it end with it, innermost first (their lines went to it
+	 * first: lines_down). */
+	while (frame(th, ix)->inl_top >= 0) {
+		int64_t k = frame(th, ix)->inl_top;
+		int64_t up = frame(th, k)->parent;
+		frame(th, ix)->inl_top = up == ix ? -1 : up;
+		close_frame(e, th, k, slot, flags & FL_OPEN_AT_END);
+	}
 	Frame *f = frame(th, ix);
 	f->end_slot = slot;
 	f->flags |= flags;

@@ -150,6 +150,78 @@ static struct block_slot *block_of(struct ptscope_filter *f, uint64_t start, uin
 	return b;
 }
 
+/* The instructions from `start` up to `at` (not included): -1 where `at` is no
+ * instruction boundary (ptscope_x86_split on the code perf reads there). */
+static long insns_before(struct ptscope_filter *f, void *ctx, uint64_t start, uint64_t at)
+{
+	if (!perf_dlfilter_fns.object_code || at - start > BLOCK_MAX_BYTES)
+		return -1;
+	size_t want = (size_t)(at - start) + PTSCOPE_X86_MAX_LENGTH;
+	if (want > f->code_cap) {
+		size_t ncap = f->code_cap ? f->code_cap : 4096;
+		while (ncap < want)
+			ncap *= 2;
+		uint8_t *nc = realloc(f->code, ncap);
+		if (!nc)
+			return -1;
+		f->code = nc;
+		f->code_cap = ncap;
+	}
+	int32_t got = perf_dlfilter_fns.object_code(ctx, start, f->code, (uint32_t)want);
+	uint32_t before;
+	uint8_t len;
+	if (got < (int64_t)(at - start) ||
+	    ptscope_x86_split(f->code, (size_t)got, (size_t)(at - start), &before, &len) != 0)
+		return -1;
+	return before;
+}
+
+/* The inlined bodies that the block from `start` to its last instruction executed (at
+ * `last`) enters or leaves inside it, as the own decoder finds them (pt_feed.c:
+ * split_inlined, which says what the rows are): the same addresses, the same instruction
+ * counts (x86_length.c on the same bytes), the same rows. */
+static int split_inlined(struct ptscope_filter *f, struct thread_state *th,
+			 const struct perf_dlfilter_sample *s, void *ctx, uint32_t gen,
+			 const struct loc_slot *src, uint64_t start, uint64_t last, uint64_t *done,
+			 uint64_t *from)
+{
+	const struct inline_runs *runs = src->inl;
+	if (!runs || !src->has_map || s->ip - start > src->map_addr)
+		return 0;
+	/* the block's file addresses: the source's, less the bytes before it */
+	uint64_t a0 = src->map_addr - (s->ip - start), next, after;
+	uint64_t end = a0 + (last - start);
+	int32_t node = inline_runs_node(runs, a0, &next);
+	while (next <= end) {
+		uint64_t b = next;
+		int32_t now = inline_runs_node(runs, b, &after);
+		next = after;
+		if (now == node)
+			continue;
+		uint64_t at = start + (b - a0);
+		long before = insns_before(f, ctx, start, at);
+		if (before < 0 || (uint64_t)before < *done)
+			continue;
+		node = now;
+		if (f->insns && line_set_add(&th->lines, *from >> 6, (at - 1) >> 6))
+			return -ENOMEM;
+		*from = at;
+		th->pending_insn += (uint64_t)before - *done;
+		*done = (uint64_t)before;
+		struct loc_slot *loc = location_at(f, s, ctx, gen, at);
+		if (!loc)
+			return -ENOMEM;
+		struct ptscope_branch_rec r;
+		branch_record(f, &r, s, loc->id, loc->id);
+		r.flags = PTSCOPE_FLAG_INLINE;
+		r.ip = r.addr = at;
+		r.time = th->last_time;
+		r.cyc_cnt = 0;
+		keep_branch(f, th, &r);
+	}
+	return 0;
+}
+
 int account_block(struct ptscope_filter *f, struct thread_state *th,
 		  const struct perf_dlfilter_sample *s, void *ctx, uint32_t gen,
 		  struct loc_slot *src)
@@ -188,6 +260,11 @@ int account_block(struct ptscope_filter *f, struct thread_state *th,
 	if (!count)
 		return 0;
 	uint64_t last_byte = inclusive ? s->ip + end_len - 1 : s->ip - 1;
-	th->pending_insn += count;
-	return line_set_add(&th->lines, start >> 6, last_byte >> 6) ? -ENOMEM : 0;
+	uint64_t done = 0, from = start;
+	if (src->inl &&
+	    split_inlined(f, th, s, ctx, gen, src, start, inclusive ? s->ip : s->ip - 1, &done,
+			  &from) < 0)
+		return -ENOMEM;
+	th->pending_insn += count - done;
+	return line_set_add(&th->lines, from >> 6, last_byte >> 6) ? -ENOMEM : 0;
 }

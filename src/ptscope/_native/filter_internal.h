@@ -68,6 +68,7 @@ struct thread_state {
 				* first branch: its count is fixed up from the previous window) */
 	struct line_set lines; /* insns: code lines run since the last kept branch */
 	uint64_t last_kept;    /* time of the thread's last kept branch */
+	uint64_t last_time;    /* time of its last branch, kept or not (inlined code's rows) */
 	uint64_t gap_time;     /* first dropped branch later than that, 0 if none yet */
 	uint64_t gap_insn;     /* the instructions counted up to that branch, included */
 	struct ptscope_branch_rec last_dropped; /* the latest dropped jump (to-end) */
@@ -78,6 +79,24 @@ struct thread_state {
 };
 
 enum event_kind { EV_OTHER, EV_BRANCH, EV_POWER };
+
+/* filter_inline.c: the runs file (--dlarg inline=PATH), and the runs of a DSO by name. */
+struct inline_dso {
+	const char *name;
+	struct inline_runs runs;
+};
+#define INLINE_SEEN 16
+struct inline_seen {
+	const char *name; /* perf's pointer */
+	const struct inline_runs *runs;
+};
+struct inline_file {
+	uint8_t *data;
+	struct inline_dso *dsos;
+	size_t ndsos;
+	struct inline_seen seen[INLINE_SEEN];
+	size_t next_seen;
+};
 
 /* Ring mode: the shared chunks and the one being filled. */
 struct ring {
@@ -122,7 +141,24 @@ struct ptscope_filter {
 	const char *last_event; /* evsel name pointer of the previous sample */
 	enum event_kind last_kind;
 	struct ptscope_trailer_rec counters;
+	struct inline_file inl;
 };
+
+/* ------------------------------------------------ filter_inline.c */
+
+int inline_load(struct inline_file *in, const char *path);
+void inline_free(struct inline_file *in);
+const struct inline_runs *inline_runs_of(struct inline_file *in, const char *dso);
+
+/* ------------------------------------------------ dlfilter.c, for filter_blocks.c */
+
+/* The location of an address met inside a block (an inlined body's first instruction),
+ * resolved through perf's resolve_address() as a branch target is. */
+struct loc_slot *location_at(struct ptscope_filter *f, const struct perf_dlfilter_sample *s,
+			     void *ctx, uint32_t gen, uint64_t addr);
+void branch_record(struct ptscope_filter *f, struct ptscope_branch_rec *r,
+		   const struct perf_dlfilter_sample *s, uint32_t ip_loc, uint32_t addr_loc);
+void keep_branch(struct ptscope_filter *f, struct thread_state *th, struct ptscope_branch_rec *r);
 
 /* ------------------------------------------------ filter_output.c: the stream */
 

@@ -8,6 +8,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "inline_runs.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,6 +66,12 @@ struct loc_slot {
 	uint64_t block_start; /* 0: none yet */
 	uint32_t block_before;
 	uint8_t block_end_len;
+	/* Inlined code (--dlarg inline=): the innermost inlined body at addr, its DSO's runs
+	 * (NULL: none known) and addr as perf maps it into the DSO (al->addr, if has_map). */
+	uint8_t has_map;
+	int32_t node, next_node;
+	const struct inline_runs *inl;
+	uint64_t map_addr;
 };
 
 struct loc_table {

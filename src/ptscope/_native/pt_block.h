@@ -47,6 +47,7 @@ struct pt_block {
 	 * loc_epoch + 1 (0: none yet). */
 	uint64_t dst_addr;
 	uint32_t src_loc, src_fn, dst_loc, dst_fn;
+	int32_t src_node, dst_node;
 	uint32_t loc_epoch;
 };
 

@@ -13,6 +13,7 @@
 #define F_BRANCH (1u << 0)
 #define F_CONDITIONAL (1u << 3)
 #define F_ASYNC (1u << 5)
+#define F_INLINE (1u << 30) /* engine.h: BF_INLINE */
 
 #define BLOCK_MAX_BYTES (1u << 20) /* filter_tables.h: a longer straight run is no block */
 
@@ -36,6 +37,7 @@ struct pt_feed_thread {
 	bool seen;
 	struct pt_line_set lines;
 	uint64_t last_kept, gap_time, gap_insn;
+	uint64_t last_time; /* of its last branch, kept or not */
 	struct pt_row last_dropped;
 	bool has_dropped;
 };
@@ -46,6 +48,7 @@ struct pt_loc_slot {
 	uint64_t addr;
 	uint64_t key; /* (space + 1) << 1 | side; 0: empty */
 	uint32_t id, fn, epoch;
+	int32_t node;
 };
 
 /* ------------------------------------------------------------------ vectors */
@@ -254,7 +257,7 @@ static int locs_grow(struct pt_feed *f)
 /* The location of an address as seen from a space (resolved now if new, or if the
  * space's maps changed since): its id and function key; 0 when out of memory. */
 static uint32_t location(struct pt_feed *f, uint64_t addr, long space, int side, int32_t pid,
-			 uint32_t *fn)
+			 uint32_t *fn, int32_t *node)
 {
 	if ((f->loc_count + 1) * 2 > f->loc_cap && locs_grow(f) < 0)
 		return 0;
@@ -269,23 +272,25 @@ static uint32_t location(struct pt_feed *f, uint64_t addr, long space, int side,
 		if (slot->addr == addr && slot->key == key) {
 			if (slot->epoch == epoch) {
 				*fn = slot->fn;
+				*node = slot->node;
 				return slot->id;
 			}
 			break; /* resolved under other maps: again */
 		}
 		j = (j + 1) & (f->loc_cap - 1);
 	}
-	struct pt_resolved r = { 0, 0, f->image->unknown_fn, -1 };
+	struct pt_resolved r = { 0, 0, f->image->unknown_fn, -1, 0 };
 	if (space >= 0 && pt_image_resolve(f->image, (size_t)space, addr, &r) < 0)
 		return 0;
 	bool fresh = !slot->key;
-	struct pt_location loc = { addr, r.name ? r.offset : -1, r.name, r.dso, pid };
+	struct pt_location loc = { addr, r.name ? r.offset : -1, r.name, r.dso, pid, r.node };
 	if (VEC_PUSH(f->locations, struct pt_location, loc))
 		return 0;
 	if (fresh)
 		f->loc_count++;
-	*slot = (struct pt_loc_slot){ addr, key, f->next_loc++, r.fn, epoch };
+	*slot = (struct pt_loc_slot){ addr, key, f->next_loc++, r.fn, epoch, r.node };
 	*fn = slot->fn;
+	*node = slot->node;
 	return slot->id;
 }
 
@@ -366,6 +371,58 @@ static int split_block(struct pt_image *im, long space, uint64_t start, uint64_t
 	return ptscope_x86_split(file->data + off, avail, size, before, end_len);
 }
 
+static int emit_row(struct pt_feed *f, struct pt_feed_thread *th, const struct pt_row *r);
+
+/* The inlined bodies that the run from `start` to its last instruction executed (at
+ * `last`) enters or leaves inside it: a row of their own each (F_INLINE, src and dst the
+ * first instruction there), with the instructions and code lines before it, dated with the
+ * thread's last branch (the engine spreads it by instructions up to the next time). *done:
+ * the run's instructions those rows took; *from: where the code lines left begin. A
+ * boundary that is not where an instruction begins is no transition (damaged code). */
+static int split_inlined(struct pt_feed *f, struct pt_feed_thread *th, const struct pt_sample *s,
+			 uint64_t start, uint64_t last, uint64_t *done, uint64_t *from)
+{
+	struct pt_image *im = f->image;
+	if (s->space < 0)
+		return 0;
+	const struct pt_map *m = pt_space_find(im->spaces[s->space], start);
+	if (!m)
+		return 0;
+	const struct pt_symbols *sy = &im->files[m->file].syms;
+	if (!sy->ninl)
+		return 0;
+	uint64_t a0 = pt_map_ip(im, m, start), next, after;
+	uint64_t end = a0 + (last - start); /* the last instruction's file address */
+	int32_t node = pt_symbols_node(sy, a0, &next);
+	while (next <= end) {
+		uint64_t b = next;
+		int32_t now = pt_symbols_node(sy, b, &after);
+		next = after;
+		if (now == node)
+			continue;
+		uint64_t at = start + (b - a0);
+		uint32_t before;
+		uint8_t len;
+		if (split_block(im, s->space, start, at, &before, &len) < 0 || before < *done)
+			continue;
+		node = now;
+		if (f->insns && lines_add(&th->lines, *from >> 6, (at - 1) >> 6) < 0)
+			return -ENOMEM;
+		*from = at;
+		th->pending_insn += before - *done;
+		*done = before;
+		uint32_t fn;
+		int32_t nd;
+		uint32_t loc = location(f, at, s->space, 1, s->pid, &fn, &nd);
+		if (!loc)
+			return -ENOMEM;
+		struct pt_row r = { s->pid, s->tid, th->last_time, F_INLINE, loc, loc, 0, 0 };
+		if (emit_row(f, th, &r) < 0)
+			return -ENOMEM;
+	}
+	return 0;
+}
+
 /* account_block: the instructions and code lines of the run from the thread's block
  * start (its previous branch's target) to this branch. */
 static int account_block(struct pt_feed *f, struct pt_feed_thread *th, const struct pt_sample *s)
@@ -405,8 +462,11 @@ static int account_block(struct pt_feed *f, struct pt_feed_thread *th, const str
 	if (!count)
 		return 0;
 	uint64_t last_byte = inclusive ? s->ip + end_len - 1 : s->ip - 1;
-	th->pending_insn += count;
-	return lines_add(&th->lines, start >> 6, last_byte >> 6);
+	uint64_t done = 0, from = start;
+	if (split_inlined(f, th, s, start, inclusive ? s->ip : s->ip - 1, &done, &from) < 0)
+		return -ENOMEM;
+	th->pending_insn += count - done;
+	return lines_add(&th->lines, from >> 6, last_byte >> 6);
 }
 
 /* ------------------------------------------------------------------ output */
@@ -508,40 +568,48 @@ int pt_feed_branch(struct pt_feed *f, const struct pt_sample *s)
 	if (!th)
 		return -ENOMEM;
 	uint32_t src_fn, dst_fn, src, dst;
+	int32_t src_node, dst_node;
 	struct pt_block *b = s->src_blk;
 	uint32_t epoch = s->space >= 0 ? f->image->spaces[s->space]->epoch + 1 : 0;
 	if (b && b->loc_epoch == epoch && epoch) {
 		/* the block's memos: no lookup for a branch taken again */
 		src = b->src_loc;
 		src_fn = b->src_fn;
+		src_node = b->src_node;
 		if (b->dst_addr == s->addr) {
 			dst = b->dst_loc;
 			dst_fn = b->dst_fn;
+			dst_node = b->dst_node;
 		} else {
-			dst = location(f, s->addr, s->space, 1, s->pid, &dst_fn);
+			dst = location(f, s->addr, s->space, 1, s->pid, &dst_fn, &dst_node);
 			b->dst_addr = s->addr;
 			b->dst_loc = dst;
 			b->dst_fn = dst_fn;
+			b->dst_node = dst_node;
 		}
 	} else {
-		src = location(f, s->ip, s->space, 0, s->pid, &src_fn);
-		dst = location(f, s->addr, s->space, 1, s->pid, &dst_fn);
+		src = location(f, s->ip, s->space, 0, s->pid, &src_fn, &src_node);
+		dst = location(f, s->addr, s->space, 1, s->pid, &dst_fn, &dst_node);
 		if (b && epoch) {
 			b->loc_epoch = epoch;
 			b->src_loc = src;
 			b->src_fn = src_fn;
+			b->src_node = src_node;
 			b->dst_addr = s->addr;
 			b->dst_loc = dst;
 			b->dst_fn = dst_fn;
+			b->dst_node = dst_node;
 		}
 	}
 	if (!src || !dst)
 		return -ENOMEM;
 	if (f->insns && account_block(f, th, s) < 0)
 		return -ENOMEM;
+	th->last_time = s->time;
 	struct pt_row r = { s->pid, s->tid, s->time, s->flags, src, dst,
 			    f->insns ? 0 : s->insn_cnt, s->cyc_cnt };
-	if (!f->keep_all && droppable(s->flags) && src_fn == dst_fn) {
+	/* (a jump between inlined bodies is kept: the engine sees where it goes) */
+	if (!f->keep_all && droppable(s->flags) && src_fn == dst_fn && src_node == dst_node) {
 		if (!f->insns)
 			th->pending_insn += s->insn_cnt;
 		th->pending_cyc += s->cyc_cnt;

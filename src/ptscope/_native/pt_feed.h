@@ -60,6 +60,7 @@ struct pt_location {
 	uint32_t name;	/* symbol string id, 0: none */
 	uint32_t dso;	/* dso string id, 0: no map */
 	int32_t pid;
+	int32_t node;	/* the innermost inlined body at ip (pt_image.h), 0: none */
 };
 
 struct pt_vec {

@@ -19,6 +19,12 @@ static void symbols_free(struct pt_symbols *s)
 	free(s->sym_end);
 	free(s->name);
 	free(s->fn);
+	free(s->inl_start);
+	free(s->inl_end);
+	free(s->inl_node);
+	s->inl_start = s->inl_end = NULL;
+	s->inl_node = NULL;
+	s->ninl = 0;
 	memset(s, 0, sizeof(*s));
 }
 
@@ -99,6 +105,33 @@ int pt_image_set_symbols(struct pt_image *im, uint32_t file, const uint64_t *sta
 	}
 	f->syms = s;
 	f->symbols_loaded = true;
+	return 0;
+}
+
+int pt_image_set_inline(struct pt_image *im, uint32_t file, const uint64_t *start,
+			const uint64_t *end, const int32_t *node, size_t n)
+{
+	if (file >= im->nfiles)
+		return -EINVAL;
+	struct pt_symbols *s = &im->files[file].syms;
+	free(s->inl_start);
+	free(s->inl_end);
+	free(s->inl_node);
+	s->inl_start = copy64(start, n);
+	s->inl_end = copy64(end, n);
+	s->inl_node = n ? malloc(n * sizeof(int32_t)) : NULL;
+	if (s->inl_node)
+		memcpy(s->inl_node, node, n * sizeof(int32_t));
+	s->ninl = n;
+	if (n && (!s->inl_start || !s->inl_end || !s->inl_node)) {
+		free(s->inl_start);
+		free(s->inl_end);
+		free(s->inl_node);
+		s->inl_start = s->inl_end = NULL;
+		s->inl_node = NULL;
+		s->ninl = 0;
+		return -ENOMEM;
+	}
 	return 0;
 }
 
@@ -212,6 +245,7 @@ int pt_image_resolve(struct pt_image *im, size_t space, uint64_t addr, struct pt
 	out->name = 0;
 	out->fn = im->unknown_fn;
 	out->offset = -1;
+	out->node = 0;
 	if (!m)
 		return 0;
 	uint32_t fi = m->file;
@@ -225,7 +259,9 @@ int pt_image_resolve(struct pt_image *im, size_t space, uint64_t addr, struct pt
 		f = &im->files[fi];
 	}
 	const struct pt_symbols *sy = &f->syms;
-	uint64_t a = pt_map_ip(im, m, addr);
+	uint64_t a = pt_map_ip(im, m, addr), next;
+	if (sy->ninl)
+		out->node = pt_symbols_node(sy, a, &next);
 	size_t lo = 0, hi = sy->n;
 	while (lo < hi) {
 		size_t mid = (lo + hi) / 2;

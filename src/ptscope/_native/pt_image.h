@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "inline_runs.h"
 #include "pt_block.h"
 
 #define PT_NO_FILE UINT32_MAX
@@ -28,6 +29,11 @@ struct pt_symbols {
 	uint32_t *name; /* string ids (Python's) */
 	uint32_t *fn;	/* function-key ids: equal <=> one function for the engine */
 	size_t n;
+	/* Inlined code: sorted disjoint runs [inl_start, inl_end) of file addresses (as the
+	 * symbols'), each in its innermost inlined body inl_node (a decode-wide node id). */
+	uint64_t *inl_start, *inl_end;
+	int32_t *inl_node;
+	size_t ninl;
 };
 
 struct pt_file {
@@ -124,7 +130,18 @@ struct pt_resolved {
 	uint32_t name;	  /* 0: no symbol */
 	uint32_t fn;	  /* function-key id */
 	int64_t offset;	  /* from the symbol's start as the dlfilter gives it, -1: no symbol */
+	int32_t node;	  /* the innermost inlined body there, 0: none */
 };
 int pt_image_resolve(struct pt_image *im, size_t space, uint64_t addr, struct pt_resolved *out);
+/* A file's inlined code (after its symbols: they replace it); copied. */
+int pt_image_set_inline(struct pt_image *im, uint32_t file, const uint64_t *start,
+			const uint64_t *end, const int32_t *node, size_t n);
+
+/* The inlined body at file address a (0: none), and the first run boundary after a. */
+static inline int32_t pt_symbols_node(const struct pt_symbols *sy, uint64_t a, uint64_t *next)
+{
+	struct inline_runs r = { sy->inl_start, sy->inl_end, sy->inl_node, sy->ninl };
+	return inline_runs_node(&r, a, next);
+}
 
 #endif

@@ -16,7 +16,8 @@
 #include <string.h>
 
 #define PTSCOPE_STREAM_MAGIC "PTSCOPE" /* 7 bytes after the header's tag byte */
-#define PTSCOPE_STREAM_VERSION 5u
+#define PTSCOPE_STREAM_VERSION 6u
+#define PTSCOPE_FLAG_INLINE (1u << 30) /* engine.h: BF_INLINE */
 
 enum ptscope_tag {
 	PTSCOPE_TAG_CHUNK = 0xF7,    /* ring mode, on perf's stdout only: a chunk is ready */
@@ -71,7 +72,7 @@ struct ptscope_location_rec { /* 40 bytes */
 	uint32_t symbol;  /* string id, PTSCOPE_NO_STRING if unknown */
 	uint32_t dso;     /* string id, PTSCOPE_NO_STRING if no mapping */
 	int32_t pid;      /* the process whose address space it was resolved in */
-	uint32_t reserved2;
+	int32_t node;     /* the innermost inlined body at ip (--dlarg inline=), 0: none */
 };
 
 struct ptscope_branch_rec { /* 72 bytes */
@@ -80,7 +81,9 @@ struct ptscope_branch_rec { /* 72 bytes */
 	uint16_t gap_insns; /* with gap_delta: the instructions after the thread's previous
 			     * kept branch up to and including that dropped jump, as counted
 			     * (exact with PTSCOPE_OPT_INSNS); 0 if unknown or over 65535 */
-	uint32_t flags;     /* PERF_DLFILTER_FLAG_* (raw: bits above 12 may be set) */
+	uint32_t flags;     /* PERF_DLFILTER_FLAG_* (raw: bits above 12 may be set), or
+			     * PTSCOPE_FLAG_INLINE: no branch but the first instruction of
+			     * another inlined body (ip = addr = that instruction) */
 	int32_t pid;
 	int32_t tid;
 	uint64_t time;      /* perf time, ns */

@@ -124,6 +124,13 @@ def add_decoder_arguments(parser: argparse.ArgumentParser) -> argparse._Argument
         "slices have no icache_lines (a faster decode)",
     )
     group.add_argument(
+        "--no-inline",
+        dest="inline",
+        action="store_false",
+        help="no slices for inlined functions (by default each inlined call, read from the "
+        "binaries' DWARF, is a slice of its own, flagged `inlined`)",
+    )
+    group.add_argument(
         "--no-drill",
         dest="drill",
         action="store_false",

@@ -115,6 +115,7 @@ def verify_decoders(args: argparse.Namespace) -> int:
         tids=parse_id_list(args.tid, "--tid") if args.tid else (),
         symfs=args.symfs,
         insns=args.insn_detail,
+        inline=args.inline,
     )
     for v in verdicts:
         if v.difference is None:
@@ -159,6 +160,7 @@ def start_perf_early(args: argparse.Namespace) -> None:
         tids=tids,
         symfs=args.symfs,
         insn_detail=args.insn_detail,
+        inline=args.inline,
     )
 
 
@@ -168,6 +170,7 @@ def start_decode_early(
     decoder: str,
     jobs: int | None,
     insn_detail: bool,
+    inline: bool = False,
     pids: tuple[int, ...] = (),
     tids: tuple[int, ...] = (),
     symfs: Path | None = None,
@@ -198,6 +201,8 @@ def start_decode_early(
                 return  # the own decoder decodes it: no perf
         if perf_launch.decode_jobs(jobs, paths[0]) != 1:
             return
+        if inline:
+            return  # its perf reads the inlined code's runs, which the pipeline writes
         tool = find_perf()
         if perf_launch.choose_perf_decoder(decoder, tool).name != "dlfilter":
             return
@@ -281,5 +286,6 @@ def decode_options(args: argparse.Namespace) -> DecodeOptions:
         split_time=args.split_time,
         time_axis=args.time_axis,
         insn_detail=args.insn_detail,
+        inline=args.inline,
         drill=drill_path(args) if args.drill else None,
     )

@@ -272,7 +272,11 @@ def decode_step(
 
     with early_launches():
         start_decode_early(
-            recording, decoder=args.decoder, jobs=args.jobs, insn_detail=args.insn_detail
+            recording,
+            decoder=args.decoder,
+            jobs=args.jobs,
+            insn_detail=args.insn_detail,
+            inline=args.inline,
         )
         _decode_now(recording, output, args, place)
     return serve_in_perfetto(output) if args.serve else 0
@@ -295,6 +299,7 @@ def _decode_now(
         split_time=args.split_time,
         time_axis=args.time_axis,
         insn_detail=args.insn_detail,
+        inline=args.inline,
         drill=place.directory if place.keep and args.drill else None,
     )
     from ptscope.cli.output import print_summary, summary_of_incomplete

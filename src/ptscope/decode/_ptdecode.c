@@ -90,28 +90,34 @@ static int load_symbols(void *ctx, uint32_t file)
 	if (!res) {
 		ret = -1;
 	} else if (res != Py_None) {
-		Py_buffer b[6];
-		int got = 0;
-		if (!PyTuple_Check(res) || PyTuple_GET_SIZE(res) != 6) {
-			PyErr_SetString(PyExc_TypeError, "symbols must be 6 columns");
+		/* 6 columns of symbols, then (optional) 3 of inlined code */
+		Py_buffer b[9];
+		int got = 0, want = PyTuple_Check(res) ? (int)PyTuple_GET_SIZE(res) : 0;
+		if (want != 6 && want != 9) {
+			PyErr_SetString(PyExc_TypeError, "symbols must be 6 or 9 columns");
 			ret = -1;
 		} else {
-			for (; got < 6; got++)
+			for (; got < want; got++)
 				if (PyObject_GetBuffer(PyTuple_GET_ITEM(res, got), &b[got],
 						       PyBUF_SIMPLE) < 0)
 					break;
-			if (got < 6) {
+			if (got < want) {
 				ret = -1;
 			} else {
 				size_t n = (size_t)b[0].len / 8;
+				size_t ni = want == 9 ? (size_t)b[6].len / 8 : 0;
 				if ((size_t)b[1].len / 8 != n || (size_t)b[2].len / 8 != n ||
 				    (size_t)b[3].len / 8 != n || (size_t)b[4].len / 4 != n ||
-				    (size_t)b[5].len / 4 != n) {
+				    (size_t)b[5].len / 4 != n ||
+				    (want == 9 && ((size_t)b[7].len / 8 != ni ||
+						   (size_t)b[8].len / 4 != ni))) {
 					PyErr_SetString(PyExc_ValueError, "symbol columns differ");
 					ret = -1;
 				} else if (pt_image_set_symbols(&self->image, file, b[0].buf, b[1].buf,
 								b[2].buf, b[3].buf, b[4].buf,
-								b[5].buf, n) < 0) {
+								b[5].buf, n) < 0 ||
+					   (ni && pt_image_set_inline(&self->image, file, b[6].buf,
+								      b[7].buf, b[8].buf, ni) < 0)) {
 					PyErr_NoMemory();
 					ret = -1;
 				}
@@ -592,10 +598,11 @@ static PyObject *event_layout(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
 
 static PyObject *location_layout(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
 {
-	return Py_BuildValue("(n[(snn)(snn)(snn)(snn)(snn)])", (Py_ssize_t)sizeof(struct pt_location),
-			     FIELD(pt_location, ip), FIELD(pt_location, offset),
-			     FIELD(pt_location, name), FIELD(pt_location, dso),
-			     FIELD(pt_location, pid));
+	return Py_BuildValue("(n[(snn)(snn)(snn)(snn)(snn)(snn)])",
+			     (Py_ssize_t)sizeof(struct pt_location), FIELD(pt_location, ip),
+			     FIELD(pt_location, offset), FIELD(pt_location, name),
+			     FIELD(pt_location, dso), FIELD(pt_location, pid),
+			     FIELD(pt_location, node));
 }
 
 static PyMethodDef methods[] = {

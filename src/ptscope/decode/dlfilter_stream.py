@@ -398,12 +398,16 @@ class RecordStreamParser:
         if tag == rf.TAG_LOCATION:
             if avail < rf.LOCATION.size:
                 return 0
-            _, lid, ip, offset, sym, dso, _pid = rf.LOCATION.unpack_from(buf, pos)
+            _, lid, ip, offset, sym, dso, _pid, node = rf.LOCATION.unpack_from(buf, pos)
             if lid != len(self._locations):
                 self._fail(f"has location id {lid} out of sequence", pos)
             if sym >= len(self._strings) or dso >= len(self._strings):
                 self._fail("has a location naming an unknown string", pos)
-            self._add_location(ip, self._strings[sym], offset, self._strings[dso])
+            if node and (
+                self.locations.inline is None or not 0 < node < len(self.locations.inline)
+            ):
+                self._fail("has a location in an unknown inlined body", pos)
+            self._add_location(ip, self._strings[sym], offset, self._strings[dso], node)
             self.stats.locations += 1
             return rf.LOCATION.size
         if tag == rf.TAG_POWER:
@@ -475,14 +479,16 @@ class RecordStreamParser:
         st.trailer = counters
         self._ended = True
 
-    def _add_location(self, ip: int, symbol: str | None, offset: int, dso: str | None) -> None:
+    def _add_location(
+        self, ip: int, symbol: str | None, offset: int, dso: str | None, node: int = 0
+    ) -> None:
         loc = make_location(ip, symbol, offset, dso)
         # Share one object per distinct location (the same address resolved again after a
         # cache flush, or in another process with the same mapping).
         key = (loc.ip, loc.symbol, loc.offset, loc.dso)
         loc = self._loc_dedup.setdefault(key, loc)
         self._locations.append(loc)
-        self._table_ids.append(self.locations.add(loc))
+        self._table_ids.append(self.locations.add(loc, node))
 
     def _location_array(self) -> np.ndarray[Any, np.dtype[np.object_]]:
         if len(self._loc_array) != len(self._locations):
@@ -1095,12 +1101,14 @@ def decode_with_dlfilter(
     perf: PerfTool | None = None,
     run_info: list[DlfilterRun] | None = None,
     task_events: bool = False,
+    locations: LocationTable | None = None,
 ) -> Iterator[list[Event]]:
     """Run perf with the dlfilter on ``perf_data`` and yield its events in batches.
 
     ``extra`` is added to perf's argv (``--time``, ``--symfs``...). ``run_info``, when given,
     receives a :class:`DlfilterRun` at the end. ``task_events``, ``insns``: see
-    :class:`DlfilterProcess`.
+    :class:`DlfilterProcess`. ``locations``: the table the locations are numbered in (its
+    ``inline``: the nodes of ``--dlarg inline=``'s runs file).
     """
     proc = DlfilterProcess(
         perf_data,
@@ -1110,6 +1118,7 @@ def decode_with_dlfilter(
         extra=extra,
         perf=perf,
         task_events=task_events,
+        locations=locations,
     )
     yield from proc.batches()
     if run_info is not None:

@@ -31,6 +31,7 @@ from typing import Any, Final
 import numpy as np
 
 from ptscope.decode import perf_data as pd
+from ptscope.decode.inline_runs import dwarf_file, inline_runs
 from ptscope.decode.native_support import native_support, read_cached
 from ptscope.decode.perf_dsos import Dso, DsoLocator, DsoTable, classify_mapping
 from ptscope.decode.perf_symbols import dso_symbols
@@ -46,6 +47,7 @@ from ptscope.model import (
     CommEvent,
     DecodeError,
     Event,
+    InlineNodes,
     LocationTable,
     PowerEvent,
     function_key,
@@ -110,7 +112,7 @@ def _dtypes() -> tuple[np.dtype[Any], np.dtype[Any], np.dtype[Any]]:
     }
     sb = _layout(_ptdecode.sideband_layout(), signed)
     ev = _layout(_ptdecode.event_layout(), signed)
-    loc = _layout(_ptdecode.location_layout(), {"offset": "<i8", "pid": "<i4"})
+    loc = _layout(_ptdecode.location_layout(), {"offset": "<i8", "pid": "<i4", "node": "<i4"})
     return sb, ev, loc
 
 
@@ -220,7 +222,14 @@ def _sideband_order(records: Sequence[pd.SidebandRecord]) -> list[pd.SidebandRec
 class _Image:
     """The DSOs met in the sideband, their files for the C image, and their symbols."""
 
-    def __init__(self, data: pd.PerfData, locator: DsoLocator, strings: _Strings) -> None:
+    def __init__(
+        self,
+        data: pd.PerfData,
+        locator: DsoLocator,
+        strings: _Strings,
+        inline: InlineNodes | None = None,
+    ) -> None:
+        self.inline = inline  # None: inlined bodies are not read
         self.table = DsoTable(data.build_ids)
         self.locator = locator
         self.strings = strings
@@ -267,11 +276,15 @@ class _Image:
         """The columns of a file's symbols for the C image (asked once per file)."""
         dso = self.dsos[index]
         syms = dso_symbols(dso, self.locator)
-        if not len(syms):
+        runs = None
+        if self.inline is not None and dso.data_path is not None:
+            dwarf = dwarf_file(dso, self.locator, dso.data_path)
+            runs = inline_runs(dwarf, self.inline, index, str(dso.data_path))
+        if not len(syms) and runs is None:
             return None
         names = np.array([self.strings.id(n) for n in syms.name], dtype=np.uint32)
         fns = np.array([self.fn_id(function_key(n, dso.name)) for n in syms.name], dtype=np.uint32)
-        return (
+        columns = (
             syms.start.astype(np.uint64).tobytes(),
             syms.end.astype(np.uint64).tobytes(),
             syms.sym_start.astype(np.uint64).tobytes(),
@@ -279,6 +292,9 @@ class _Image:
             names.tobytes(),
             fns.tobytes(),
         )
+        if runs is None:
+            return columns
+        return (*columns, runs.start.tobytes(), runs.end.tobytes(), runs.node.tobytes())
 
     def close(self) -> None:
         for m in self._maps:
@@ -360,6 +376,7 @@ class NativeDecoder:
         insns: bool = False,
         keep_all: bool = False,
         to_end: bool = True,
+        inline: bool = False,
     ) -> None:
         if _ptdecode is None:
             raise BadInputError("the own decoder is not built")
@@ -373,8 +390,12 @@ class NativeDecoder:
             raise NativeUnsupported(why)
         self.data = data
         self.locations = locations if locations is not None else LocationTable()
+        if inline and self.locations.inline is None:
+            self.locations.inline = InlineNodes()
         self.strings = _Strings()
-        self.image = _Image(data, DsoLocator(symfs), self.strings)
+        self.image = _Image(
+            data, DsoLocator(symfs), self.strings, self.locations.inline if inline else None
+        )
         sb_dtype, self._ev_dtype, self._loc_dtype = _dtypes()
         self._sideband = _sideband(
             _sideband_order(data.sideband), self.image, self.strings, sb_dtype
@@ -429,14 +450,14 @@ class NativeDecoder:
     def _new_locations(self, raw: bytes) -> None:
         locs = np.frombuffer(raw, dtype=self._loc_dtype)
         names = self.strings.values
-        for ip, offset, name, dso in zip(
+        for ip, offset, name, dso, node in zip(
             locs["ip"].tolist(), locs["offset"].tolist(), locs["name"].tolist(),
-            locs["dso"].tolist(), strict=True,
+            locs["dso"].tolist(), locs["node"].tolist(), strict=True,
         ):  # fmt: skip
             loc = make_location(
                 ip, names[name] if name else None, offset, names[dso] if dso else None
             )
-            self._table_ids.append(self.locations.add(loc))
+            self._table_ids.append(self.locations.add(loc, node))
 
     def _take(self) -> list[Event | BranchBatch]:
         assert self._decoder is not None
@@ -539,6 +560,7 @@ def decode_native_columnar(
     insns: bool = False,
     keep_all: bool = False,
     to_end: bool = True,
+    inline: bool = False,
     run_info: list[NativeRun] | None = None,
 ) -> Iterator[list[Event | BranchBatch]]:
     """Decode ``perf_data`` with the own decoder, yielding batches as the dlfilter
@@ -546,7 +568,7 @@ def decode_native_columnar(
     Raises :class:`NativeUnsupported` before anything for a recording it does not take."""
     decoder = NativeDecoder(
         perf_data, locations=locations, pids=pids, tids=tids, symfs=symfs, insns=insns,
-        keep_all=keep_all, to_end=to_end,
+        keep_all=keep_all, to_end=to_end, inline=inline,
     )  # fmt: skip
     yield from decoder.batches()
     if run_info is not None:

@@ -55,7 +55,7 @@ __all__ = [
 ]
 
 MAGIC: Final = b"PTSCOPE"
-STREAM_VERSION: Final = 5
+STREAM_VERSION: Final = 6
 
 # Tag bytes: never the first byte of a UTF-8 character, so no text line starts with one.
 TAG_CHUNK: Final = 0xF7  # ring mode, on perf's stdout only (decode/record_ring.py)
@@ -126,7 +126,7 @@ LOCATION_DTYPE: Final = _dtype(
         ("symbol", "<u4"),
         ("dso", "<u4"),
         ("pid", "<i4"),
-        ("_pad1", "V4"),
+        ("node", "<i4"),
     ],
     40,
 )
@@ -221,7 +221,7 @@ LAYOUTS: Final[dict[str, np.dtype[np.void]]] = {
 # Single-record codecs: field order as in the dtypes, padding skipped.
 HEADER: Final = struct.Struct("<B7sIHHHHHHH6x")
 STRING: Final = struct.Struct("<B3xII")
-LOCATION: Final = struct.Struct("<B3xIQqIIi4x")
+LOCATION: Final = struct.Struct("<B3xIQqIIii")
 BRANCH: Final = struct.Struct("<BBHIiiQQQQQIIiI")
 POWER: Final = struct.Struct("<B3xiiiQII")
 LINES: Final = struct.Struct(f"<BB6x{2 * LINES_PER_RECORD}Q")

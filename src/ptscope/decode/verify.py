@@ -11,6 +11,7 @@ are compared as they come, so memory stays small whatever the recording's size.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
@@ -18,12 +19,23 @@ from dataclasses import dataclass, field
 from itertools import zip_longest
 from pathlib import Path
 
+from ptscope.children import temporary_directory
 from ptscope.decode.dlfilter_stream import decode_with_dlfilter
+from ptscope.decode.inline_runs import recording_runs, write_runs_file
 from ptscope.decode.native import decode_native
 from ptscope.decode.native_support import unsupported_reason
 from ptscope.decode.perf_launch import decode_extra
 from ptscope.errors import BadInputError
-from ptscope.model import BranchEvent, CommEvent, DecodeError, Event, Location, PowerEvent
+from ptscope.model import (
+    BranchEvent,
+    CommEvent,
+    DecodeError,
+    Event,
+    InlineNodes,
+    Location,
+    LocationTable,
+    PowerEvent,
+)
 
 __all__ = ["Difference", "Verdict", "describe", "differing_fields", "first_difference", "verify"]
 
@@ -54,12 +66,36 @@ class Verdict:
     difference: Difference | None
 
 
-def first_difference(perf: Iterable[Event], own: Iterable[Event]) -> Verdict:
-    """Compare two event streams as they come (``perf_data`` is left for the caller)."""
+def _chain(nodes: InlineNodes | None, node: int) -> tuple[tuple[str, str], ...]:
+    """The inlined bodies at a location, innermost first: (function, call site) each."""
+    out = []
+    while nodes is not None and node:
+        out.append((nodes.names[node], nodes.call_sites[node]))
+        node = nodes.parents[node]
+    return tuple(out)
+
+
+def _same_bodies(a: Event, b: Event, nodes: tuple[InlineNodes | None, InlineNodes | None]) -> bool:
+    """Two equal branches are in the same inlined bodies (each decoder numbers its own)."""
+    if not isinstance(a, BranchEvent) or not isinstance(b, BranchEvent):
+        return True
+    na, nb = nodes
+    return all(
+        _chain(na, x.inline) == _chain(nb, y.inline) for x, y in ((a.src, b.src), (a.dst, b.dst))
+    )
+
+
+def first_difference(
+    perf: Iterable[Event],
+    own: Iterable[Event],
+    nodes: tuple[InlineNodes | None, InlineNodes | None] = (None, None),
+) -> Verdict:
+    """Compare two event streams as they come (``perf_data`` is left for the caller);
+    ``nodes``: each stream's inlined bodies, compared by name and call site."""
     before: deque[Event] = deque(maxlen=_CONTEXT)
     events = branches = errors = 0
     for a, b in zip_longest(perf, own):
-        if a != b:
+        if a != b or (a is not None and b is not None and not _same_bodies(a, b, nodes)):
             diff = Difference(events, a, b, list(before))
             return Verdict(Path(), events, branches, errors, diff)
         events += 1
@@ -81,10 +117,12 @@ def verify(
     tids: Sequence[int] = (),
     symfs: Path | None = None,
     insns: bool = True,
+    inline: bool = True,
 ) -> list[Verdict]:
     """Decode each perf.data with perf's decoder and with the own one, and compare
-    (with ``insns``, counts and code lines too). A perf.data the own decoder does not
-    take is a :class:`~ptscope.errors.BadInputError` (nothing to compare)."""
+    (with ``insns``, counts and code lines too; with ``inline``, the inlined bodies too).
+    A perf.data the own decoder does not take is a :class:`~ptscope.errors.BadInputError`
+    (nothing to compare)."""
     verdicts = []
     for path in paths:
         why = unsupported_reason(path)
@@ -92,17 +130,32 @@ def verify(
             raise BadInputError(
                 f"the own decoder does not decode {path}: {why}", hint="nothing to compare"
             )
-        perf = decode_with_dlfilter(
-            path, insns=insns, task_events=True, extra=decode_extra(pids, tids, symfs)
-        )
-        own = decode_native(path, pids=pids, tids=tids, symfs=symfs, insns=insns)
-        try:
-            verdict = first_difference(_flat(perf), _flat(own))
-        finally:
-            for stream in (perf, own):  # (a difference leaves both part way: perf stops)
-                close = getattr(stream, "close", None)
-                if close is not None:
-                    close()
+        with contextlib.ExitStack() as scratch:
+            extra = decode_extra(pids, tids, symfs)
+            perf_table, own_table = LocationTable(), LocationTable()
+            if inline:
+                perf_table.inline, own_table.inline = InlineNodes(), InlineNodes()
+                runs = recording_runs(path, perf_table.inline, symfs)
+                if runs:
+                    where = scratch.enter_context(temporary_directory("ptscope-inline-"))
+                    write_runs_file(where / "inline-runs", runs)
+                    extra += ["--dlarg", f"inline={where / 'inline-runs'}"]
+            perf = decode_with_dlfilter(
+                path, insns=insns, task_events=True, extra=extra, locations=perf_table
+            )
+            own = decode_native(
+                path, pids=pids, tids=tids, symfs=symfs, insns=insns, inline=inline,
+                locations=own_table,
+            )  # fmt: skip
+            try:
+                verdict = first_difference(
+                    _flat(perf), _flat(own), (perf_table.inline, own_table.inline)
+                )
+            finally:
+                for stream in (perf, own):  # (a difference leaves both part way: perf stops)
+                    close = getattr(stream, "close", None)
+                    if close is not None:
+                        close()
         verdicts.append(dataclasses.replace(verdict, perf_data=path))
         if verdict.difference is not None:
             break

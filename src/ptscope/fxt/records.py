@@ -404,6 +404,9 @@ when the recording is kept)."""
 ARG_FLAGS: Final = "flags"
 """string arg on a slice: its ``SliceFlags`` as ``inferred_start|open_at_end`` (absent when
 none are set); unnamed bits read ``bit<N>``."""
+ARG_CALL_SITE: Final = "call_site"
+"""string arg on an inlined slice (``flags`` ``inlined``): where the function was inlined
+into the one around it, ``file:line``."""
 ARG_COUNTER_VALUE: Final = "value"
 ARG_TIME_AXIS: Final = "time_axis"
 """string arg on process records when ticks are not ns: "instructions" or "cycles"."""
@@ -422,7 +425,7 @@ CONTINUED_TEXT: Final = {
 }
 """The one arg of a counter event (Perfetto names the track ``<counter name>:value``)."""
 
-_FLAG_NAMES: Final = {1: "inferred_start", 2: "open_at_end", 4: "synthetic"}
+_FLAG_NAMES: Final = {1: "inferred_start", 2: "open_at_end", 4: "synthetic", 8: "inlined"}
 """``ptscope.timeline.SliceFlags`` bit -> the word written for it (kept in step by a test)."""
 
 

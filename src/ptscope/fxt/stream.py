@@ -141,6 +141,7 @@ class TraceStream:
         self.threads: set[tuple[int, int]] = set()
         self.totals = FunctionTotals()
         self.names: list[str] = []
+        self.call_sites: dict[int, str] | None = None
         self._open_part()
 
     @property
@@ -248,6 +249,7 @@ class TraceStream:
         n = len(batch)
         self.slices += n
         self.names = batch.names
+        self.call_sites = batch.call_sites
         if not n:
             return
         if (
@@ -352,6 +354,7 @@ class TraceStream:
                 flags=of(pick(batch.flags)),
                 continued=None if continued is None else of(continued),
                 icache_lines=None if lines is None else of(lines),
+                call_sites=batch.call_sites,
                 drill=None
                 if self._drill is None or batch.perf_start is None or batch.perf_end is None
                 else Drill(
@@ -434,7 +437,7 @@ class TraceStream:
             columns += ("perf_start", "perf_end")
         if all(b.anchor_ip is not None and b.anchor_occurrence is not None for b in batches):
             columns += ("anchor_ip", "anchor_occurrence")
-        joined = SliceBatch(names=self.names)
+        joined = SliceBatch(names=self.names, call_sites=self.call_sites)
         for column in columns:
             parts = [getattr(batch, column)[rows] for batch, rows, _ in part.carried]
             setattr(joined, column, np.concatenate(parts))

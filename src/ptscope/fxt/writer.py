@@ -435,6 +435,7 @@ class FxtWriter:
         self._arg_continued = pin(rec.ARG_CONTINUED)
         self._slice_names = _SliceNames()
         self._arg_full_name: list[int] = []  # full_name, full_name_2, ... (pinned as needed)
+        self._arg_call_site = pin(rec.ARG_CALL_SITE)
         self._continued_lut = np.zeros(4, dtype=np.uint64)  # continued value -> string index
         for value, text in rec.CONTINUED_TEXT.items():
             self._continued_lut[value] = pin(text)
@@ -729,6 +730,7 @@ class FxtWriter:
         flags: npt.ArrayLike | None = None,
         continued: npt.ArrayLike | None = None,
         icache_lines: npt.ArrayLike | None = None,
+        call_sites: Mapping[int, str] | None = None,
         drill: Drill | None = None,
     ) -> None:
         """Many complete events of one thread at once, from columns (see
@@ -738,7 +740,8 @@ class FxtWriter:
         previous part of a split trace, 2 the call goes on in the next part, 3 both).
         ``drill`` gives every slice a ``drill`` string: the prefix, then ``START,END`` in
         perf's seconds, then where the slice has an anchor and a count ``--after
-        0xADDRESS:OCCURRENCE --count N``. Encoded with numpy, a chunk at a time."""
+        0xADDRESS:OCCURRENCE --count N``. ``call_sites`` gives the slices of some name ids
+        (inlined bodies) a ``call_site`` string. Encoded with numpy, a chunk at a time."""
         start_a = np.asarray(start, dtype=np.int64)
         end_a = np.asarray(end, dtype=np.int64)
         ids = np.asarray(name_id, dtype=np.int32)
@@ -796,7 +799,10 @@ class FxtWriter:
                 None if cyc_a is None else cyc_a[i:j],
                 None if flags_a is None else flags_a[i:j],
                 None if cont_a is None else cont_a[i:j],
-                self._full_name_args(ids[i:j], slots),
+                [
+                    *self._full_name_args(ids[i:j], slots),
+                    *self._call_site_args(ids[i:j], slots, call_sites),
+                ],
                 None if lines_a is None else lines_a[i:j],
             )
             if _cfxt is not None:
@@ -839,6 +845,26 @@ class FxtWriter:
             head = rec.arg_header(rec.ArgType.STRING, 1, self._arg_full_name[k])
             out.append((present, np.uint64(head) | (refs << np.uint64(32))))
         return out
+
+    def _call_site_args(
+        self,
+        ids: npt.NDArray[np.int32],
+        slots: npt.NDArray[np.int32],
+        call_sites: Mapping[int, str] | None,
+    ) -> list[tuple[npt.NDArray[np.bool_], _U64]]:
+        """The ``call_site`` string arg of a chunk's inlined slices: where present, its word."""
+        if not call_sites:
+            return []
+        present_ids = [i for i in _distinct(ids).tolist() if call_sites.get(i)]
+        if not present_ids:
+            return []
+        self._strings.hold(slots)
+        lut = np.zeros(int(ids.max()) + 1, dtype=np.uint64)
+        for i in present_ids:
+            lut[i] = self._strings.ref(call_sites[i])
+        refs = lut[ids]
+        head = rec.arg_header(rec.ArgType.STRING, 1, self._arg_call_site)
+        return [(refs != 0, np.uint64(head) | (refs << np.uint64(32)))]
 
     def _encode_complete_c(
         self,

@@ -194,6 +194,67 @@ static PyObject *engine_add_locations(EngineObject *self, PyObject *args)
 	return PyLong_FromSize_t(self->core.nloc);
 }
 
+/* Contiguous int32 columns (numpy arrays) of one length. */
+static int int32_columns(Column *cols, PyObject **objs, int n, const char *what)
+{
+	for (int i = 0; i < n; i++) {
+		if (column_get(&cols[i], objs[i], 4, what) < 0)
+			return -1;
+		if (cols[i].stride != 4 || cols[i].view.shape[0] != cols[0].view.shape[0]) {
+			PyErr_Format(PyExc_ValueError, "%s: contiguous columns of one length", what);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+static PyObject *engine_add_inline_nodes(EngineObject *self, PyObject *args)
+{
+	IDLE(self);
+	PyObject *objs[2];
+	if (!PyArg_ParseTuple(args, "OO", &objs[0], &objs[1]))
+		return NULL;
+	USABLE(self, false);
+	Column cols[2] = {0};
+	if (int32_columns(cols, objs, 2, "inlined bodies") < 0) {
+		columns_release(cols, 2);
+		return NULL;
+	}
+	int error = ptscope_engine_add_inline_nodes(&self->core, (const int32_t *)cols[0].p,
+						    (const int32_t *)cols[1].p,
+						    (size_t)cols[0].view.shape[0]);
+	columns_release(cols, 2);
+	if (error)
+		return failed(self, error);
+	return PyLong_FromSize_t(self->core.nnodes);
+}
+
+static PyObject *engine_set_location_nodes(EngineObject *self, PyObject *args)
+{
+	IDLE(self);
+	Py_ssize_t first;
+	PyObject *objs[1];
+	if (!PyArg_ParseTuple(args, "nO", &first, &objs[0]))
+		return NULL;
+	USABLE(self, false);
+	Column cols[1] = {0};
+	if (first < 0) {
+		PyErr_SetString(PyExc_ValueError, "negative location id");
+		return NULL;
+	}
+	if (int32_columns(cols, objs, 1, "location nodes") < 0) {
+		columns_release(cols, 1);
+		return NULL;
+	}
+	int error = ptscope_engine_set_location_nodes(&self->core, (size_t)first,
+						      (const int32_t *)cols[0].p,
+						      (size_t)cols[0].view.shape[0]);
+	columns_release(cols, 1);
+	if (error)
+		return failed(self, error);
+	Py_RETURN_NONE;
+}
+
 static PyObject *engine_mark_function(EngineObject *self, PyObject *args)
 {
 	IDLE(self);
@@ -640,7 +701,7 @@ static PyObject *py_classify(PyObject *Py_UNUSED(module), PyObject *arg)
 	unsigned long long flags = PyLong_AsUnsignedLongLong(arg);
 	if (flags == (unsigned long long)-1 && PyErr_Occurred())
 		return NULL;
-	uint8_t ks = ptscope_kind_state[flags & (FLAG_TABLE_SIZE - 1)];
+	uint8_t ks = ptscope_classify(flags);
 	return Py_BuildValue("(ii)", ks & 15, ks >> 4);
 }
 
@@ -656,6 +717,10 @@ static PyMethodDef module_methods[] = {
 static PyMethodDef engine_methods[] = {
 	{"add_locations", (PyCFunction)engine_add_locations, METH_VARARGS,
 	 "add_locations(function_ids, entries, offsets, ips) -> location count"},
+	{"add_inline_nodes", (PyCFunction)engine_add_inline_nodes, METH_VARARGS,
+	 "add_inline_nodes(parents, name_ids) -> node count (int32 arrays; node 0 is none)"},
+	{"set_location_nodes", (PyCFunction)engine_set_location_nodes, METH_VARARGS,
+	 "set_location_nodes(first_location, nodes): the inlined body of each location"},
 	{"set_landing_pads", (PyCFunction)engine_set_landing_pads, METH_VARARGS,
 	 "set_landing_pads(callable(location_id) -> [(start, end)] or None)"},
 	{"mark_function", (PyCFunction)engine_mark_function, METH_VARARGS,

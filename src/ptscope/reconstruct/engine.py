@@ -67,6 +67,7 @@ from ptscope.model import (
     CommEvent,
     DecodeError,
     Event,
+    InlineNodes,
     Location,
     PowerEvent,
     StackSample,
@@ -114,6 +115,7 @@ _IX: Final = 1
 _INFERRED: Final = int(SliceFlags.INFERRED_START)
 _OPEN_AT_END: Final = int(SliceFlags.OPEN_AT_END)
 _SYNTHETIC: Final = int(SliceFlags.SYNTHETIC)
+_INLINED: Final = int(SliceFlags.INLINED)
 # Private flag: an [untraced] frame that began with a call whose target was not traced; if
 # the trace resumes in an unrelated function, that function is the callee.
 _AFTER_CALL: Final = 1 << 8
@@ -146,6 +148,7 @@ _SWINT: Final = int(BranchKind.SOFTWARE_INTERRUPT)
 _ASYNC: Final = int(BranchKind.ASYNC)
 _KERNEL_ENTRIES: Final = frozenset({_SYSCALL, _HWINT, _SWINT, _ASYNC})
 _TX_ABORT: Final = int(BranchKind.TX_ABORT)
+_INLINE: Final = int(BranchKind.INLINE)
 _ST_NONE: Final = int(TraceState.NONE)
 _ST_START: Final = int(TraceState.START)
 _ST_END: Final = int(TraceState.END)
@@ -197,6 +200,7 @@ class _Thread:
         "fd",
         "guard",
         "held",
+        "inl",
         "insn_counts",
         "instants",
         "last_time",
@@ -246,6 +250,9 @@ class _Thread:
         self.guard: dict[int, int] = {}
         # A landing waiting for the events that tell where it goes (see _Lookahead).
         self.held: _Lookahead | None = None
+        # Frame index -> the inlined bodies open in it, outermost first: (node, frame
+        # index of their own, inlined frame). Inlined frames are on no context's stack.
+        self.inl: dict[int, list[tuple[int, int]]] = {}
 
 
 LOOKAHEAD_EVENTS: Final = 65536
@@ -352,6 +359,12 @@ def _new_frame(
         callsite -= _WRAP
     th.fd.extend((parent, start_slot, -1, address, flags, callsite))
     return [function, index]
+
+
+def _inner(th: _Thread, ix: int) -> int:
+    """The innermost frame open in frame ``ix``: its innermost inlined body, or itself."""
+    chain = th.inl.get(ix) if th.inl else None
+    return chain[-1][1] if chain else ix
 
 
 def _gap_and_count(th: _Thread, ev: BranchEvent, t: int) -> None:
@@ -464,6 +477,7 @@ class TraceSegmentEngine:
         spread_by_instructions: bool = False,
         max_examples: int = 5,
         landing_pads: LandingPadLookup | None = None,
+        inline: InlineNodes | None = None,
     ) -> None:
         self._landing_pads = landing_pads
         self._threads: dict[tuple[int, int], _Thread] = {}
@@ -478,6 +492,7 @@ class TraceSegmentEngine:
         self._orphan_errors: list[DecodeError] = []
         self._comms: dict[tuple[int, int], str] = {}
         self._finished = False
+        self._inline = inline  # the inlined bodies the locations name (None: none)
 
     # ------------------------------------------------------------------ input
 
@@ -492,6 +507,8 @@ class TraceSegmentEngine:
         elif isinstance(event, CommEvent):
             self._comm(event)
         elif isinstance(event, BranchBatch):
+            if event.locations.inline is not None:
+                self._inline = event.locations.inline
             self.feed_all(event.events())
         elif isinstance(event, StackSample):
             self.stats.ignored += 1
@@ -535,8 +552,8 @@ class TraceSegmentEngine:
                 th = thread_of(cur_pid, cur_tid, ev.gap_time or ev.time)
                 ctxs = th.ctxs
                 fd = th.fd  # extended in place: the same array for the thread's life
-            if ev.in_tx or th.txq or th.held is not None:
-                slow(ev)
+            if ev.in_tx or th.txq or th.held is not None or self._inline is not None:
+                slow(ev)  # (inlined bodies: every rule through _apply_at)
                 continue
             count += 1
             t = ev.time
@@ -745,8 +762,73 @@ class TraceSegmentEngine:
                     # logged since (a power event or decode error in between) nor after now.
                     logged = th.log[-1] >> 2
                     tq = q.time if q.time > logged else logged
-                    self._apply(th, q, tq if tq <= t else t)
+                    self._apply_at(th, q, tq if tq <= t else t)
+        self._apply_at(th, ev, t)
+
+    def _apply_at(self, th: _Thread, ev: BranchEvent, t: int) -> None:
+        """:meth:`_apply`, and the inlined bodies the branch leaves and enters: its source
+        runs in its inlined bodies (without instruction detail, that is where the decoders
+        first see them), its target in its own (``Location.inline``)."""
+        if self._inline is None:
+            self._apply(th, ev, t)
+            return
+        if ev.state == _ST_NONE:
+            self._inline_at(th, ev.src, t)
         self._apply(th, ev, t)
+        if ev.state != _ST_END:
+            self._inline_at(th, ev.dst, t)
+
+    def _inline_at(self, th: _Thread, loc: Location, t: int) -> None:
+        """Control is at ``loc``: if the top frame runs its function, the inlined bodies
+        open in it become ``loc``'s."""
+        frames = th.ctxs[-1].frames
+        if not frames or frames[-1][_FN] != loc.function:
+            return
+        ix = frames[-1][_IX]
+        chain = th.inl.get(ix, [])
+        if loc.inline != (chain[-1][0] if chain else 0):
+            self._inline_to(th, ix, chain, loc.inline, t, loc.ip)
+
+    def _inline_to(
+        self, th: _Thread, ix: int, chain: list[tuple[int, int]], node: int, t: int, addr: int
+    ) -> None:
+        """Frame ``ix`` now runs in inlined body ``node`` (0: the function itself): the
+        inlined frames it leaves end and those it enters begin (at ``addr``), at one slot at
+        ``t``: a call slot when one begins (it lasts at least 1 ns before anything starts)."""
+        assert self._inline is not None
+        parents = self._inline.parents
+
+        def depth(x: int) -> int:
+            d = 0
+            while x:
+                x = parents[x]
+                d += 1
+            return d
+
+        a, b = chain[-1][0] if chain else 0, node
+        da, db = depth(a), depth(b)
+        while da > db:
+            a, da = parents[a], da - 1
+        while db > da:
+            b, db = parents[b], db - 1
+        while a != b:
+            a, b = parents[a], parents[b]
+        slot = self._slot(th, t, _CALL_SLOT if node != a else 0)
+        while chain and chain[-1][0] != a:
+            th.fd[chain.pop()[1] * _FIELDS + _END] = slot
+        path = []
+        x = node
+        while x != a:
+            path.append(x)
+            x = parents[x]
+        names = self._inline.names
+        for x in reversed(path):
+            up = chain[-1][1] if chain else ix
+            chain.append((x, _new_frame(th, names[x], up, slot, addr, _INLINED)[_IX]))
+        if chain:
+            th.inl[ix] = chain
+        else:
+            th.inl.pop(ix, None)
 
     def _apply(self, th: _Thread, ev: BranchEvent, t: int) -> None:
         kind = ev.kind
@@ -766,7 +848,8 @@ class TraceSegmentEngine:
                 slot = len(th.log)
                 th.log.append(t * 4 + _CALL_SLOT)
                 parent = frames[-1][_IX]
-                frames.append(_new_frame(th, dst.function, parent, slot, dst.entry, 0, src.ip))
+                inner = _inner(th, parent)
+                frames.append(_new_frame(th, dst.function, inner, slot, dst.entry, 0, src.ip))
                 if th.armed and parent in th.armed:
                     th.armed.discard(parent)
                     th.guard[parent] = src.ip
@@ -794,6 +877,8 @@ class TraceSegmentEngine:
             elif kind in (_ASYNC, _TX_ABORT):
                 if dst.function != src.function:
                     self._jump(th, ev, t)
+            elif kind == _INLINE:
+                pass  # _apply_at's
             else:
                 self.stats.ignored += 1
         elif state == _ST_END:
@@ -996,7 +1081,7 @@ class TraceSegmentEngine:
         """Syscall / interrupt entry with kernel tracing: a new stack on top of this frame."""
         ctx = self._sync_source(th, ev.src, t)
         slot = self._slot(th, t, _CALL_SLOT)
-        nested = _Context(ctx.frames[-1][_IX], False, slot)
+        nested = _Context(_inner(th, ctx.frames[-1][_IX]), False, slot)
         th.ctxs.append(nested)
         frame = _new_frame(th, ev.dst.function, nested.parent, slot, ev.dst.entry, 0)
         nested.frames.append(frame)
@@ -1040,7 +1125,7 @@ class TraceSegmentEngine:
         if kind in _KERNEL_ENTRIES:
             flags |= _KERNEL_ENTRY
         slot = self._slot(th, t, _CALL_SLOT)
-        ctx.frames.append(_new_frame(th, name, ctx.frames[-1][_IX], slot, 0, flags))
+        ctx.frames.append(_new_frame(th, name, _inner(th, ctx.frames[-1][_IX]), slot, 0, flags))
 
     def _trace_start(self, th: _Thread, ev: BranchEvent, t: int) -> None:
         dst = ev.dst
@@ -1099,6 +1184,11 @@ class TraceSegmentEngine:
         th.fd[base + _END] = slot
         if flags:
             th.fd[base + _FLAGS] |= flags
+        if th.inl:
+            # the inlined bodies open in it end with it
+            for _, k in th.inl.pop(frame[_IX], ()):
+                th.fd[k * _FIELDS + _END] = slot
+                th.fd[k * _FIELDS + _FLAGS] |= flags & _OPEN_AT_END
 
     def _close_above(self, th: _Thread, ctx: _Context, index: int, slot: int, flags: int) -> None:
         frames = ctx.frames
@@ -1228,6 +1318,8 @@ class TraceSegmentEngine:
         kind = ev.kind
         src = ev.src
         dst = ev.dst
+        if kind == _INLINE:
+            return [h]  # no branch: every stack as it was
         if kind == _CALL:
             if not (dst.function == src.function and 0 < dst.ip - src.ip <= _MAX_INSN):
                 above.append((dst.function, 0))
@@ -1423,7 +1515,7 @@ class TraceSegmentEngine:
         ctxs = th.ctxs
         target = ctxs[ci]
         tframes = target.frames
-        landed = tframes[fi][_IX]
+        landed = _inner(th, tframes[fi][_IX])  # (stitched under its innermost inlined body)
         end = self._slot(th, t)
         fd = th.fd
         interrupted = False  # the context above interrupts the one being closed

@@ -32,6 +32,7 @@ from ptscope.model import (
     CommEvent,
     DecodeError,
     Event,
+    InlineNodes,
     LocationTable,
     PowerEvent,
     StackSample,
@@ -190,6 +191,7 @@ def timeline_from_batches(
     groups = np.split(by_thread, bounds) if len(by_thread) else []
     rows = {(int(pid[g[0]]), int(tid[g[0]])): g for g in groups}
     out_of: dict[int, int] = {}
+    by_name: dict[str, int] = {}
     timeline = Timeline()
     slots: dict[tuple[int, int], tuple[npt.NDArray[np.int64], ...]] = {}
     for key in keys:
@@ -201,7 +203,8 @@ def timeline_from_batches(
         depth = np.frombuffer(depth_b, dtype=np.int32)
         ids = name_id[order]
         for i in ids.tolist():
-            out_of.setdefault(i, len(out_of))
+            if i not in out_of:  # (an inlined body's name id may share its name)
+                out_of[i] = by_name.setdefault(names[i], len(by_name))
         lut = np.zeros(max(out_of, default=0) + 1, dtype=np.int32)
         lut[list(out_of)] = list(out_of.values())
         timeline.threads.append(
@@ -228,7 +231,7 @@ def timeline_from_batches(
         )
         if sslot is not None and eslot is not None:
             slots[key] = (sslot[order], eslot[order])
-    timeline.names = [names[i] for i in out_of]
+    timeline.names = list(by_name)
     return timeline, slots
 
 
@@ -249,6 +252,7 @@ class FastEngine:
         landing_pads: LandingPadLookup | None = None,
         axis: str = "time",
         spread_by_instructions: bool = False,
+        inline: InlineNodes | None = None,
     ) -> None:
         if _cengine is None:
             raise RuntimeError(f"the C engine is not built ({_IMPORT_ERROR})")
@@ -270,9 +274,15 @@ class FastEngine:
         self._names: list[str] = [SYNTHETIC_UNTRACED, SYNTHETIC_SYSCALL]
         self._name_ids: dict[str, int] = {n: i for i, n in enumerate(self._names)}
         self._unknown_ids: list[int] = []  # the name ids of code without a symbol
+        # Inlined bodies: each node has a name id of its own (its name may be a function's
+        # too), whose slices take the node's call site as an arg.
+        self._inline: InlineNodes | None = None
+        self._nodes = 0  # nodes the C side holds (node 0 included)
+        self._call_sites: dict[int, str] = {}
         self._tables: dict[int, _TableSync] = {}
         self._locations = 0  # locations the C side holds
         self._own_table = LocationTable()  # for events fed as objects
+        self._own_table.inline = inline  # (their locations' inlined bodies: these nodes)
         self._messages: list[str] = []  # instant names, by id
         self._counter_names: list[str] = [_POWER_COUNTER]
         self._comms: dict[tuple[int, int], str] = {}
@@ -446,12 +456,35 @@ class FastEngine:
             np.array(table.offsets[first:end], dtype=np.int64),
             np.array(table.ips[first:end], dtype=np.uint64),
         )
+        if table.inline is not None:
+            nodes = np.array(table.inline_nodes[first:end], dtype=np.int32)
+            if nodes.any():
+                self._sync_inline(table.inline)
+                self._c.set_location_nodes(self._locations, nodes)
         self._chunks.append((self._locations, table, first))
         if sync.remap is not None:
             ids = np.arange(self._locations, self._locations + end - first, dtype=np.int32)
             sync.remap = np.concatenate([sync.remap, ids])
         self._locations += end - first
         sync.synced = end
+
+    def _sync_inline(self, inline: InlineNodes) -> None:
+        """The inlined bodies the C side does not have yet (one node table per engine)."""
+        if self._inline is None:
+            self._inline = inline
+        elif self._inline is not inline:
+            raise ValueError("one engine takes the inlined bodies of one decode")
+        if len(inline) <= self._nodes:
+            return
+        first = max(self._nodes, 1)
+        names = []
+        for k in range(first, len(inline)):
+            i = len(self._names)
+            self._names.append(inline.names[k])
+            self._call_sites[i] = inline.call_sites[k]
+            names.append(i)
+        parents = np.array(inline.parents[first:], dtype=np.int32)
+        self._nodes = self._c.add_inline_nodes(parents, np.array(names, dtype=np.int32))
 
     def _intern(self, name: str) -> int:
         """The engine name id of ``name``, a new one (the last) if it had none."""
@@ -501,6 +534,7 @@ class FastEngine:
         ctrs = [np.frombuffer(b, dtype=np.int64).tolist() for b in counters]
         return SliceBatch(
             names=self._names,
+            call_sites=self._call_sites or None,
             pid=pid,
             tid=tid,
             start=start,
