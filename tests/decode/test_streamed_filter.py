@@ -26,34 +26,8 @@ from ptscope.fxt.stream import TraceStream
 from ptscope.reconstruct.region_filter import StreamedRegions, clip_to_regions, find_regions
 from ptscope.timeline import SliceBatch, Timeline
 from support.emulated_corpus import decode_case_recording
-from support.timeline_strategies import timelines
-
-
-def _stream_order(timeline: Timeline, seed: int) -> SliceBatch:
-    """Every slice in one batch, in an order a streaming engine may write: calls that
-    start together on a thread outermost first, everything else shuffled."""
-    rng = np.random.default_rng(seed)
-    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("pid", "tid", "start", "end", "depth")}
-    extra: dict[str, list[np.ndarray]] = {k: [] for k in ("name_id", "address", "flags")}
-    extra |= {"instructions": [], "cycles": []}
-    for t in timeline.threads:
-        n = len(t)
-        cols["pid"].append(np.full(n, t.pid, np.int64))
-        cols["tid"].append(np.full(n, t.tid, np.int64))
-        cols["start"].append(t.start)
-        cols["end"].append(t.end)
-        cols["depth"].append(t.depth.astype(np.int64))
-        for k in extra:
-            extra[k].append(getattr(t, k))
-    joined = {k: np.concatenate(v) if v else np.zeros(0, np.int64) for k, v in cols.items()}
-    group = rng.permutation(1 << 20)[(joined["tid"] * 7919 + joined["start"]) % (1 << 20)]
-    order = np.lexsort((joined["depth"], joined["start"], joined["tid"], group))
-    batch = SliceBatch(names=timeline.names)
-    for k in ("pid", "tid", "start", "end"):
-        setattr(batch, k, joined[k][order])
-    for k, v in extra.items():
-        setattr(batch, k, np.concatenate(v)[order] if v else getattr(batch, k))
-    return batch
+from support.perfetto_import import assert_perfetto_keeps_everything
+from support.timeline_strategies import stream_order, timelines
 
 
 def _rows(path: Path) -> dict[tuple[int, int], list[tuple[int, int, int, str, str]]]:
@@ -78,7 +52,7 @@ def test_streamed_filter_keeps_what_the_timeline_filter_keeps(
     expected = clip_to_regions(timeline, regions)
     tmp = tmp_path_factory.mktemp("streamed")
     streamed = StreamedRegions(start, stop, tmp)
-    batch = _stream_order(timeline, seed)
+    batch = stream_order(timeline, seed)
     cut = max(1, len(batch) // 3)  # several batches
     for lo in range(0, max(len(batch), 1), cut):
         rows = np.arange(lo, min(lo + cut, len(batch)))
@@ -100,10 +74,11 @@ def test_streamed_filter_keeps_what_the_timeline_filter_keeps(
     whole = TraceStream(want, regions[0][0], compress=False)
     for t in expected.threads:
         if len(t):
-            whole.write(_stream_order(Timeline(names=expected.names, threads=[t]), 0))
+            whole.write(stream_order(Timeline(names=expected.names, threads=[t]), 0))
     whole.close({}, {})
     # Written in (start, depth) order, the whole-Timeline filter's pieces nest as it says.
     assert _rows(out) == _rows(want)
+    assert_perfetto_keeps_everything(out)  # (a region's cut pieces first, outermost first)
     kept = {
         (t.pid, t.tid): sorted(
             (int(s), int(e), int(d), expected.names[n], flags_text(int(f)))
@@ -155,6 +130,7 @@ def test_a_filtered_decode_is_the_whole_trace_clipped(
                     expected.setdefault(key, []).append(piece)
     got = _rows(tmp_path / "kept.fxt.gz")
     assert got == {k: sorted(v) for k, v in expected.items()}
+    assert_perfetto_keeps_everything(tmp_path / "whole.fxt.gz", tmp_path / "kept.fxt.gz")
     # Every thread was cut at a region's begin, deep in its calls.
     assert sum(1 for rows in got.values() for r in rows if "inferred_start" in r[4]) >= 6
 

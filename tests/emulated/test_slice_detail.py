@@ -22,6 +22,7 @@ from support import qemu_truth
 from support.cli import ptscope
 from support.emulated_corpus import Case, Recorded, recorded
 from support.fxt_check import third_party_view
+from support.perfetto_import import assert_perfetto_keeps_everything
 
 pytestmark = pytest.mark.slow
 
@@ -34,8 +35,10 @@ def leaf(tmp_path_factory: pytest.TempPathFactory) -> Recorded:
 
 
 def _decode(rec: Recorded, out: Path, *args: str) -> dict[tuple[int, int], list[TraceSlice]]:
+    """The trace's slices; on every time axis, filtered or not, Perfetto would keep them."""
     result = ptscope("decode", str(rec.directory), "-o", str(out), *args)
     assert result.returncode == 0, result.stderr
+    assert_perfetto_keeps_everything(out)
     return read_trace(out).slices
 
 

@@ -1,4 +1,6 @@
-"""Loads a trace with the third-party ``fxt`` reader (PyPI) and compares it to a Timeline.
+"""Loads a trace with the third-party ``fxt`` reader (PyPI) and compares it to a Timeline;
+every trace loaded so is also replayed as Perfetto's importer would load it, and must lose
+nothing there (``support.perfetto_import``).
 
 That reader's caveats (perf-pt-fxt-reference §5.1): it needs provider info first and an
 initialization record, and reads a complete event's last word as a *duration* — so we
@@ -25,6 +27,7 @@ from fxt.types import KernelObjectType
 
 from ptscope.fxt import records as rec
 from ptscope.timeline import Timeline
+from support.perfetto_import import drops_in, events_from_records, replay
 
 _MASK64 = (1 << 64) - 1
 
@@ -45,8 +48,10 @@ class ThirdPartyView:
     kernel_object_args: list[dict[str, object]] = field(default_factory=list)
 
 
-def third_party_view(path: Path) -> ThirdPartyView:
-    """Parse ``path`` with ``fxt.reader.parse_records``; fails the test on any error."""
+def third_party_view(path: Path, *, perfetto_keeps_all: bool = True) -> ThirdPartyView:
+    """Parse ``path`` with ``fxt.reader.parse_records``; fails the test on any error, and,
+    with ``perfetto_keeps_all``, when Perfetto's importer would drop any slice or instant
+    of it (``support.perfetto_import``, replayed on the same records)."""
     with open(path, "rb") as f:
         compressed = f.read(2) == b"\x1f\x8b"
     with gzip.open(path, "rb") if compressed else open(path, "rb") as f:
@@ -56,6 +61,9 @@ def third_party_view(path: Path) -> ThirdPartyView:
     provider = result.records_by_provider[rec.PROVIDER_ID]
     assert provider.name == rec.PROVIDER_NAME
     view = ThirdPartyView(records=list(provider.records))
+    if perfetto_keeps_all:
+        dropped = drops_in(path.name, replay(events_from_records(view.records)))
+        assert not dropped, f"Perfetto would drop slices of {path}:\n{dropped}"
     for r in provider.records:
         if isinstance(r, DurationCompleteEventRecord):
             t = r.thread

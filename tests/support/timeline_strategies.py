@@ -9,12 +9,13 @@ from hypothesis import strategies as st
 from ptscope.timeline import (
     CounterSample,
     Instant,
+    SliceBatch,
     ThreadTimeline,
     Timeline,
     check_nesting,
 )
 
-__all__ = ["NAME_TEXT", "thread_columns", "thread_of_rows", "timelines"]
+__all__ = ["NAME_TEXT", "stream_order", "thread_columns", "thread_of_rows", "timelines"]
 
 NAME_TEXT = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=12)
 ADDRESSES = st.sampled_from([0, 1, 0x401000, 0x7FFF_FFFF_F000, (1 << 64) - 1])
@@ -134,3 +135,30 @@ def thread_of_rows(pid: int, tid: int, rows: list[tuple[int, int, int, int]]) ->
     )
     check_nesting(thread)
     return thread
+
+
+def stream_order(timeline: Timeline, seed: int) -> SliceBatch:
+    """Every slice in one batch, in an order a streaming engine may write: calls that
+    start together on a thread outermost first, everything else shuffled."""
+    rng = np.random.default_rng(seed)
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("pid", "tid", "start", "end", "depth")}
+    extra: dict[str, list[np.ndarray]] = {k: [] for k in ("name_id", "address", "flags")}
+    extra |= {"instructions": [], "cycles": []}
+    for t in timeline.threads:
+        n = len(t)
+        cols["pid"].append(np.full(n, t.pid, np.int64))
+        cols["tid"].append(np.full(n, t.tid, np.int64))
+        cols["start"].append(t.start)
+        cols["end"].append(t.end)
+        cols["depth"].append(t.depth.astype(np.int64))
+        for k in extra:
+            extra[k].append(getattr(t, k))
+    joined = {k: np.concatenate(v) if v else np.zeros(0, np.int64) for k, v in cols.items()}
+    group = rng.permutation(1 << 20)[(joined["tid"] * 7919 + joined["start"]) % (1 << 20)]
+    order = np.lexsort((joined["depth"], joined["start"], joined["tid"], group))
+    batch = SliceBatch(names=timeline.names)
+    for k in ("pid", "tid", "start", "end"):
+        setattr(batch, k, joined[k][order])
+    for k, v in extra.items():
+        setattr(batch, k, np.concatenate(v)[order] if v else getattr(batch, k))
+    return batch

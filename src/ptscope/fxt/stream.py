@@ -12,8 +12,9 @@ the arg ``continued`` ("from previous part", "in next part"); its instruction an
 counts are those of the whole call, so they are left off the pieces. With ``--split-time``
 the boundaries are every DURATION from the trace's start; with ``--split-size`` a boundary
 is placed where the newest part has grown past SIZE (at the end of the latest slice written
-so far). Every part stays open until the end, since a call written late (it returned late)
-still belongs to the parts it overlaps.
+so far, or just after the latest time written when an empty slice or an instant is there).
+Every part stays open until the end, since a call written late (it returned late) still
+belongs to the parts it overlaps.
 
 A split makes at most :data:`MAX_PARTS` parts: one that would make more (``--split-time
 1ns`` on a trace of milliseconds, a size far below the trace's) is refused with one line
@@ -95,9 +96,11 @@ class _Part:
     carried: list[tuple[SliceBatch, npt.NDArray[np.intp], npt.NDArray[np.uint8]]] = field(
         default_factory=list
     )
-    """Pieces of calls begun in an earlier part: they all start at this part's start, so
-    they are written at the end, outermost first (a viewer nests equal starts in file
-    order); held back, they are as many as the calls open at the boundary."""
+    """Pieces of calls begun in an earlier part, and calls that begin right at this part's
+    start: they all start at the part's start, so they are written at the end, outermost
+    first (Perfetto nests equal starts in file order, and drops a parent written after its
+    child); held back, they are as many as the calls open at the boundary and those begun
+    in its nanosecond."""
 
 
 class TraceStream:
@@ -137,6 +140,10 @@ class TraceStream:
         self._parts: list[_Part] = []
         self._bounds: list[int] = []  # start of parts 1, 2, ... (part 0 starts at the base)
         self._latest_end = time_base
+        self._latest_time = time_base - 1
+        """The latest time anything written so far begins at (a slice, an instant, a
+        counter sample): a size split's boundary is after it, so that nothing of an earlier
+        part lies at or past its end."""
         self.slices = 0
         self.threads: set[tuple[int, int]] = set()
         self.totals = FunctionTotals()
@@ -190,7 +197,7 @@ class TraceStream:
         newest = self._parts[-1]
         if _written(newest.writer) < self._split_size:
             return
-        bound = self._latest_end
+        bound = max(self._latest_end, self._latest_time + 1)
         if bound <= (self._bounds[-1] if self._bounds else self.time_base):
             return  # nothing finished since the last cut: wait
         if len(self._parts) >= MAX_PARTS:
@@ -263,6 +270,7 @@ class TraceStream:
             self.threads.update((int(k >> 32), int(k & 0xFFFFFFFF)) for k in pairs.tolist())
         self.totals.add(batch.name_id, batch.start, batch.end, len(batch.names))
         self._latest_end = max(self._latest_end, int(batch.end.max()))
+        self._latest_time = max(self._latest_time, int(batch.start.max()))
 
     def _write_slices(self, batch: SliceBatch) -> None:
         start = np.maximum(batch.start, self.time_base)
@@ -286,7 +294,10 @@ class TraceStream:
             continued = ((first[rows] < p) * FROM_PREVIOUS + (last[rows] > p) * IN_NEXT).astype(
                 np.uint8
             )
-            carried = (continued & FROM_PREVIOUS) != 0
+            # Held to the end: the pieces of calls begun in an earlier part, and the calls
+            # that begin right at this part's start, inside them (after its parent, in the
+            # file, a call that starts when its parent does: else Perfetto drops the parent).
+            carried = s == lo if p else np.zeros(len(rows), dtype=bool)
             if carried.any():
                 self._parts[p].carried.append((batch, rows[carried], continued[carried]))
             here = ~carried
@@ -375,12 +386,14 @@ class TraceStream:
             self._instant(pid, tid, instant)
 
     def _instant(self, pid: int, tid: int, instant: Instant) -> None:
+        self._latest_time = max(self._latest_time, instant.time)
         part = self._parts[self._part_of(max(instant.time, self.time_base))]
         if pid not in part.processes:
             self._process(part, pid, self._names.get(pid, ""))
         part.writer.instant(pid, tid, max(instant.time, self.time_base), instant.name, instant.args)
 
     def counter(self, pid: int, tid: int, sample: CounterSample) -> None:
+        self._latest_time = max(self._latest_time, sample.time)
         part = self._parts[self._part_of(max(sample.time, self.time_base))]
         if pid not in part.processes:
             self._process(part, pid, self._names.get(pid, ""))
@@ -426,8 +439,10 @@ class TraceStream:
             part.writer.discard()
 
     def _write_carried(self, index: int, part: _Part) -> None:
-        """The held pieces of calls begun before this part, outermost first (begun
-        earliest, then ending latest, then in the order they were written)."""
+        """The held pieces of calls begun before this part, and the calls begun at its
+        start, outermost first (begun earliest, then ending latest, then in the order they
+        were written: the engine writes a parent before a child that starts and ends with
+        it)."""
         if not part.carried:
             return
         columns: tuple[str, ...] = ("pid", "tid", "start", "end", "name_id", "address")
