@@ -46,7 +46,7 @@ from ptscope.fxt import WriteStats, write_timeline
 from ptscope.fxt.background import BackgroundWrites
 from ptscope.fxt.stream import PartInfo, TraceStream
 from ptscope.fxt.totals import FunctionStat, top_functions
-from ptscope.fxt.writer import written_in_place
+from ptscope.fxt.writer import remove_written, written_in_place
 from ptscope.model import (
     CommEvent,
     DecodeError,
@@ -734,8 +734,9 @@ def _check_decoded(summary: DecodeSummary, source: str, options: DecodeOptions) 
     without perf failing.
 
     Nothing at all decoded (no branch, no sample; perhaps decode errors) is an error: the
-    empty trace is removed. Branches or samples that made no call (a ``--filter`` that
-    never matched, say) are a warning: the trace is kept.
+    empty trace is removed (where ptscope created it: a device or a FIFO output stays).
+    Branches or samples that made no call (a ``--filter`` that never matched, say) are a
+    warning: the trace is kept.
     """
     if summary.slices:
         return
@@ -749,7 +750,7 @@ def _check_decoded(summary: DecodeSummary, source: str, options: DecodeOptions) 
                     found, source, region)  # fmt: skip
         return
     for path in {summary.output, *(part.path for part in summary.parts)}:
-        path.unlink(missing_ok=True)
+        remove_written(path)  # a device or a FIFO written in place stays
     errors = summary.decode_errors
     only = f" (only {errors:,} decode error{'s' * (errors != 1)})" if errors else ""
     selected = " of the selected processes or threads" if options.pids or options.tids else ""

@@ -13,7 +13,11 @@ Layout of a recording directory::
 The metadata is checked against a schema when it is read (:func:`check_metadata`, with
 pydantic): every value of the wrong type, out of range or missing is one line naming the
 field, and the perf.data files it names are plain names in the directory (no path
-outside it, no symbolic link that leads out). Metadata as ptscope writes it is read
+outside it, no symbolic link that leads out). What ptscope opens to repair or keep in a
+recording (:func:`open_regular`) is a regular file, never reached through a symbolic link
+and never a FIFO or a device, and a file it writes there is written under a new name and
+renamed (:func:`write_new`), so a prepared directory cannot make it write anywhere else.
+Metadata as ptscope writes it is read
 without pydantic (:func:`_plain_fields`, which accepts only what the schema accepts):
 importing it and building the schema cost 0.2 s on every command that reads a recording.
 """
@@ -21,11 +25,12 @@ importing it and building the schema cost 0.2 s on every command that reads a re
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import json
 import logging
 import os
-import shutil
+import stat
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -41,10 +46,12 @@ __all__ = [
     "check_metadata",
     "is_archive",
     "keep_perf_maps",
+    "open_regular",
     "plain_name",
     "require_format",
     "schema_error",
     "shown",
+    "write_new",
 ]
 
 log = logging.getLogger("ptscope")
@@ -352,14 +359,7 @@ class Recording:
 
     def save(self) -> Path:
         path = self.directory / METADATA_NAME
-        tmp = path.with_suffix(".tmp")
-        try:
-            tmp.write_text(self.metadata_json())
-            tmp.replace(path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                tmp.unlink()  # a full disk leaves no empty temporary file behind
-            raise
+        write_new(path, self.metadata_json().encode())
         return path
 
     @classmethod
@@ -368,7 +368,9 @@ class Recording:
         a bad value, or a perf.data that leads outside the directory, is one line."""
         path = directory / METADATA_NAME
         try:
-            text = path.read_bytes()
+            fd = open_regular(path, follow=True)
+            with open(fd, "rb") as f:
+                text = f.read()
         except FileNotFoundError:
             raise BadInputError(
                 f"{directory} is not a ptscope recording (no {METADATA_NAME})"
@@ -427,19 +429,102 @@ def _inside(directory: Path, names: Sequence[str], path: Path) -> None:
         raise BadInputError(f"cannot read {directory}: {e}") from e
 
 
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def open_regular(
+    path: Path, flags: int = os.O_RDONLY, *, follow: bool = False, sole: bool = False
+) -> int:
+    """Open ``path``, a file of a recording, as a regular file, or refuse in one line
+    (:class:`BadInputError`): a FIFO or a device is never opened for real (no hang, no
+    side effect), and a symbolic link is never followed unless ``follow``. ``sole``: the
+    file must have no other hard link (it is about to be written: it could be anyone's).
+    Returns the descriptor (blocking); an ``OSError`` (no such file...) is left to the
+    caller."""
+    info = os.stat(path, follow_symlinks=follow)
+    if not stat.S_ISREG(info.st_mode):
+        what = _kind(info.st_mode)
+        if stat.S_ISLNK(info.st_mode):
+            what += f" (to {os.readlink(path)}), which ptscope does not follow here"
+        raise BadInputError(f"{path} is {what}, not a regular file")
+    nofollow = 0 if follow else os.O_NOFOLLOW
+    try:
+        fd = os.open(path, flags | nofollow | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENXIO):  # replaced since: a link, a FIFO
+            raise BadInputError(f"{path} changed while it was opened") from None
+        raise
+    try:
+        now = os.fstat(fd)
+        if not stat.S_ISREG(now.st_mode) or (now.st_dev, now.st_ino) != (
+            info.st_dev,
+            info.st_ino,
+        ):
+            raise BadInputError(f"{path} changed while it was opened")
+        if sole and now.st_nlink != 1:
+            raise BadInputError(
+                f"{path} has {now.st_nlink} hard links: ptscope writes only a file "
+                "that no other name shares"
+            )
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def write_new(path: Path, data: bytes) -> None:
+    """Replace ``path`` with a new regular file holding ``data``: written under a temporary
+    name created for it (``O_EXCL``: whatever had that name, a link included, is removed,
+    never written through), then renamed over ``path`` (a link there is replaced, not
+    followed). A failure (a full disk) leaves ``path`` as it was and no temporary file."""
+    tmp = path.with_name(path.name.rsplit(".", 1)[0] + ".tmp")
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    try:
+        with open(fd, "wb") as f:
+            f.write(data)
+        tmp.replace(path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()  # a full disk leaves no empty temporary file behind
+        raise
+
+
 def keep_perf_maps(directory: Path, pids: Iterable[int]) -> list[str]:
     """Copy the JIT perf maps of ``pids`` (``/tmp/perf-PID.map``) into the recording, where
-    a later decode finds them: /tmp does not last. Returns the names of those kept."""
+    a later decode finds them: /tmp does not last. Returns the names of those kept. A map
+    that is not a regular file is not read, and the copy never writes through a link in
+    the recording (:func:`open_regular`, :func:`write_new`)."""
     kept: list[str] = []
     for pid in pids:
         source = Path(f"/tmp/perf-{pid}.map")
-        if source.is_file():
-            try:
-                shutil.copyfile(source, directory / source.name)
-            except OSError as e:
-                log.warning("cannot keep %s: %s", source, e.strerror)
-                continue
-            kept.append(source.name)
+        try:
+            fd = open_regular(source)
+            with open(fd, "rb") as f:
+                data = f.read()
+            write_new(directory / source.name, data)
+        except FileNotFoundError:
+            continue
+        except BadInputError as e:
+            log.warning("%s: not kept", e.message)
+            continue
+        except OSError as e:
+            log.warning("cannot keep %s: %s", source, e.strerror)
+            continue
+        kept.append(source.name)
     return kept
 
 

@@ -194,6 +194,15 @@ def test_an_output_named_for_another_format_is_refused(
     assert not any(tmp_path.iterdir())
 
 
+def test_decode_into_dev_null(recording: Path) -> None:
+    """An output that is a device (``/dev/null``) names no file: it is taken whatever its
+    name, written in place, and stays what it was."""
+    result = ptscope("decode", str(recording), "-o", "/dev/null")
+    assert result.returncode == 0, result.stderr
+    assert "wrote /dev/null" in result.stdout
+    assert Path("/dev/null").is_char_device()
+
+
 def test_run_refuses_an_output_named_for_another_format(tmp_path: Path) -> None:
     out = tmp_path / "trace.pftrace"
     result = ptscope(

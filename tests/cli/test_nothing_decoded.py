@@ -4,8 +4,12 @@ and no trace left behind; branches that made no call are a warning, and the trac
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import shutil
+import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -65,3 +69,42 @@ def test_a_selection_that_matches_no_thread_is_an_error(recording: Path, tmp_pat
     line = one_line_error(result, code=3)
     assert "no branch or sample of the selected processes or threads" in line
     assert not out.exists()
+
+
+def _output_node(tmp_path: Path, kind: str) -> Path:
+    node = tmp_path / "out.fxt.gz"
+    if kind == "fifo":
+        os.mkfifo(node)
+    else:
+        if os.geteuid() != 0:
+            pytest.skip("making a device node needs root")
+        os.mknod(node, stat.S_IFCHR | 0o666, os.makedev(1, 3))  # what /dev/null is
+    return node
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["fifo", "device", "link to a fifo"])
+def test_an_output_that_is_no_regular_file_survives(
+    recording: Path, tmp_path: Path, kind: str
+) -> None:
+    """A decode that finds nothing removes the trace only where it created one: an output
+    that is a device or a FIFO (written in place), or a link to one, stays."""
+    node = _output_node(tmp_path, "fifo" if "fifo" in kind else kind)
+    out = node
+    if kind.startswith("link"):
+        out = tmp_path / "link.fxt.gz"
+        out.symlink_to(node)
+    reader = (
+        subprocess.Popen(["cat", str(node)], stdout=subprocess.DEVNULL) if "fifo" in kind else None
+    )
+    try:
+        result = ptscope("decode", str(recording), "-o", str(out), "--pid", "999999")
+    finally:
+        if reader is not None:  # a reader still waiting for a writer gets one, then EOF
+            with contextlib.suppress(OSError):  # ENXIO: it had one and is gone
+                os.close(os.open(node, os.O_WRONLY | os.O_NONBLOCK))
+            reader.wait(timeout=30)
+    assert "no branch or sample" in one_line_error(result, code=3)
+    mode = os.lstat(node).st_mode
+    assert stat.S_ISFIFO(mode) if "fifo" in kind else stat.S_ISCHR(mode)
+    assert out.is_symlink() == kind.startswith("link")

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from ptscope.errors import PtscopeError
-from ptscope.fxt.stream import MAX_PARTS, TooManyParts, TraceStream
+from ptscope.fxt.stream import MAX_PARTS, TooManyParts, TraceStream, part_path
 from ptscope.timeline import SliceBatch
 from support.cli import one_line_error, ptscope
 
@@ -112,6 +112,25 @@ def test_a_size_split_stops_at_the_most_parts(tmp_path: Path) -> None:
     )
     assert error.value.exit_code == 2
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_refused_split_keeps_the_parts_that_were_there(tmp_path: Path) -> None:
+    """A refused split removes only what it wrote: a part's earlier file (a trace of a
+    decode before) stays as it was, and so does a part that is a FIFO."""
+    first = part_path(tmp_path / "t.fxt", 0)
+    first.write_bytes(b"an earlier trace")
+    os.mkfifo(part_path(tmp_path / "t.fxt", 2))
+    reader = os.open(part_path(tmp_path / "t.fxt", 2), os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        stream = TraceStream(tmp_path / "t.fxt", 0, split_time=1)
+        with pytest.raises(TooManyParts):
+            for i in range(MAX_PARTS + 1):
+                stream.write(batch(100 * i))
+    finally:
+        os.close(reader)
+    assert first.read_bytes() == b"an earlier trace"
+    assert part_path(tmp_path / "t.fxt", 2).is_fifo()
+    assert len(list(tmp_path.iterdir())) == 2
 
 
 def test_a_split_within_the_limit_still_writes_its_parts(tmp_path: Path) -> None:

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
+import re
+import subprocess
+import sys
+import tempfile
 import tracemalloc
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,6 +23,7 @@ from ptscope.cli import main
 from ptscope.fxt import FxtFormatError, FxtWriter, read_trace, write_timeline
 from ptscope.fxt import records as rec
 from ptscope.fxt.columns import read_columns, timeline_from_trace
+from ptscope.fxt.reader import MAX_INFLATION, MAX_LARGE_RECORD_WORDS
 from ptscope.fxt.writer import ArgValue, UInt64
 from ptscope.timeline import ThreadTimeline, Timeline
 
@@ -66,17 +73,24 @@ def test_a_damaged_gzip_stream_is_one_line_for_every_command(tmp_path: Path) -> 
 
 
 @pytest.mark.parametrize("reader", READERS, ids=["strict", "columnar"])
-@pytest.mark.parametrize("words", [0xFFFFFFFF, 1 << 28])
+@pytest.mark.parametrize("words", [0xFFFFFFFF, 1 << 28, MAX_LARGE_RECORD_WORDS])
 def test_a_record_announcing_gigabytes_holds_no_more_than_the_file(
     tmp_path: Path, reader: Callable[[Path], Any], words: int
 ) -> None:
+    """A large record past the readers' limit is refused at its header; one within it
+    that the file does not hold, once the file ends."""
     data = bytearray(_trace(tmp_path / "t.fxt").read_bytes())
     data[64:72] = (rec.RecordType.LARGE | (words << 4)).to_bytes(8, "little")
     path = tmp_path / "huge.fxt"
     path.write_bytes(data)
+    message = (
+        f"truncated record: {words} words announced"
+        if words <= MAX_LARGE_RECORD_WORDS
+        else f"a large record of {words:,} words, more than the {MAX_LARGE_RECORD_WORDS:,}"
+    )
     tracemalloc.start()
     try:
-        with pytest.raises(FxtFormatError, match=f"truncated record: {words} words announced"):
+        with pytest.raises(FxtFormatError, match=message):
             reader(path)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
@@ -89,7 +103,79 @@ def test_a_record_announcing_gigabytes_is_one_line_for_every_command(tmp_path: P
     data[64:72] = (rec.RecordType.LARGE | (0xFFFFFFFF << 4)).to_bytes(8, "little")
     path = tmp_path / "huge.fxt"
     path.write_bytes(data)
-    _refused_by_every_command(path, tmp_path, "truncated record")
+    _refused_by_every_command(path, tmp_path, "a large record of 4,294,967,295 words")
+
+
+def _gzip_bomb(path: Path, head: bytes, piece: bytes, size: int) -> Path:
+    """``head``, then ``piece`` repeated to ``size`` bytes, gzip-compressed (small)."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+    block = piece * ((1 << 20) // len(piece))
+    with open(path, "wb") as f:
+        f.write(packer.compress(head))
+        for _ in range(size // len(block)):
+            f.write(packer.compress(block))
+        f.write(packer.flush())
+    return path
+
+
+def _peak_rss(*argv: str) -> tuple[int, str, int]:
+    """``ptscope ARGV`` in a process of its own: exit code, stderr, peak RSS in bytes."""
+    with tempfile.TemporaryFile() as err:
+        child = subprocess.Popen([sys.executable, "-m", "ptscope", *argv],
+                                 stdout=subprocess.DEVNULL, stderr=err)  # fmt: skip
+        _, status, usage = os.wait4(child.pid, 0)
+        child.returncode = os.waitstatus_to_exitcode(status)
+        err.seek(0)
+        return child.returncode, err.read().decode(), usage.ru_maxrss * 1024
+
+
+_BOMBS = ["a large record claiming 32 GiB", "valid records inflating 1,000 times"]
+
+
+@pytest.fixture(scope="module", params=_BOMBS)
+def bomb(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small .fxt.gz that inflates to 256 MiB: one record claiming 2^32 words (then
+    zeros), or one string record repeated (each valid)."""
+    tmp = tmp_path_factory.mktemp("bomb")
+    plain = _trace(tmp / "t.fxt").read_bytes()
+    if request.param == _BOMBS[0]:
+        head = plain[:64] + (rec.RecordType.LARGE | (0xFFFFFFFF << 4)).to_bytes(8, "little")
+        path = _gzip_bomb(tmp / "large.fxt.gz", head, bytes(8), 256 << 20)
+    else:
+        path = _gzip_bomb(
+            tmp / "strings.fxt.gz", plain[:64], rec.string_record(1, b"f0"), 256 << 20
+        )
+    assert path.stat().st_size < 1 << 20
+    return path
+
+
+_STOPPED = (
+    "(a large record of 4,294,967,295 words|"
+    f"it decompresses to more than {MAX_INFLATION} times its size)"
+)
+
+
+def test_both_readers_stop_a_gzip_bomb(bomb: Path) -> None:
+    """At the record's claim or at the inflation limit, whichever comes first."""
+    for reader in READERS:
+        with pytest.raises(FxtFormatError, match=_STOPPED):
+            reader(bomb)
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
+def test_a_gzip_bomb_is_one_line_in_little_memory(
+    bomb: Path, tmp_path: Path, command: list[str]
+) -> None:
+    """Every command stops a gzip bomb in one line, under 200 MB."""
+    out = ["-o", str(tmp_path / "f.svg")] if command[0] == "flame" else []
+    code, err, peak = _peak_rss(*command, str(bomb), *out)
+    assert code == 3 and re.search(f"cannot read {bomb}: {_STOPPED}", err), err
+    assert len(err.strip().splitlines()) == 1, err
+    if "strings" in bomb.name and peak >= 200 << 20:
+        # Still open (issue 46): the columnar framer holds a block's tiny records as
+        # Python ints (a 64 MiB block of 16-byte records: about 400 MB).
+        pytest.xfail(f"{command}: {peak:,} bytes on the inflation limit's 16 MiB of strings")
+    assert peak < 200 << 20, f"{command}: {peak:,} bytes"
 
 
 def _written(path: Path, draw: Callable[[FxtWriter], None], time_base: int = 0) -> Path:

@@ -158,3 +158,64 @@ def test_bad_archive_input_is_one_line(tmp_path: Path) -> None:
     cut = tmp_path / "cut.tar.gz"
     cut.write_bytes(plain.read_bytes()[:40])
     one_line_error(ptscope("decode", str(cut), "-o", str(tmp_path / "t.fxt")))
+
+
+@pytest.fixture(scope="module")
+def small_archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``ptscope archive`` of a small recording, made once."""
+    base = tmp_path_factory.mktemp("archive")
+    record([str(build("basics")), "3"], base / "rec")
+    archive = base / "rec.tar.gz"
+    done = ptscope("archive", str(base / "rec"), "-o", str(archive))
+    assert done.returncode == 0, done.stderr
+    return archive
+
+
+def _repacked(archive: Path, out: Path, *extra: tarfile.TarInfo) -> Path:
+    """``archive``'s members, then ``extra`` (without data), as a new .tar.gz."""
+    with tarfile.open(archive) as source, tarfile.open(out, "w:gz") as tar:
+        for member in source:
+            tar.addfile(member, source.extractfile(member) if member.isfile() else None)
+        for info in extra:
+            tar.addfile(info)
+    return out
+
+
+def _hard_link(name: str, target: str) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = tarfile.LNKTYPE
+    info.linkname = target
+    return info
+
+
+def test_a_hard_link_unpacks_only_to_a_file_before_it(small_archive: Path, tmp_path: Path) -> None:
+    """A hard link to a member the archive holds earlier is unpacked; one to a member it
+    does not hold (yet) is one line (it was an internal KeyError)."""
+    good = _repacked(
+        small_archive, tmp_path / "good.tar.gz", _hard_link("copy", "recording/perf.data")
+    )
+    done = ptscope("decode", str(good), "-o", str(tmp_path / "t.fxt.gz"))
+    assert done.returncode == 0, done.stderr
+    bad = _repacked(small_archive, tmp_path / "bad.tar.gz", _hard_link("copy", "recording/absent"))
+    line = one_line_error(ptscope("decode", str(bad), "-o", str(tmp_path / "u.fxt.gz")), 3)
+    assert "'copy' is a hard link to 'recording/absent'" in line, line
+    assert "internal error" not in line and not (tmp_path / "u.fxt.gz").exists()
+
+
+def test_unpacking_stops_at_its_size_limit(small_archive: Path, tmp_path: Path) -> None:
+    """An archive's files may hold at most 4 GiB in all, unpacked (a member that claims
+    more is refused before a byte of it is written), or what PTSCOPE_UNPACK_LIMIT says."""
+    huge = tarfile.TarInfo("recording/huge")
+    huge.size = 5 << 30  # no data follows: a small file that would unpack to 5 GiB
+    bomb = _repacked(small_archive, tmp_path / "bomb.tar.gz", huge)
+    line = one_line_error(ptscope("decode", str(bomb), "-o", str(tmp_path / "t.fxt.gz")), 3)
+    assert "its files hold more than 4G, the most ptscope unpacks (PTSCOPE_UNPACK_LIMIT)" in line
+    small = {"PTSCOPE_UNPACK_LIMIT": "16K"}
+    done = ptscope("decode", str(small_archive), "-o", str(tmp_path / "t.fxt.gz"), env=small)
+    assert "more than 16K" in one_line_error(done, 3)
+    done = ptscope("decode", str(small_archive), "-o", str(tmp_path / "t.fxt.gz"),
+                   env={"PTSCOPE_UNPACK_LIMIT": "lots"})  # fmt: skip
+    assert "PTSCOPE_UNPACK_LIMIT='lots': give a size" in one_line_error(done, 2)
+    done = ptscope("decode", str(small_archive), "-o", str(tmp_path / "t.fxt.gz"),
+                   env={"PTSCOPE_UNPACK_LIMIT": "1G"})  # fmt: skip
+    assert done.returncode == 0, done.stderr

@@ -227,11 +227,17 @@ TRACE_SUFFIXES: Final = (".fxt.gz", ".fxt")
 def check_trace_suffix(output: Path) -> Path:
     """Refuse a trace name whose suffix promises another format: ptscope writes only
     Fuchsia traces, so ``-o trace.pftrace`` (Perfetto's protobuf) or ``-o trace.json``
-    would be an FXT file under a misleading name."""
+    would be an FXT file under a misleading name. An output that exists and is no regular
+    file (``/dev/null``, a FIFO, a device) names no file: any name is taken (the trace is
+    written uncompressed unless it ends in ``.gz``)."""
     if not output.name or output.name in (".", ".."):
         raise UsageError(f"-o {str(output)!r}: give a file name (e.g. -o trace.fxt.gz)")
     if output.name.endswith(TRACE_SUFFIXES):
         return output
+    with contextlib.suppress(OSError):
+        mode = os.stat(output).st_mode
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            return output
     better = output.with_name(output.name.partition(".")[0] + ".fxt.gz")
     raise UsageError(
         f"-o {output}: ptscope writes only Fuchsia traces, named .fxt.gz (or .fxt uncompressed)",

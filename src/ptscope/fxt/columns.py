@@ -42,11 +42,13 @@ import numpy.typing as npt
 
 from ptscope.fxt import records as rec
 from ptscope.fxt.reader import (
+    MAX_LARGE_RECORD_WORDS,
     TIME_END,
     FxtFormatError,
     FxtTrace,
     TraceSlice,
     _Reader,
+    bounded,
     read_trace,
 )
 from ptscope.timeline import (
@@ -117,8 +119,9 @@ def _open(source: str | Path | bytes) -> tuple[BinaryIO, int]:
         opened: BinaryIO = _igzip_threaded.open(  # type: ignore[no-untyped-call]
             raw, "rb", threads=1, block_size=block
         )
-        return opened, size * _DEFLATE_RATIO
-    return gzip.GzipFile(fileobj=raw, mode="rb"), size * _DEFLATE_RATIO
+    else:
+        opened = gzip.GzipFile(fileobj=raw, mode="rb")
+    return bounded(opened, size), size * _DEFLATE_RATIO
 
 
 class _Blocks:
@@ -195,6 +198,12 @@ def _frame(words: U64, n: int) -> tuple[I64, int]:
         size = (header >> 4) & (0xFFFFFFFF if kind == rec.RecordType.LARGE else 0xFFF)
         if size == 0:
             raise _BadRecord("record of size 0", p)
+        if size > MAX_LARGE_RECORD_WORDS:
+            raise _BadRecord(
+                f"a large record of {size:,} words, more than the "
+                f"{MAX_LARGE_RECORD_WORDS:,} a reader takes",
+                p,
+            )
         if p + size > n:
             break
         if kind != rec.RecordType.EVENT or (header >> 16) & 0xF != rec.EventType.DURATION_COMPLETE:

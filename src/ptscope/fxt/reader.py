@@ -25,17 +25,22 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Final
+from typing import Any, BinaryIO, Final, cast
 
 from ptscope.fxt import records as rec
 from ptscope.timeline import Slice, SliceFlags
 
 __all__ = [
+    "INFLATION_FLOOR",
+    "MAX_INFLATION",
+    "MAX_LARGE_RECORD_WORDS",
+    "BoundedInflate",
     "FxtFormatError",
     "FxtTrace",
     "TraceCounter",
     "TraceInstant",
     "TraceSlice",
+    "bounded",
     "check_trace_start",
     "read_trace",
 ]
@@ -51,6 +56,15 @@ _U64_MAX: Final = (1 << 64) - 1
 _DECOMPRESS_ERRORS: Final = (OSError, EOFError, zlib.error)
 """What gzip (zlib underneath) raises on a damaged stream."""
 _BLOCK: Final = 1 << 20
+MAX_LARGE_RECORD_WORDS: Final = 1 << 20
+"""The most words a large record (32-bit size: up to 32 GiB) may hold, 8 MiB: more is
+refused before it is read, so a record's claim cannot make a reader hold gigabytes.
+ptscope writes none (its records are at most 4095 words); others' blobs are skipped."""
+MAX_INFLATION: Final = 100
+"""A compressed trace may decompress to at most this many times its size (beyond
+:data:`INFLATION_FLOOR`): ptscope's own traces inflate 8 to 14 times, a gzip bomb up to
+1,032 times."""
+INFLATION_FLOOR: Final = 16 << 20
 _U64 = struct.Struct("<Q")
 _I64 = struct.Struct("<q")
 _F64 = struct.Struct("<d")
@@ -142,11 +156,56 @@ class FxtTrace:
 # -- framing ---------------------------------------------------------------------------
 
 
+class BoundedInflate:
+    """A decompressed stream that ends in :class:`FxtFormatError` once it has given more
+    than :data:`MAX_INFLATION` times its ``compressed`` size (and more than
+    :data:`INFLATION_FLOOR`): a small file cannot keep a reader busy on gigabytes."""
+
+    def __init__(self, stream: BinaryIO, compressed: int) -> None:
+        self._stream = stream
+        self.compressed = compressed
+        self.limit = max(INFLATION_FLOOR, compressed * MAX_INFLATION)
+        self.given = 0
+
+    def _count(self, n: int) -> None:
+        self.given += n
+        if self.given > self.limit:
+            raise FxtFormatError(
+                f"it decompresses to more than {MAX_INFLATION} times its size "
+                f"({self.compressed:,} bytes): not a trace ptscope wrote (a gzip bomb?)"
+            )
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._stream.read(n if n >= 0 else self.limit - self.given + 1)
+        self._count(len(data))
+        return data
+
+    def readinto(self, buffer: Any) -> int:
+        n: int = self._stream.readinto(buffer)  # type: ignore[attr-defined]
+        self._count(n)
+        return n
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def __enter__(self) -> BoundedInflate:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def bounded(stream: BinaryIO, compressed: int) -> BinaryIO:
+    """``stream`` (decompressed) as a :class:`BoundedInflate`, typed as the stream."""
+    return cast(BinaryIO, BoundedInflate(stream, compressed))
+
+
 def _open_stream(path: Path) -> BinaryIO:
     with open(path, "rb") as f:
         head = f.read(2)
+        size = f.seek(0, io.SEEK_END)
     if head == _GZIP_MAGIC:
-        return gzip.open(path, "rb")  # type: ignore[return-value]
+        return bounded(gzip.open(path, "rb"), size)  # type: ignore[arg-type]
     return open(path, "rb")
 
 
@@ -201,6 +260,12 @@ class _Framer:
                 raise FxtFormatError("not a Fuchsia trace (no FXT magic record at the start)")
             if header & 0xF == rec.RecordType.LARGE:
                 words = (header >> 4) & 0xFFFFFFFF
+                if words > MAX_LARGE_RECORD_WORDS:
+                    raise FxtFormatError(
+                        f"a large record of {words:,} words, more than the "
+                        f"{MAX_LARGE_RECORD_WORDS:,} a reader takes",
+                        offset,
+                    )
             else:
                 words = (header >> 4) & 0xFFF
             if words == 0:
@@ -623,8 +688,9 @@ def read_trace(source: str | Path | bytes) -> FxtTrace:
     """
     if isinstance(source, bytes):
         if source[:2] == _GZIP_MAGIC:
+            inflated = bounded(gzip.GzipFile(fileobj=io.BytesIO(source)), len(source))  # type: ignore[arg-type]
             try:
-                source = gzip.decompress(source)
+                source = inflated.read()
             except _DECOMPRESS_ERRORS as e:
                 raise FxtFormatError(f"cannot decompress: {e}") from e
         stream: BinaryIO = io.BytesIO(source)

@@ -210,15 +210,8 @@ class TraceStream:
 
     def _refuse(self, message: str) -> NoReturn:
         """Stop a split that makes too many parts: remove the parts written so far."""
-        self.discard()
+        self.abort()
         raise TooManyParts(message)
-
-    def discard(self) -> None:
-        """Close and remove every file written (a decode that cannot finish)."""
-        for part in self._parts:
-            with contextlib.suppress(OSError):
-                part.writer.close()
-            part.info.path.unlink(missing_ok=True)
 
     # ---------------------------------------------------------------- writing
 

@@ -21,7 +21,9 @@ to its name once complete (:meth:`FxtWriter.close`): a failure (a full disk) or 
 leaves no partial or empty trace, and an existing one is replaced only by a whole one. A
 temporary file whose ptscope was killed is removed by the next writer of that name. A
 name that is not a regular file (``/dev/null``, a FIFO) is written in place; a symbolic
-link stays one (its target is replaced).
+link stays one (its target is replaced). A trace that must go after all (a decode that
+found nothing) is removed only where ptscope created it, a regular file
+(:func:`remove_written`): a device or a FIFO stays.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import gzip
 import os
 import re
 import shlex
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +56,7 @@ __all__ = [
     "Pointer",
     "UInt64",
     "WriteStats",
+    "remove_written",
     "write_timeline",
     "written_in_place",
 ]
@@ -1109,6 +1113,17 @@ def written_in_place(path: Path) -> bool:
         return not path.is_file() and path.exists()
     except OSError:
         return False
+
+
+def remove_written(path: Path) -> None:
+    """Remove the trace written at ``path`` (:meth:`FxtWriter.open`'s name for it): the
+    file its name leads to when that is a regular file, which ptscope created (renamed into
+    place); never a device or a FIFO, which were written in place, nor the link a name may
+    be (the file written, its target, goes)."""
+    final = Path(os.path.realpath(path)) if path.is_symlink() else path
+    with contextlib.suppress(OSError):
+        if stat.S_ISREG(os.lstat(final).st_mode):
+            final.unlink()
 
 
 def _temporary_name(path: Path) -> Path:

@@ -22,6 +22,11 @@ record`` puts it) or from its path when the file there still has the recorded bu
 debug info from the cache or ``/usr/lib/debug/.build-id/``. Kernel symbols
 (``[kernel.kallsyms]``) come from the cache or, when the running kernel is the one
 recorded, ``/proc/kallsyms``.
+
+Unpacking (:func:`unpack_archive`) takes only what cannot land outside its directory:
+files, directories, links inside it, a hard link only to a file unpacked before it; and at
+most :data:`DEFAULT_UNPACK_LIMIT` bytes of files in all (``PTSCOPE_UNPACK_LIMIT`` sets
+another size), so that a small archive cannot fill the disk.
 """
 
 from __future__ import annotations
@@ -39,9 +44,10 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Final
 
 from ptscope.children import die_with_parent
-from ptscope.errors import BadInputError, PtscopeError, ToolMissingError
+from ptscope.errors import BadInputError, PtscopeError, ToolMissingError, UsageError
 from ptscope.perftool import PerfTool, perf_env
 from ptscope.record.build_id import file_build_id, kernel_build_id
+from ptscope.record.perf_commands import format_size, parse_size
 from ptscope.recording import (
     METADATA_NAME,
     Recording,
@@ -54,6 +60,8 @@ from ptscope.recording import (
 __all__ = [
     "ARCHIVE_FORMAT",
     "ARCHIVE_VERSION",
+    "DEFAULT_UNPACK_LIMIT",
+    "UNPACK_LIMIT_ENV",
     "ArchiveSummary",
     "ArchivedObject",
     "UnpackedArchive",
@@ -69,6 +77,9 @@ RECORDING_DIR: Final = "recording"
 CACHE_DIR: Final = ".debug"
 KERNEL: Final = "[kernel.kallsyms]"
 _SPECIAL_BASENAMES: Final = {KERNEL: "kallsyms", "[vdso]": "vdso"}
+UNPACK_LIMIT_ENV: Final = "PTSCOPE_UNPACK_LIMIT"
+DEFAULT_UNPACK_LIMIT: Final = 4 << 30
+"""The most bytes an archive's files may hold in all, unpacked (``PTSCOPE_UNPACK_LIMIT``)."""
 
 try:
     from isal.igzip import IGzipFile as _GzipFile  # several times faster than zlib
@@ -452,8 +463,29 @@ def _read_manifest(where: Path, archive: Path) -> dict[str, Any]:
     return manifest
 
 
+def unpack_limit() -> int:
+    """The most bytes :func:`unpack_archive` writes (``PTSCOPE_UNPACK_LIMIT``, a size like
+    ``16G``; default :data:`DEFAULT_UNPACK_LIMIT`)."""
+    text = os.environ.get(UNPACK_LIMIT_ENV, "").strip()
+    if not text:
+        return DEFAULT_UNPACK_LIMIT
+    try:
+        return parse_size(text)
+    except UsageError:
+        raise UsageError(f"{UNPACK_LIMIT_ENV}={text!r}: give a size like 16G") from None
+
+
+def _unpacked_name(name: str) -> str:
+    return str(PurePosixPath(name))
+
+
 def unpack_archive(path: Path, into: Path) -> UnpackedArchive:
-    """Unpack an archive made by :func:`create_archive` into the directory ``into``."""
+    """Unpack an archive made by :func:`create_archive` into the directory ``into``: one
+    line for a member that could land outside it, a hard link to a file it does not hold
+    before the link, or files past :func:`unpack_limit` bytes in all."""
+    limit = unpack_limit()
+    total = 0
+    files: set[str] = set()
     try:
         with open(path, "rb") as raw:
             gzipped = raw.read(2) == b"\x1f\x8b"
@@ -463,10 +495,30 @@ def unpack_archive(path: Path, into: Path) -> UnpackedArchive:
             with stream, tarfile.open(fileobj=stream, mode="r|") as tar:
                 for member in tar:
                     _check_member(member)
+                    name = _unpacked_name(member.name)
+                    if member.islnk() and _unpacked_name(member.linkname) not in files:
+                        raise BadInputError(
+                            f"cannot unpack {path}: member {member.name!r} is a hard link to "
+                            f"{member.linkname!r}, a file the archive does not hold before it"
+                        )
+                    if member.isfile():  # a hard link is not one: it adds no bytes
+                        total += member.size
+                        if total > limit:
+                            raise BadInputError(
+                                f"cannot unpack {path}: its files hold more than "
+                                f"{format_size(limit)}, the most ptscope unpacks "
+                                f"({UNPACK_LIMIT_ENV})",
+                                hint=f"set {UNPACK_LIMIT_ENV} to a larger size (like 16G) to "
+                                "unpack it",
+                            )
                     if hasattr(tarfile, "data_filter"):
                         tar.extract(member, into, filter="data")
                     else:  # Python < 3.11.4: checked above
                         tar.extract(member, into)
+                    if member.isfile():
+                        files.add(name)
+                    else:
+                        files.discard(name)  # replaced by a link or a directory
     except (tarfile.TarError, EOFError, OSError) as e:
         raise BadInputError(f"cannot unpack {path}: {e}") from e
     manifest = _read_manifest(into / MANIFEST, path)

@@ -25,7 +25,12 @@ from typing import Final
 from ptscope.errors import BadInputError, PtscopeError, RecordingError, UsageError
 from ptscope.record.emulated.cycle_model import DEFAULT_CYCLE_MODEL, CycleModel
 from ptscope.record.emulated.elf_image import describe_machine, program_path, read_elf
-from ptscope.record.emulated.perf_data import finish_perf_data, header_matches, scan_sideband
+from ptscope.record.emulated.perf_data import (
+    RepairRefused,
+    finish_perf_data,
+    header_matches,
+    scan_sideband,
+)
 from ptscope.record.emulated.qemu import find_qemu, plugin_arguments, recorder_plugin, start_qemu
 from ptscope.record.emulated.state import (
     DISK_FULL,
@@ -34,11 +39,12 @@ from ptscope.record.emulated.state import (
     NO_REGISTERS,
     STATE_NAME,
     EmulationState,
+    NotStarted,
     StateError,
     read_state,
 )
 from ptscope.record.stop_signals import STOP_SIGNALS, terminal_sent_sigint
-from ptscope.recording import Recording, keep_perf_maps
+from ptscope.recording import Recording, keep_perf_maps, open_regular
 
 __all__ = ["CycleModel", "EmulatedResult", "EmulationOptions", "record", "recover"]
 
@@ -316,11 +322,29 @@ def _wait(
 
 def _finish(recording: Recording, state: EmulationState) -> None:
     """Make the recording whole from what the recorder left: the perf.data's last
-    checkpoint (if QEMU died in the middle of one), the processes and threads, the notes."""
+    checkpoint (if QEMU died in the middle of one), the processes and threads, the notes.
+    The perf.data is opened as a regular file of the directory, never through a link
+    (:func:`open_regular`: a directory someone else prepared cannot make this write
+    elsewhere), and written only when the state describes it (:class:`RepairRefused`)."""
     perf_data = recording.directory / "perf.data"
-    if not header_matches(perf_data, state):
-        finish_perf_data(perf_data, state, recording.command)
-    sideband = scan_sideband(perf_data, state.data_end)
+    fd = open_regular(perf_data)
+    try:
+        if not header_matches(fd, state):
+            os.close(fd)
+            fd = -1
+            fd = open_regular(perf_data, os.O_RDWR, sole=True)
+            try:
+                finish_perf_data(fd, state, recording.command)
+            except RepairRefused as e:
+                raise BadInputError(
+                    f"cannot finish the recording in {recording.directory}: {perf_data} "
+                    f"does not match the recorder's state: {e} (the file was left as it was)"
+                ) from None
+        with open(fd, "rb", closefd=False) as f:
+            sideband = scan_sideband(f, state.data_end)
+    finally:
+        if fd >= 0:
+            os.close(fd)
     command = " ".join(recording.command)
     recording.processes = {pid: command for pid in sideband.processes or state.pids}
     recording.threads = {t.tid: sideband.threads.get(t.tid, "") for t in state.threads}
@@ -391,8 +415,10 @@ def recover(recording: Recording) -> bool:
         )
     try:
         state = read_state(recording.directory)
-    except StateError as e:
+    except NotStarted as e:
         raise BadInputError(f"{recording.directory}: the recording never started ({e})") from e
+    except StateError as e:
+        raise BadInputError(f"cannot finish the recording in {recording.directory}: {e}") from e
     try:
         _finish(recording, state)
         recording.notes["recovered"] = True

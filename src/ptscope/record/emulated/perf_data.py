@@ -6,7 +6,11 @@ killed inside a checkpoint leaves a file whose header no longer matches its data
 :func:`finish_perf_data` writes the checkpoint again from the shared state
 (:mod:`.state`), which says where the data ends and holds the AUXTRACE index and the
 build-ids. It is the Python twin of the C checkpoint: on a healthy recording both write the
-same bytes (``tests/emulated/test_recorder_units.py``).
+same bytes (``tests/emulated/test_recorder_units.py``). The state is checked against the
+file first (:func:`checked_state`: the data it gives must lie in the file and be a run of
+whole records, its index must name AUXTRACE records of that data), else
+:class:`RepairRefused` and nothing is written; a write that fails is undone, so a repair
+leaves the perf.data either finished or as it was.
 
 :func:`scan_sideband` lists the processes and threads a recording holds (COMM, FORK, EXIT
 records), for the recording's metadata.
@@ -14,15 +18,25 @@ records), for the recording's metadata.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Final
+from typing import BinaryIO, Final
 
 from ptscope.record.emulated.state import EmulationState
 
-__all__ = ["Sideband", "checkpoint_bytes", "finish_perf_data", "header_matches", "scan_sideband"]
+__all__ = [
+    "RepairRefused",
+    "Sideband",
+    "checked_state",
+    "checkpoint_bytes",
+    "finish_perf_data",
+    "header_matches",
+    "scan_sideband",
+]
 
 _HEADER_SIZE: Final = 104
 _ATTR_SIZE: Final = 128
@@ -45,6 +59,13 @@ _MISC_COMM_EXEC: Final = 1 << 13
 _MISC_BUILD_ID_SIZE: Final = 1 << 15
 _F_BUILD_ID, _F_OSRELEASE, _F_VERSION, _F_ARCH, _F_NRCPUS = 2, 4, 5, 6, 7
 _F_CPUID, _F_CMDLINE, _F_EVENT_DESC, _F_AUXTRACE = 9, 11, 12, 18
+_AUXTRACE_SIZE: Final = 48
+_WINDOW: Final = 1 << 20
+
+
+class RepairRefused(ValueError):
+    """The recorder's state does not describe this perf.data: a repair from it would
+    damage the file, so none is made (the message says what disagrees)."""
 
 
 def _feature_string(text: str) -> bytes:
@@ -121,28 +142,98 @@ def checkpoint_bytes(
     return header, table + blobs
 
 
-def header_matches(perf_data: Path, state: EmulationState) -> bool:
+def header_matches(fd: int, state: EmulationState) -> bool:
     """Whether the file's header says its data ends where the state says it does."""
-    try:
-        with open(perf_data, "rb") as f:
-            head = f.read(_HEADER_SIZE)
-    except OSError:
-        return False
+    head = os.pread(fd, _HEADER_SIZE, 0)
     if len(head) < _HEADER_SIZE or head[:8] != b"PERFILE2":
         return False
     offset, size = struct.unpack_from("<QQ", head, 40)
     return bool(offset == state.data_offset and offset + size == state.data_end)
 
 
-def finish_perf_data(perf_data: Path, state: EmulationState, command: list[str]) -> None:
-    """Write the checkpoint for ``state``'s data again (the recorder died during one)."""
+def _records(fd: int, start: int, end: int) -> Iterator[tuple[int, int]]:
+    """(offset, type) of every record from ``start`` to ``end`` (an AUXTRACE record with
+    its payload); :class:`RepairRefused` unless they end exactly at ``end``."""
+    buf, base, pos = b"", start, start
+    while pos < end:
+        if pos - base + 16 > len(buf):
+            buf, base = os.pread(fd, _WINDOW, pos), pos
+        head = buf[pos - base : pos - base + 16]
+        if pos + 8 > end or len(head) < 8:
+            break
+        rtype, _misc, step = _EV_HEADER.unpack_from(head)
+        if step < 8:
+            raise RepairRefused(f"the record at offset {pos} has a size of {step} bytes")
+        if rtype == _AUXTRACE:
+            if step < 16 or len(head) < 16:
+                break
+            step += struct.unpack_from("<Q", head, 8)[0]
+        yield pos, rtype
+        pos += step
+    if pos != end:
+        raise RepairRefused(
+            f"its records do not end where the recorder's state says its data ends ({end})"
+        )
+
+
+def checked_state(fd: int, state: EmulationState) -> EmulationState:
+    """``state``, checked against the perf.data open on ``fd`` before a repair writes from
+    it: its data section starts where the recorder's does and ends inside the file, on a
+    record boundary; its AUXTRACE index names AUXTRACE records of that data (an entry at
+    or past its end, a reservation the recorder died in, is dropped). Else
+    :class:`RepairRefused`."""
+    size = os.fstat(fd).st_size
+    if state.data_offset != _DATA_OFFSET:
+        raise RepairRefused(
+            f"the recorder's state says its data starts at {state.data_offset}, not {_DATA_OFFSET}"
+        )
+    if state.data_end > size:
+        raise RepairRefused(
+            f"the recorder's state says its data ends at {state.data_end}, "
+            f"past the end of the file ({size} bytes)"
+        )
+    auxtrace = {at for at, rtype in _records(fd, state.data_offset, state.data_end)
+                if rtype == _AUXTRACE}  # fmt: skip
+    index = []
+    for offset, length in state.index:
+        if offset >= state.data_end:
+            continue
+        if offset not in auxtrace or length != _AUXTRACE_SIZE:
+            raise RepairRefused(
+                f"the recorder's state lists an AUXTRACE record at offset {offset} "
+                "where the file has none"
+            )
+        index.append((offset, length))
+    return dataclasses.replace(state, index=index)
+
+
+def _write_all(fd: int, data: bytes, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view, offset = view[written:], offset + written
+
+
+def finish_perf_data(fd: int, state: EmulationState, command: list[str]) -> None:
+    """Write the checkpoint for ``state``'s data again (the recorder died during one), on
+    the perf.data open for writing on ``fd``. The state is checked first
+    (:func:`checked_state`, :class:`RepairRefused`: nothing written); a write that fails
+    (a full disk) or is interrupted is undone: the bytes it replaced are put back and the
+    file cut to its old size."""
+    state = checked_state(fd, state)
     header, features = checkpoint_bytes(state, command)
-    fd = os.open(perf_data, os.O_WRONLY)
+    size = os.fstat(fd).st_size
+    old_header = os.pread(fd, _HEADER_SIZE, 0)
+    old_tail = os.pread(fd, len(features), state.data_end)
     try:
-        os.pwrite(fd, features, state.data_end)
-        os.pwrite(fd, header, 0)
-    finally:
-        os.close(fd)
+        _write_all(fd, features, state.data_end)
+        _write_all(fd, header, 0)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            _write_all(fd, old_tail, state.data_end)
+            _write_all(fd, old_header, 0)
+            os.ftruncate(fd, size)
+        raise
 
 
 @dataclass
@@ -155,26 +246,34 @@ class Sideband:
     """Forked processes: child pid -> parent pid."""
 
 
-def scan_sideband(perf_data: Path, data_end: int | None = None) -> Sideband:
-    """Walk the data section (to ``data_end`` when given: the state's word, else the
-    header's) and collect COMM and FORK records."""
+def scan_sideband(f: BinaryIO, data_end: int | None = None) -> Sideband:
+    """Walk the data section of the perf.data open as ``f`` (to ``data_end`` when given:
+    the state's word, else the header's) and collect COMM and FORK records. A record cut
+    short ends the walk."""
     out = Sideband()
-    with open(perf_data, "rb") as f:
-        head = f.read(_HEADER_SIZE)
-        if len(head) < _HEADER_SIZE or head[:8] != b"PERFILE2":
-            return out
-        offset, size = struct.unpack_from("<QQ", head, 40)
-        end = data_end if data_end is not None else offset + size
-        pos = offset
-        while pos + 8 <= end:
-            f.seek(pos)
-            raw = f.read(8)
-            if len(raw) < 8:
+    f.seek(0)
+    head = f.read(_HEADER_SIZE)
+    if len(head) < _HEADER_SIZE or head[:8] != b"PERFILE2":
+        return out
+    offset, size = struct.unpack_from("<QQ", head, 40)
+    end = data_end if data_end is not None else offset + size
+    pos = offset
+    while pos + 8 <= end:
+        f.seek(pos)
+        raw = f.read(16)
+        if len(raw) < 8:
+            break
+        rtype, _misc, rsize = _EV_HEADER.unpack_from(raw)
+        if rsize < 8:
+            break
+        if rtype == _AUXTRACE:
+            if len(raw) < 16:
                 break
-            rtype, _misc, rsize = _EV_HEADER.unpack(raw)
-            if rsize < 8:
-                break
-            body = f.read(rsize - 8) if rtype in (_COMM, _FORK) else b""
+            pos += rsize + struct.unpack_from("<Q", raw, 8)[0]
+            continue
+        if rtype in (_COMM, _FORK):
+            f.seek(pos + 8)
+            body = f.read(rsize - 8)
             if rtype == _COMM and len(body) >= 8:
                 pid, tid = struct.unpack_from("<II", body)
                 name = body[8:].split(b"\0", 1)[0].decode(errors="replace")
@@ -187,9 +286,5 @@ def scan_sideband(perf_data: Path, data_end: int | None = None) -> Sideband:
                     out.parents[pid] = ppid
                 if pid not in out.processes:
                     out.processes.append(pid)
-            pos += rsize
-            if rtype == _AUXTRACE:
-                f.seek(pos - rsize + 8)
-                (length,) = struct.unpack("<Q", f.read(8))
-                pos += length
+        pos += rsize
     return out

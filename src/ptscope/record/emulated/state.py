@@ -18,9 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from ptscope.errors import BadInputError
+from ptscope.recording import open_regular
+
 __all__ = [
     "STATE_NAME",
     "EmulationState",
+    "NotStarted",
     "StateError",
     "ThreadSlot",
     "read_state",
@@ -45,10 +49,17 @@ _SLOT = struct.Struct("<IIII QQ I")
 _INDEX = struct.Struct("<QQ")
 _BUILD_ID = struct.Struct("<20sB3xI8x")
 _BUILD_ID_SIZE: Final = 4096
+_PATH_MAX: Final = _BUILD_ID_SIZE - _BUILD_ID.size
+_LIMIT: Final = 1 << 63
+"""Offsets and sizes past this are damage (the file, and perf.data, are far smaller)."""
 
 
 class StateError(ValueError):
     """The file is not a (complete) emulation state."""
+
+
+class NotStarted(StateError):
+    """There is no state, or the recorder never finished writing its header."""
 
 
 @dataclass(frozen=True)
@@ -104,17 +115,34 @@ def read_state(directory: Path, *, details: bool = True) -> EmulationState:
     (progress reports need only the slots)."""
     path = directory / STATE_NAME
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = open_regular(path)  # never a link, a FIFO (no hang) or a device
     except OSError as e:
-        raise StateError(f"{path}: {e.strerror or e}") from e
+        raise NotStarted(f"{path}: {e.strerror or e}") from e
+    except BadInputError as e:
+        raise StateError(e.message) from e
     try:
         size = os.fstat(fd).st_size
         if size < _HEADER.size:
-            raise StateError(f"{path}: too short")
+            raise NotStarted(f"{path}: too short")
         with mmap.mmap(fd, size, prot=mmap.PROT_READ) as m:
             return _parse(path, m, details)
     finally:
         os.close(fd)
+
+
+def _table(
+    path: Path, what: str, offset: int, count: int, capacity: int, entry: int, size: int
+) -> None:
+    """Refuse a table of the state (``count`` entries of ``entry`` bytes at ``offset``,
+    room for ``capacity``) that holds more than it has room for or does not lie inside the
+    file's ``size`` bytes."""
+    if count > capacity:
+        raise StateError(f"{path} is damaged: its {what} holds {count} entries of {capacity}")
+    if count and (offset >= _LIMIT or offset + count * entry > size):
+        raise StateError(
+            f"{path} is damaged: its {what} ({count} entries at offset {offset}) "
+            f"runs past the end of the file ({size} bytes)"
+        )
 
 
 def _parse(path: Path, m: mmap.mmap, details: bool) -> EmulationState:
@@ -146,10 +174,17 @@ def _parse(path: Path, m: mmap.mmap, details: bool) -> EmulationState:
         error,
     ) = _HEADER.unpack_from(m, 0)
     if magic != _MAGIC:
-        raise StateError(f"{path} is not a ptscope emulation state (or the recorder never started)")
+        raise NotStarted(f"{path} is not a ptscope emulation state (or the recorder never started)")
     if version > _VERSION:
         raise StateError(f"{path} was written by a newer ptscope (state version {version})")
     size = len(m)
+    if not data_offset <= data_end < _LIMIT:
+        raise StateError(
+            f"{path} is damaged: the perf.data data section it gives "
+            f"({data_offset} to {data_end}) is impossible"
+        )
+    if slot_size < _SLOT.size:
+        raise StateError(f"{path} is damaged: its thread slots are {slot_size} bytes")
     slot_count = min(slot_count, slot_capacity)
     threads = []
     for k in range(slot_count):
@@ -171,11 +206,18 @@ def _parse(path: Path, m: mmap.mmap, details: bool) -> EmulationState:
         threads=threads,
     )
     if details:
-        for k in range(min(index_count, index_capacity)):
+        _table(path, "AUXTRACE index", index_offset, index_count, index_capacity, _INDEX.size, size)
+        for k in range(index_count):
             state.index.append(_INDEX.unpack_from(m, index_offset + k * _INDEX.size))
-        for k in range(min(ids_count, ids_capacity)):
+        _table(path, "build-id table", ids_offset, ids_count, ids_capacity, _BUILD_ID_SIZE, size)
+        for k in range(ids_count):
             at = ids_offset + k * _BUILD_ID_SIZE
             raw, length, path_len = _BUILD_ID.unpack_from(m, at)
+            if not (0 < length <= len(raw) and 0 < path_len <= _PATH_MAX):
+                raise StateError(
+                    f"{path} is damaged: build-id {k} has {length} bytes and a path of "
+                    f"{path_len} bytes (1 to {len(raw)} and 1 to {_PATH_MAX})"
+                )
             name = m[at + _BUILD_ID.size : at + _BUILD_ID.size + path_len]
             state.build_ids.append((name.decode(errors="surrogateescape"), raw[:length]))
     return state
