@@ -3,7 +3,7 @@ default) and with `--no-inline`, interleaved rounds, each in a process of its ow
 
 The workload is bench/inline_heavy.cpp at -O2 -g (C++ whose time goes into inlined
 operators, lambdas, std::sort's and std::map's helpers), recorded once under emulated PT
-(cached under bench/.cache). A second recording, of the same program built without debug
+(cached under bench/cache). A second recording, of the same program built without debug
 information, shows what reading no inline information costs (the DWARF lookup only).
 
 Prints, per variant: the best and median wall and CPU (user + system of the decode's
@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-CACHE = HERE / ".cache"
+CACHE = HERE / "cache"
 SOURCE = HERE / "inline_heavy.cpp"
 
 

@@ -83,11 +83,13 @@ def _first_pid_and_tid(perf_data: Path) -> tuple[int, int]:
 @pytest.mark.parametrize(
     "options",
     [
-        ("--decoder", "dlfilter"),
-        ("--decoder", "dlfilter", "--no-insn-detail", "--time-axis", "instructions"),
-        ("--decoder", "dlfilter", "--pid", "PID", "--no-drill"),
-        ("--decoder", "dlfilter", "--tid", "TID", "--symfs", "/"),
-        ("--jobs", "1", "--decoder", "dlfilter"),
+        # (with inlined frames perf reads the runs file the pipeline writes: nothing
+        # starts early, test_nothing_starts_early_where_the_pipeline_would_not_take_it)
+        ("--decoder", "dlfilter", "--no-inline"),
+        ("--decoder", "dlfilter", "--no-inline", "--no-insn-detail", "--time-axis", "instructions"),
+        ("--decoder", "dlfilter", "--no-inline", "--pid", "PID", "--no-drill"),
+        ("--decoder", "dlfilter", "--no-inline", "--tid", "TID", "--symfs", "/"),
+        ("--jobs", "1", "--decoder", "dlfilter", "--no-inline"),
     ],
     ids=["defaults", "no-insn-detail", "pid", "tid-symfs", "one-job"],
 )
@@ -121,6 +123,7 @@ def test_the_pipeline_takes_the_perf_started_early_and_writes_the_same_trace(
             insn_detail="--no-insn-detail" not in options,
             time_axis="instructions" if "--time-axis" in options else "time",
             drill=None if "--no-drill" in options else perf_data.resolve(),
+            inline=False,
         ),
     )
     assert perf_launch.launch_counts()["taken"] == 0
@@ -130,7 +133,12 @@ def test_the_pipeline_takes_the_perf_started_early_and_writes_the_same_trace(
 def test_nothing_starts_early_where_the_pipeline_would_not_take_it(
     perf_data: Path, tmp_path: Path
 ) -> None:
-    for options in ((), ("--decoder", "text"), ("--decoder", "dlfilter", "--jobs", "2")):
+    for options in (
+        (),
+        ("--decoder", "text"),
+        ("--decoder", "dlfilter", "--jobs", "2"),
+        ("--decoder", "dlfilter"),  # (inlined frames: the pipeline writes perf's runs file)
+    ):
         result = _decode_early(perf_data, tmp_path / "t.fxt", *options)
         assert not result["started"], options
         assert result["counts"] == {"started early": 0, "taken": 0, "discarded": 0}
@@ -145,7 +153,7 @@ def test_a_decode_that_fails_first_stops_its_early_perf(perf_data: Path, tmp_pat
     wrapper.chmod(0o755)
     env = {**os.environ, "PTSCOPE_PERF": str(wrapper)}
     argv = ["decode", str(perf_data), "-o", str(tmp_path / "t.fxt"), "--decoder", "dlfilter"]
-    argv += ["--filter", "only-one-name"]
+    argv += ["--no-inline", "--filter", "only-one-name"]
     run = subprocess.run(
         [sys.executable, "-m", "ptscope", *argv],
         capture_output=True,
@@ -190,7 +198,7 @@ def test_run_decodes_with_the_perf_it_started_early(tmp_path: Path) -> None:
     too, once the program has run."""
     program = programs.build("leaf37", static=True)
     out = tmp_path / "t.fxt"
-    args = ["--backend", "emulated", "--decoder", "dlfilter", "-o", str(out)]
+    args = ["--backend", "emulated", "--decoder", "dlfilter", "--no-inline", "-o", str(out)]
     result, stderr = _drive("run", *args, "--", str(program))
     assert result["code"] == 0, stderr
     assert result["started"]

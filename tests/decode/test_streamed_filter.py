@@ -124,7 +124,7 @@ def test_a_filtered_decode_is_the_whole_trace_clipped(
                     flags = {f for f in str(s.args.get("flags", "")).split("|") if f}
                     flags |= {"inferred_start"} if s.start < begin else set()
                     flags |= {"open_at_end"} if s.end > end else set()
-                    order = ("inferred_start", "open_at_end", "synthetic")
+                    order = ("inferred_start", "open_at_end", "synthetic", "inlined")
                     text = "|".join(f for f in order if f in flags)
                     piece = (max(s.start, begin), min(s.end, end), s.depth, s.name, text)
                     expected.setdefault(key, []).append(piece)

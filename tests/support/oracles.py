@@ -341,7 +341,9 @@ def nest(items: Iterable[tuple[float, float, str]], keep: Callable[[str], bool])
 
 
 def fxt_slices(path: Path) -> dict[int, list[TraceSlice]]:
-    """Every complete slice of a ptscope trace, per thread, read with the ``fxt`` reader."""
+    """Every call of a ptscope trace (its complete slices but inlined bodies, which no
+    oracle here sees as calls: see tests/decode/test_inlined_frames.py), per thread, read
+    with the ``fxt`` reader."""
     with open(path, "rb") as f:
         compressed = f.read(2) == b"\x1f\x8b"
     with gzip.open(path, "rb") if compressed else open(path, "rb") as f:
@@ -352,6 +354,8 @@ def fxt_slices(path: Path) -> dict[int, list[TraceSlice]]:
             if isinstance(r, DurationCompleteEventRecord):
                 # The flags arg names the flags ("inferred_start|open_at_end").
                 words = str(r.args.get(ARG_FLAGS, "")).split("|")
+                if "inlined" in words:
+                    continue
                 flags = _INFERRED if "inferred_start" in words else 0
                 # The reader calls the end tick a duration (see fxt_check.py).
                 slices.setdefault(r.thread.thread_id, []).append(
@@ -369,11 +373,12 @@ def fxt_trees(path: Path, keep: Callable[[str], bool]) -> Trees:
 
 
 def timeline_slices(timeline: Timeline) -> dict[int, list[TraceSlice]]:
-    """Every slice of an engine's Timeline, per thread."""
+    """Every call of an engine's Timeline (inlined bodies left out), per thread."""
     return {
         th.tid: [
             TraceSlice(float(s.start), float(s.end), s.name, int(s.flags))
             for s in th.slices(timeline.names)
+            if not s.flags & SliceFlags.INLINED
         ]
         for th in timeline.threads
     }

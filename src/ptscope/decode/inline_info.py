@@ -56,7 +56,7 @@ __all__ = ["InlineScope", "InlineTable", "read_inline_table"]
 
 log = logging.getLogger("ptscope")
 
-CACHE_VERSION: Final = 1
+CACHE_VERSION: Final = 2
 DEBUG_ROOT: Final = Path("/usr/lib/debug")
 _SHF_COMPRESSED: Final = 0x800
 _SHF_ALLOC_EXEC: Final = 0x2 | 0x4
@@ -1126,7 +1126,8 @@ def walk(dw: _Dwarf, raw: RawInlines, *, jump: bool = True) -> None:
             if site is None:
                 table = dw.files(dw.units[key[0]])
                 file = table[key[1]] if 0 <= key[1] < len(table) else "?"
-                site = sites[key] = f"{file}:{key[2]}"
+                # (line 0: DWARF's "no line"; addr2line shows `file:?`)
+                site = sites[key] = f"{file}:{key[2]}" if key[2] else file
             out.append((name, linkage, site))
         return out
 

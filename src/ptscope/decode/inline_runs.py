@@ -24,6 +24,7 @@ import numpy.typing as npt
 from ptscope.decode.inline_info import InlineTable, read_inline_table
 from ptscope.decode.perf_dsos import Dso, DsoLocator
 from ptscope.decode.perf_symbols import ElfImage
+from ptscope.errors import PtscopeError
 from ptscope.model import InlineNodes
 
 __all__ = [
@@ -170,7 +171,8 @@ def recording_runs(
 
     try:
         data = read_cached(perf_data)
-    except (pd.Unsupported, OSError, ValueError) as e:
+    except (pd.Unsupported, PtscopeError, OSError, ValueError) as e:
+        # (what perf cannot read either: its own error says what is wrong)
         log.debug("no inline information for %s: %s", perf_data, e)
         return {}
     table = DsoTable(data.build_ids)

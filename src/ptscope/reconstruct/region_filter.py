@@ -180,7 +180,7 @@ def _no_region(start: str, stop: str, missing: Sequence[str]) -> UsageError:
 _COLUMNS = tuple(
     f.name
     for f in dataclasses.fields(SliceBatch)
-    if f.name not in ("names", "instants", "counters")
+    if f.name not in ("names", "call_sites", "instants", "counters")
 )
 
 
@@ -190,7 +190,7 @@ def _rows(batch: SliceBatch, rows: npt.NDArray[np.intp]) -> SliceBatch:
     for name in _COLUMNS:
         column = getattr(batch, name)
         picked[name] = None if column is None else column[rows]
-    return SliceBatch(names=batch.names, **picked)
+    return SliceBatch(names=batch.names, call_sites=batch.call_sites, **picked)
 
 
 class StreamedRegions:
@@ -215,6 +215,7 @@ class StreamedRegions:
         except OSError as e:
             raise self._cannot(e) from None
         self._names: list[str] = []
+        self._call_sites: dict[int, str] | None = None
         self._known = 0  # names looked at so far
         self._ids: dict[str, list[int]] = {start: [], stop: []}
         self._times: dict[str, list[npt.NDArray[np.int64]]] = {start: [], stop: []}
@@ -223,6 +224,7 @@ class StreamedRegions:
     def add(self, batch: SliceBatch) -> None:
         """Take a batch (its slices, instants and counters)."""
         self._names = batch.names
+        self._call_sites = batch.call_sites
         for i in range(self._known, len(batch.names)):
             ids = self._ids.get(batch.names[i])
             if ids is not None:
@@ -234,7 +236,9 @@ class StreamedRegions:
         # Protocol 5 writes the columns' buffers as they are; the name table is shared by
         # every batch (it only grows) and is put back when the batches are read.
         try:
-            pickle.dump(dataclasses.replace(batch, names=[]), self._spill, protocol=5)
+            pickle.dump(
+                dataclasses.replace(batch, names=[], call_sites=None), self._spill, protocol=5
+            )
         except OSError as e:
             raise self._cannot(e) from None
         self._batches += 1
@@ -288,6 +292,7 @@ class StreamedRegions:
         for _ in range(self._batches):
             batch: SliceBatch = pickle.load(self._spill)
             batch.names = self._names
+            batch.call_sites = self._call_sites
             yield batch
 
     def close(self) -> None:
@@ -342,7 +347,7 @@ def _cut_pieces(
 
 def _joined(batches: list[SliceBatch], names: list[str]) -> SliceBatch:
     """The slices of ``batches`` as one batch."""
-    joined = SliceBatch(names=names)
+    joined = SliceBatch(names=names, call_sites=batches[0].call_sites if batches else None)
     for name in _COLUMNS:
         columns = [getattr(b, name) for b in batches]
         setattr(
