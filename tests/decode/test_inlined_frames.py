@@ -30,7 +30,7 @@ from elftools.elf.elffile import ELFFile
 from fxt.models import DurationCompleteEventRecord
 from fxt.reader import parse_records
 
-from support import fidelity, oracles, programs
+from support import fidelity, oracles, progen, programs
 from support.cli import ptscope
 from support.decoder_parity import perf_decodes_the_same
 
@@ -101,18 +101,16 @@ def _inlined(s: _Slice) -> bool:
     return "inlined" in str(s.args.get("flags", ""))
 
 
-def test_stacks_at_every_hook_are_the_hooks_stacks(tmp_path: Path) -> None:
-    """gcc's hooks log every enter and exit of the program's functions, inlined ones too,
-    and call the hook from inside the body: at each hook call, the functions open around
-    it in ptscope's trace (physical and inlined) are the ones the log has open."""
-    source = (programs.SOURCES / "inline_calls.c").read_text()
-    exe = fidelity.build_source(source, cxx=False, variant="instrumented", opt="-O2")
-    log = tmp_path / "cyg.log"
-    trace = _record(exe, tmp_path, env={"PTSCOPE_CYG_LOG": str(log)})
+def _hook_stacks_agree(exe: Path, where: Path) -> set[str]:
+    """``exe`` (built with the hooks) traced: at each hook call, the functions open around
+    the hook's slice in ptscope's trace (physical and inlined) are those the hooks' log has
+    open (a program without longjmp, exceptions or signals: exits pop what entered).
+    Returns the names of the inlined slices."""
+    log = where / "cyg.log"
+    trace = _record(exe, where, env={"PTSCOPE_CYG_LOG": str(log)})
     load, records = oracles.read_cyg_log(log)
     names = oracles.function_symbols(exe, load)
     own = {oracles.base_name(names[r.function]) for r in records}
-    assert {"square", "sum_squares", "with_call", "tail_inline"} <= own  # inlined, logged
     expected: list[list[str]] = []
     stack: list[str] = []
     for r in records:
@@ -133,9 +131,36 @@ def test_stacks_at_every_hook_are_the_hooks_stacks(tmp_path: Path) -> None:
     assert len(got) == len(expected)
     for k, (want, have) in enumerate(zip(expected, got, strict=True)):
         assert have == want, f"hook call {k}: ptscope has {have}, the hooks {want}"
-    inlined = {s.name for s, _ in rows if _inlined(s)}
+    perf_decodes_the_same(where / "rec", trace)
+    return {s.name for s, _ in rows if _inlined(s)} & own
+
+
+def test_stacks_at_every_hook_are_the_hooks_stacks(tmp_path: Path) -> None:
+    """gcc's hooks log every enter and exit of the program's functions, inlined ones too,
+    and call the hook from inside the body: the stacks must agree at every hook call."""
+    source = (programs.SOURCES / "inline_calls.c").read_text()
+    exe = fidelity.build_source(source, cxx=False, variant="instrumented", opt="-O2")
+    inlined = _hook_stacks_agree(exe, tmp_path)
     assert {"square", "sum_squares", "with_call", "tail_inline"} <= inlined
-    perf_decodes_the_same(tmp_path / "rec", trace)
+
+
+@pytest.mark.parametrize("seed", [0, 3, 5, 7])
+def test_generated_programs_with_inlining_agree_with_the_hooks(tmp_path: Path, seed: int) -> None:
+    """Generated programs (tests/support/progen.py; plain shapes) built with the hooks and
+    their inlinable functions made ``static inline always_inline`` (the fidelity oracles'
+    instrumented builds mark every function noinline; these seeds' inlinable functions
+    are not recursive): the stacks agree at every hook call."""
+    program = progen.generate(seed)
+    assert program.features == ("plain",) and program.language == "c"
+    source = program.source(inline=True)
+    for f in program.functions:
+        if f.inline_ok:
+            always = f"static inline __attribute__((always_inline)) long {f.name}(long x)"
+            source = re.sub(rf"(?m)^long {f.name}\(long x\)", always, source)
+    exe = fidelity.build_source(
+        source, cxx=False, variant="instrumented", opt="-O2", static=program.static_link
+    )
+    assert _hook_stacks_agree(exe, tmp_path), "nothing was inlined: the test proves nothing"
 
 
 def _addr2line(exe: Path, addresses: list[int]) -> dict[int, list[tuple[str, str]]]:

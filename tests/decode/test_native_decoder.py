@@ -223,7 +223,7 @@ def test_verify_shows_where_the_decoders_part(
     monkeypatch.setattr(verify, "decode_native", off_by_one)
     args = argparse.Namespace(
         recording=str(recordings["basics-static"]), perf_script=None, pid=None, tid=None,
-        symfs=None, insn_detail=True,
+        symfs=None, insn_detail=True, inline=True,
     )  # fmt: skip
     assert cli_decode.verify_decoders(args) == 1
     out = capsys.readouterr().out.splitlines()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 import re
 import subprocess
 import sys
@@ -118,15 +117,34 @@ def _gzip_bomb(path: Path, head: bytes, piece: bytes, size: int) -> Path:
     return path
 
 
+# The command's own peak RSS, as its exit handlers see it: VmHWM belongs to the process's
+# memory since its exec. (A child's ru_maxrss counts the parent's pages it shared before its
+# exec, so it grew with the test worker's own size: 650 MB late in a suite run.)
+_WITH_HWM = """
+import atexit, sys
+def _hwm():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            sys.stderr.write(f"\\nptscope-test-hwm {int(line.split()[1]) * 1024}\\n")
+atexit.register(_hwm)
+sys.argv[0] = "ptscope"
+from ptscope.cli import run
+run()
+"""
+
+
 def _peak_rss(*argv: str) -> tuple[int, str, int]:
     """``ptscope ARGV`` in a process of its own: exit code, stderr, peak RSS in bytes."""
     with tempfile.TemporaryFile() as err:
-        child = subprocess.Popen([sys.executable, "-m", "ptscope", *argv],
-                                 stdout=subprocess.DEVNULL, stderr=err)  # fmt: skip
-        _, status, usage = os.wait4(child.pid, 0)
-        child.returncode = os.waitstatus_to_exitcode(status)
+        child = subprocess.run([sys.executable, "-c", _WITH_HWM, *argv],
+                               stdout=subprocess.DEVNULL, stderr=err, check=False)  # fmt: skip
         err.seek(0)
-        return child.returncode, err.read().decode(), usage.ru_maxrss * 1024
+        text = err.read().decode()
+    lines = text.splitlines()
+    hwm = [int(x.split()[1]) for x in lines if x.startswith("ptscope-test-hwm ")]
+    assert hwm, text
+    rest = "\n".join(x for x in lines if not x.startswith("ptscope-test-hwm ")).strip("\n")
+    return child.returncode, rest + "\n", hwm[-1]
 
 
 _BOMBS = ["a large record claiming 32 GiB", "valid records inflating 1,000 times"]

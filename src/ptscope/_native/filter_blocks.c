@@ -114,6 +114,22 @@ struct ptscope_line_range take_lines(struct ptscope_filter *f, struct line_set *
 /* The block cache entry of the code from `start` to `end` in the sample's process,
  * decoded now if it is new (through perf's object_code, which reads the sample's
  * thread's mapping of it). NULL only when out of memory. */
+/* Room for `want` bytes of code in f->code (0), or -1 when out of memory. */
+static int code_room(struct ptscope_filter *f, size_t want)
+{
+	if (want <= f->code_cap)
+		return 0;
+	size_t ncap = f->code_cap ? f->code_cap : 4096;
+	while (ncap < want)
+		ncap *= 2;
+	uint8_t *nc = realloc(f->code, ncap);
+	if (!nc)
+		return -1;
+	f->code = nc;
+	f->code_cap = ncap;
+	return 0;
+}
+
 static struct block_slot *block_of(struct ptscope_filter *f, uint64_t start, uint64_t end,
 				   uint64_t meta, void *ctx)
 {
@@ -128,16 +144,8 @@ static struct block_slot *block_of(struct ptscope_filter *f, uint64_t start, uin
 	if (end < start || end - start > BLOCK_MAX_BYTES || !perf_dlfilter_fns.object_code)
 		return b;
 	size_t want = (size_t)(end - start) + PTSCOPE_X86_MAX_LENGTH;
-	if (want > f->code_cap) {
-		size_t ncap = f->code_cap ? f->code_cap : 4096;
-		while (ncap < want)
-			ncap *= 2;
-		uint8_t *nc = realloc(f->code, ncap);
-		if (!nc)
-			return NULL;
-		f->code = nc;
-		f->code_cap = ncap;
-	}
+	if (code_room(f, want) < 0)
+		return NULL;
 	int32_t got = perf_dlfilter_fns.object_code(ctx, start, f->code, (uint32_t)want);
 	uint32_t before;
 	uint8_t end_len;
@@ -157,16 +165,8 @@ static long insns_before(struct ptscope_filter *f, void *ctx, uint64_t start, ui
 	if (!perf_dlfilter_fns.object_code || at - start > BLOCK_MAX_BYTES)
 		return -1;
 	size_t want = (size_t)(at - start) + PTSCOPE_X86_MAX_LENGTH;
-	if (want > f->code_cap) {
-		size_t ncap = f->code_cap ? f->code_cap : 4096;
-		while (ncap < want)
-			ncap *= 2;
-		uint8_t *nc = realloc(f->code, ncap);
-		if (!nc)
-			return -1;
-		f->code = nc;
-		f->code_cap = ncap;
-	}
+	if (code_room(f, want) < 0)
+		return -1;
 	int32_t got = perf_dlfilter_fns.object_code(ctx, start, f->code, (uint32_t)want);
 	uint32_t before;
 	uint8_t len;

@@ -11,6 +11,16 @@ int pt_image_init(struct pt_image *im)
 	return 0;
 }
 
+static void inline_free(struct pt_symbols *s)
+{
+	free(s->inl_start);
+	free(s->inl_end);
+	free(s->inl_node);
+	s->inl_start = s->inl_end = NULL;
+	s->inl_node = NULL;
+	s->ninl = 0;
+}
+
 static void symbols_free(struct pt_symbols *s)
 {
 	free(s->start);
@@ -19,12 +29,7 @@ static void symbols_free(struct pt_symbols *s)
 	free(s->sym_end);
 	free(s->name);
 	free(s->fn);
-	free(s->inl_start);
-	free(s->inl_end);
-	free(s->inl_node);
-	s->inl_start = s->inl_end = NULL;
-	s->inl_node = NULL;
-	s->ninl = 0;
+	inline_free(s);
 	memset(s, 0, sizeof(*s));
 }
 
@@ -114,24 +119,17 @@ int pt_image_set_inline(struct pt_image *im, uint32_t file, const uint64_t *star
 	if (file >= im->nfiles)
 		return -EINVAL;
 	struct pt_symbols *s = &im->files[file].syms;
-	free(s->inl_start);
-	free(s->inl_end);
-	free(s->inl_node);
+	inline_free(s);
 	s->inl_start = copy64(start, n);
 	s->inl_end = copy64(end, n);
-	s->inl_node = n ? malloc(n * sizeof(int32_t)) : NULL;
-	if (s->inl_node)
-		memcpy(s->inl_node, node, n * sizeof(int32_t));
-	s->ninl = n;
-	if (n && (!s->inl_start || !s->inl_end || !s->inl_node)) {
-		free(s->inl_start);
-		free(s->inl_end);
-		free(s->inl_node);
-		s->inl_start = s->inl_end = NULL;
-		s->inl_node = NULL;
-		s->ninl = 0;
+	s->inl_node = malloc((n ? n : 1) * sizeof(int32_t));
+	if (!s->inl_start || !s->inl_end || !s->inl_node) {
+		inline_free(s);
 		return -ENOMEM;
 	}
+	if (n)
+		memcpy(s->inl_node, node, n * sizeof(int32_t));
+	s->ninl = n;
 	return 0;
 }
 
