@@ -383,7 +383,7 @@ static int split_inlined(struct pt_feed *f, struct pt_feed_thread *th, const str
 			 uint64_t start, uint64_t last, uint64_t *done, uint64_t *from)
 {
 	struct pt_image *im = f->image;
-	if (s->space < 0)
+	if (!im->inlined || s->space < 0)
 		return 0;
 	const struct pt_map *m = pt_space_find(im->spaces[s->space], start);
 	if (!m)

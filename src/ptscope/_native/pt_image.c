@@ -130,6 +130,7 @@ int pt_image_set_inline(struct pt_image *im, uint32_t file, const uint64_t *star
 	if (n)
 		memcpy(s->inl_node, node, n * sizeof(int32_t));
 	s->ninl = n;
+	im->inlined |= n > 0;
 	return 0;
 }
 

@@ -74,6 +74,7 @@ struct pt_image {
 	pt_symbols_fn load_symbols;
 	void *load_ctx;
 	uint32_t unknown_fn; /* function-key id of an address in no map: "[unknown]" */
+	bool inlined;	     /* some file has inline runs (else no block is split for them) */
 };
 
 int pt_image_init(struct pt_image *im);
