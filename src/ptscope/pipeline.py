@@ -594,6 +594,9 @@ def _feed_branches(
             batches = iter(())
         else:
             stream = iter(())
+            inline = None
+            if options.inline and isinstance(engine, FastEngine):
+                inline = engine.inline_nodes()  # (the events' locations name these)
             batches = decode_perf_data_text(
                 path,
                 pids=options.pids,
@@ -605,6 +608,7 @@ def _feed_branches(
                 on_stats=text_stats.append,
                 insns=options.insn_detail,
                 on_detail=details.append,
+                inline=inline,
             )
         stopped: list[PtscopeError] = []
         # Closed on every way out: its perf processes stop, its temporary files go.

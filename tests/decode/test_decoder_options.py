@@ -59,21 +59,12 @@ def _decode(perf_data: Path, out: Path, *options: str) -> dict[tuple[int, int], 
 
 
 def _same_on_every_decoder(perf_data: Path, tmp_path: Path, *options: str) -> set[tuple[int, int]]:
-    """The three decoders without inlined frames (the text decoder reads none), and the
-    own decoder and perf's with them."""
     traces = [
-        _decode(
-            perf_data, tmp_path / f"{decoder}.fxt.gz", "--decoder", decoder, "--no-inline", *options
-        )
+        _decode(perf_data, tmp_path / f"{decoder}.fxt.gz", "--decoder", decoder, *options)
         for decoder in DECODERS
     ]
     for decoder, trace in zip(DECODERS[1:], traces[1:], strict=True):
         assert trace == traces[0], f"{options}: {decoder} and {DECODERS[0]} disagree"
-    inlined = [
-        _decode(perf_data, tmp_path / f"{decoder}-inline.fxt.gz", "--decoder", decoder, *options)
-        for decoder in DECODERS[:2]
-    ]
-    assert inlined[1] == inlined[0], f"{options}: with inlined frames, dlfilter and native disagree"
     return set(traces[0])
 
 

@@ -30,9 +30,10 @@ from elftools.elf.elffile import ELFFile
 from fxt.models import DurationCompleteEventRecord
 from fxt.reader import parse_records
 
+from ptscope.fxt.columns import read_columns
 from support import fidelity, oracles, progen, programs
 from support.cli import ptscope
-from support.decoder_parity import perf_decodes_the_same
+from support.decoder_parity import first_trace_difference, perf_decodes_the_same
 
 pytestmark = pytest.mark.skipif(
     shutil.which("qemu-x86_64") is None or shutil.which("addr2line") is None,
@@ -359,3 +360,15 @@ def test_an_archive_brings_the_inline_information(tmp_path: Path) -> None:
         ]
 
     assert inlined(trace) and inlined(again) == inlined(trace)
+
+
+@pytest.mark.parametrize("name", ["inline_calls", "inline_calls_cxx"])
+def test_the_text_decoder_gives_the_same_inlined_frames(tmp_path: Path, name: str) -> None:
+    """The three decoders split blocks at the same places: perf's text, read with the
+    recording's runs (decode/blocks.py), gives the own decoder's trace."""
+    trace = _record(programs.build(name, opt="-O2"), tmp_path)
+    text = tmp_path / "text.fxt.gz"
+    done = ptscope("decode", str(tmp_path / "rec"), "--decoder", "text", "-o", str(text))
+    assert done.returncode == 0, done.stderr
+    assert first_trace_difference(read_columns(trace), read_columns(text)) is None
+    assert any(_inlined(s) for sl in _slices(text).values() for s in sl)

@@ -29,9 +29,12 @@ import bisect
 import functools
 import mmap
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from ptscope.decode.inline_runs import InlineRuns
 
 __all__ = [
     "BLOCK_MAX_BYTES",
@@ -157,6 +160,15 @@ class CodeMap:
             return None
         return path, offset + address - start, end - address
 
+    def file_offset(self, path: str, address: int) -> int | None:
+        """Where ``address`` is in the file ``path`` as some process maps it executable
+        (None: no process does): what a location's inlined body is looked up by."""
+        for maps in self._maps.values():
+            for start, end, offset, mapped in maps:
+                if mapped == path and start <= address < end:
+                    return offset + address - start
+        return None
+
     def code(self, pid: int, address: int, size: int) -> bytes | None:
         """Up to ``size`` bytes of code at ``address`` in ``pid`` (fewer at the end of its
         mapping); None if no readable file is mapped there."""
@@ -191,12 +203,31 @@ class CodeMap:
         return data
 
 
+def _node_at(runs: tuple[list[int], list[int], list[int]], a: int) -> tuple[int, int]:
+    """inline_runs.h: the body at file address ``a`` (0: none) and the next run boundary."""
+    start, end, node = runs
+    i = bisect.bisect_right(end, a)
+    if i < len(start) and start[i] <= a:
+        return node[i], end[i]
+    return 0, start[i] if i < len(start) else 1 << 64
+
+
 class InstructionDetail:
     """Per thread: the instructions and code lines since its last kept branch, from the
     basic blocks between its branches (see the module's docstring)."""
 
-    def __init__(self, code: CodeMap) -> None:
+    def __init__(self, code: CodeMap, runs: Mapping[str, InlineRuns] | None = None) -> None:
         self.code = code
+        self.runs = runs or {}
+        """Inlined code by the file perf names (decode/inline_runs.py): with any, a block
+        that enters or leaves an inlined body is split there, as the C decoders split it."""
+        self.on_split: Callable[[tuple[int, int], int, int], None] | None = None
+        """Called with (thread, address, node) where a block enters or leaves an inlined
+        body, once the instructions and lines before it are counted (the parser writes its
+        row and takes them)."""
+        self._run_lists: dict[str, tuple[list[int], list[int], list[int]]] = {}
+        # (pid, mapping generation, start, last) -> where the block enters or leaves bodies
+        self._splits: dict[tuple[int, int, int, int], list[tuple[int, int, int]]] = {}
         self.unknown_blocks = 0
         """Blocks that could not be counted (no start known, code unreadable...)."""
         self.decoded_blocks = 0
@@ -229,11 +260,81 @@ class InstructionDetail:
         if not count:
             return
         last = src - 1 if is_async else src + end_len - 1
-        self._count[thread] = self._count.get(thread, 0) + count
         lines = self._lines.get(thread)
         if lines is None:
             lines = self._lines[thread] = set()
-        lines.update(range(start >> 6, (last >> 6) + 1))
+        done, first = 0, start
+        if self.runs and self.on_split is not None:
+            done, first = self._split_inlined(thread, start, src - 1 if is_async else src)
+            lines = self._lines.setdefault(thread, set())
+        self._count[thread] = self._count.get(thread, 0) + count - done
+        lines.update(range(first >> 6, (last >> 6) + 1))
+
+    def _split_inlined(self, thread: tuple[int, int], start: int, last: int) -> tuple[int, int]:
+        """pt_feed.c's split_inlined: each place from ``start`` to the last instruction run
+        (at ``last``) where another inlined body begins, its instructions and lines before
+        it counted and handed to :attr:`on_split`. Returns (instructions counted, where the
+        lines left begin)."""
+        pid = thread[0]
+        key = (pid, self.code.generation.get(pid, 0), start, last)
+        splits = self._splits.get(key)
+        if splits is None:
+            splits = self._splits[key] = self._find_splits(pid, start, last)
+        done, first = 0, start
+        for at, before, node in splits:
+            self._count[thread] = self._count.get(thread, 0) + before - done
+            self._lines.setdefault(thread, set()).update(range(first >> 6, ((at - 1) >> 6) + 1))
+            done, first = before, at
+            assert self.on_split is not None
+            self.on_split(thread, at, node)
+        return done, first
+
+    def _find_splits(self, pid: int, start: int, last: int) -> list[tuple[int, int, int]]:
+        """Where the block from ``start`` to ``last`` enters or leaves an inlined body:
+        (address, instructions before it, the body there), in address order."""
+        out: list[tuple[int, int, int]] = []
+        found = self.code.locate(pid, start)
+        if found is None:
+            return out
+        path, a0, _ = found
+        runs = self._lists(path)
+        if runs is None:
+            return out
+        end = a0 + (last - start)
+        node, nxt = _node_at(runs, a0)
+        done = 0
+        while nxt <= end:
+            b = nxt
+            now, nxt = _node_at(runs, b)
+            if now == node:
+                continue
+            at = start + (b - a0)
+            code = self.code.code(pid, start, at - start + _MAX_INSN)
+            split = split_block(code, start, at - start) if code is not None else None
+            if split is None or split[0] < done:
+                continue
+            node, done = now, split[0]
+            out.append((at, done, now))
+        return out
+
+    def _lists(self, path: str) -> tuple[list[int], list[int], list[int]] | None:
+        found = self._run_lists.get(path)
+        if found is None:
+            r = self.runs.get(path)
+            if r is None:
+                return None
+            found = self._run_lists[path] = (r.start.tolist(), r.end.tolist(), r.node.tolist())
+        return found
+
+    def node(self, path: str | None, address: int) -> int:
+        """The inlined body at ``address`` of the file perf names ``path`` (0: none)."""
+        if not path or not self.runs:
+            return 0
+        runs = self._lists(path)
+        if runs is None:
+            return 0
+        at = self.code.file_offset(path, address)
+        return 0 if at is None else _node_at(runs, at)[0]
 
     def pending(self, thread: tuple[int, int]) -> int:
         """The instructions of ``thread`` counted since the last take."""

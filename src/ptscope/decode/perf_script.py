@@ -22,9 +22,10 @@ from typing import Final
 
 from ptscope.children import die_with_parent
 from ptscope.decode.blocks import CodeMap, InstructionDetail
+from ptscope.decode.inline_runs import recording_runs
 from ptscope.decode.perf_text import PerfTextParser, TextStats, parse_text
 from ptscope.errors import BadInputError, PtscopeError, ToolMissingError
-from ptscope.model import Event
+from ptscope.model import Event, InlineNodes
 from ptscope.perftool import STALL_ENV, PerfTool, PerfWatch, find_perf, perf_env, stall_limit
 
 __all__ = [
@@ -380,6 +381,7 @@ def decode_perf_data_text(
     on_stats: Callable[[TextStats], None] | None = None,
     on_stderr: Callable[[str], None] | None = None,
     on_detail: Callable[[InstructionDetail], None] | None = None,
+    inline: InlineNodes | None = None,
 ) -> Iterator[list[Event]]:
     """Decode ``perf_data`` through ``perf script`` text: batches of events as perf prints.
 
@@ -391,7 +393,9 @@ def decode_perf_data_text(
     instruction detail, as the dlfilter's (:mod:`ptscope.decode.blocks`: perf also prints
     its mmap and task lines, and the code is read from the files it names, under
     ``symfs`` when given); ``on_detail`` receives its :class:`InstructionDetail` at the
-    end (counts of blocks that could not be counted).
+    end (counts of blocks that could not be counted). With ``insns`` and ``inline``, the
+    recording's inlined code too (its nodes added to ``inline``), as the C decoders read it:
+    each location's body, and a row where a block enters or leaves one.
     ``on_stats`` receives the parser's :class:`TextStats` at the end.
     """
     path = Path(perf_data)
@@ -422,7 +426,12 @@ def decode_perf_data_text(
             ipc=ipc,
             extra=extra,
         )
-    detail = InstructionDetail(CodeMap(binary_resolver(symfs))) if insns else None
+    runs = (
+        recording_runs(path, inline, Path(symfs) if symfs is not None else None)
+        if insns and inline is not None
+        else None
+    )
+    detail = InstructionDetail(CodeMap(binary_resolver(symfs)), runs) if insns else None
     lines = stream_perf_script(argv, perf_data=path, on_stderr=on_stderr)
     yield from parse_text(
         lines, keep_all=keep_all, on_stats=on_stats, detail=detail, comm_events=task_events

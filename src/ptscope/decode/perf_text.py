@@ -680,6 +680,19 @@ class PerfTextParser:
         self.keep_all = keep_all
         self.detail = detail
         self.comm_events = comm_events
+        # Inlined code (the detail's runs): each location's inlined body, a jump between
+        # two bodies kept, and a row where a block enters or leaves one (_inline_row), as
+        # the C decoders do. The rows are dated with the thread's previous branch, written
+        # into the batch being parsed, named after the block's branch source.
+        self._inlined = detail is not None and bool(detail.runs)
+        if self._inlined:
+            assert detail is not None
+            detail.on_split = self._inline_row
+        self._noded: set[int] = set()  # ids of locations given their body
+        self._drop_srcs: dict[str, Location] = {}  # a dropped body's source location
+        self._split_src: Location | None = None
+        self._out: list[Event] = []
+        self._last_time: dict[tuple[int, int], int] = {}
         # Branch body -> (source ip, target ip, asynchronous), for the instruction detail.
         self._body_blocks: dict[str, tuple[int, int, bool] | None] = {}
         self.stats = TextStats()
@@ -879,7 +892,11 @@ class PerfTextParser:
                 if block is missing:
                     block = self._body_block(body)
                 if block is not None:
+                    if self._inlined:
+                        self._split_src = info[2] if info is not drop else self._drop_srcs.get(body)
+                        self._out = out
                     detail.branch(thread, *block)
+                self._last_time[thread] = time
                 insn = 0  # perf's count (IPC) is replaced by the blocks'
             if info is drop:
                 dropped += 1
@@ -965,12 +982,20 @@ class PerfTextParser:
         value: Any = None
         if branch is not None:
             (flags, kind, state, in_tx, src_loc), dst_loc = branch
+            if self._inlined:
+                self._give_body(src_loc)
+                self._give_body(dst_loc)
             if (
                 not self.keep_all
                 and flags in _JUMP_FLAGS
                 and self._perf_function(src_loc) == self._perf_function(dst_loc)
+                and src_loc.inline == dst_loc.inline  # (a jump between bodies is kept)
             ):
                 value = _DROP
+                if self._inlined:
+                    if len(self._drop_srcs) >= _BODY_CACHE_LIMIT:
+                        self._drop_srcs.clear()
+                    self._drop_srcs[body] = src_loc
             else:
                 value = (kind, state, src_loc, dst_loc, in_tx)
         self._bodies[body] = value
@@ -1114,6 +1139,41 @@ class PerfTextParser:
                 if perf_function != loc.function:
                     self._perf_functions[id(found)] = perf_function
         return found
+
+    def _give_body(self, loc: Location) -> None:
+        """Set ``loc``'s inlined body (once: one Location object per address)."""
+        if loc is NOWHERE or id(loc) in self._noded:
+            return
+        assert self.detail is not None
+        loc.inline = self.detail.node(loc.dso, loc.ip)
+        self._noded.add(id(loc))
+
+    def _inline_row(self, thread: tuple[int, int], at: int, node: int) -> None:
+        """Where a block enters or leaves an inlined body (InstructionDetail.on_split): a
+        kept row of its own, as the C decoders write it (pt_feed.c: split_inlined): at the
+        body's first instruction, dated with the thread's previous branch, with the
+        instructions, code lines and cycles since the thread's previous kept row."""
+        assert self.detail is not None
+        src = self._split_src
+        if src is None or src is NOWHERE:
+            loc = self._location(at, None, -1, None)
+        else:
+            offset = src.offset - (src.ip - at) if src.offset >= 0 else -1
+            symbol = src.symbol if offset >= 0 else None  # (before it: another symbol)
+            loc = self._location(at, symbol, offset, src.dso)
+        loc.inline = node
+        self._noded.add(id(loc))
+        time = self._last_time.get(thread, 0)
+        _, cycles = self._pending_counts.pop(thread, (0, 0))
+        self._last_kept[thread] = time
+        gap, gap_insns = _gap(self._gaps.pop(thread, _NO_GAP), time)
+        insn, lines = self.detail.take(thread)
+        row = BranchEvent(
+            thread[0], thread[1], time, BranchKind.INLINE, TraceState.NONE, loc, loc,
+            False, insn, cycles, gap, lines, gap_insns,
+        )  # fmt: skip
+        self._out.append(row)
+        self.stats.branches += 1
 
     def _perf_function(self, loc: Location) -> str:
         """The function of ``loc`` by perf's own name, which decides, as in the dlfilter,
@@ -1266,7 +1326,11 @@ class PerfTextParser:
         if self.detail is not None:
             block = self._body_block(body)
             if block is not None:
+                if self._inlined:
+                    self._split_src = info[2] if info is not _DROP else self._drop_srcs.get(body)
+                    self._out = out
                 self.detail.branch(key, *block)
+            self._last_time[key] = header.time
             insn = 0
         if info is _DROP:
             self.stats.branches_dropped += 1

@@ -468,6 +468,13 @@ class FastEngine:
         self._locations += end - first
         sync.synced = end
 
+    def inline_nodes(self) -> InlineNodes:
+        """The inlined bodies that events fed as objects may name (``Location.inline``):
+        made on first use."""
+        if self._own_table.inline is None:
+            self._own_table.inline = InlineNodes()
+        return self._own_table.inline
+
     def _sync_inline(self, inline: InlineNodes) -> None:
         """The inlined bodies the C side does not have yet (one node table per engine)."""
         if self._inline is None:
