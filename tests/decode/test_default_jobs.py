@@ -52,3 +52,27 @@ def test_the_default_follows_the_traces_size(cpus: int, trace_mb: float, jobs: i
     assert default_jobs(cpus, 0.0, WINDOW_MIN_BYTES - 1) == 1
     assert default_jobs(cpus, 0.0, WINDOWS_FROM_BYTES - 1) == 1
     assert default_jobs(cpus, 0.0, 1 << 40) <= MAX_DEFAULT_JOBS
+
+
+def test_free_cores_count_what_runs_now_not_only_the_minute_s_average() -> None:
+    """A task spinning now counts (procs_running), and a load that has ended does not
+    count for the minute the average remembers it: the cores free by default are never
+    more than the average's, nor than what runs now leaves (ptscope run's QEMU had made a
+    decode right after it think no core was idle)."""
+    import os
+    import subprocess
+    import sys
+
+    from ptscope.decode import perf_launch
+
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        now = perf_launch._running_besides_us()
+        assert now is not None and now >= 1  # at least the spinner
+        cpus = 1000
+        assert perf_launch.free_cores(cpus) >= cpus - int(os.getloadavg()[0]) - 1
+        assert perf_launch.free_cores(cpus) <= cpus - min(int(os.getloadavg()[0]), 1)
+        assert perf_launch.free_cores(cpus, 3.5) == cpus - 3  # (an explicit load as it is)
+    finally:
+        spinner.kill()
+        spinner.wait()
