@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -269,8 +270,12 @@ def test_empty_targets_refused() -> None:
 
 
 def test_real_perf_accepts_the_sampling_argv(perf_path: str, tmp_path: Path, program) -> None:  # type: ignore[no-untyped-def]
-    """perf parses what we build (the run needs no hardware: cpu-clock, a real process)."""
-    spin = subprocess.Popen([str(program("spin")), "0.5"], stdout=subprocess.DEVNULL)
+    """perf parses what we build (the run needs no hardware: cpu-clock, a real process).
+    The process runs until perf has written its header, then ends, which ends perf: how
+    long perf takes to attach on a loaded machine does not matter (a 0.5 s program could
+    be gone before perf looked for it)."""
+    spin = subprocess.Popen([str(program("spin")), "600"], stdout=subprocess.DEVNULL)
+    perf = None
     try:
         argv = sampling_record_argv(
             perf_path,
@@ -282,12 +287,24 @@ def test_real_perf_accepts_the_sampling_argv(perf_path: str, tmp_path: Path, pro
                 frequency=1000,
             ),
         )
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
-        assert done.returncode == 0, done.stderr
-        assert (tmp_path / "perf.data").stat().st_size > 0
+        perf = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        data = tmp_path / "perf.data"
+        deadline = time.monotonic() + 120
+        while perf.poll() is None and time.monotonic() < deadline:
+            if data.exists() and data.stat().st_size > 0:
+                time.sleep(0.5)  # (some samples)
+                break
+            time.sleep(0.05)
+        spin.kill()
+        _, stderr = perf.communicate(timeout=120)
+        assert perf.returncode == 0, stderr
+        assert data.stat().st_size > 0
     finally:
         spin.kill()
         spin.wait()
+        if perf is not None and perf.poll() is None:
+            perf.kill()
+            perf.wait()
 
 
 def test_the_readme_says_which_timer_resolutions_give_cycle_packets() -> None:
