@@ -1221,6 +1221,8 @@ def _walk_unit(
         if fixed >= 0:
             pos += fixed
         else:
+            # _Dwarf.skip's plan, written out here: this loop visits every DIE of the
+            # file, and a method call there would be paid for each of them.
             for step in ab.plan:
                 if step >= 0:
                     pos += step
