@@ -145,8 +145,9 @@ def check_recording(case: tuple[bytes, bool, bool]) -> None:
         path = Path(tmp) / "perf.data"
         path.write_bytes(data)
         try:
-            if columnar:
-                items: list[Any] = [x for b in decode_native_columnar(path, insns=insns) for x in b]
+            if columnar:  # (with inlined bodies: blocks split at the binaries' inline runs)
+                batches = decode_native_columnar(path, insns=insns, inline=True)
+                items: list[Any] = [x for b in batches for x in b]
             else:
                 items = [e for b in decode_native(path, insns=insns) for e in b]
         except NativeUnsupported:

@@ -192,6 +192,7 @@ static int split_inlined(struct ptscope_filter *f, struct thread_state *th,
 	uint64_t a0 = src->map_addr - (s->ip - start), next, after;
 	uint64_t end = a0 + (last - start);
 	int32_t node = inline_runs_node(runs, a0, &next);
+	uint64_t from_at = start, base = 0;
 	while (next <= end) {
 		uint64_t b = next;
 		int32_t now = inline_runs_node(runs, b, &after);
@@ -199,15 +200,19 @@ static int split_inlined(struct ptscope_filter *f, struct thread_state *th,
 		if (now == node)
 			continue;
 		uint64_t at = start + (b - a0);
-		long before = insns_before(f, ctx, start, at);
-		if (before < 0 || (uint64_t)before < *done)
+		/* counted from the last place split (see pt_feed.c) */
+		long n = insns_before(f, ctx, from_at, at);
+		if (n < 0)
 			continue;
+		uint64_t before = base + (uint64_t)n;
+		from_at = at;
+		base = before;
 		node = now;
 		if (f->insns && line_set_add(&th->lines, *from >> 6, (at - 1) >> 6))
 			return -ENOMEM;
 		*from = at;
-		th->pending_insn += (uint64_t)before - *done;
-		*done = (uint64_t)before;
+		th->pending_insn += before - *done;
+		*done = before;
 		struct loc_slot *loc = location_at(f, s, ctx, gen, at);
 		if (!loc)
 			return -ENOMEM;

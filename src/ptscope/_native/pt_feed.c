@@ -394,6 +394,10 @@ static int split_inlined(struct pt_feed *f, struct pt_feed_thread *th, const str
 	uint64_t a0 = pt_map_ip(im, m, start), next, after;
 	uint64_t end = a0 + (last - start); /* the last instruction's file address */
 	int32_t node = pt_symbols_node(sy, a0, &next);
+	/* Counted from the last place split (an instruction's start), not from the block's:
+	 * a long block with many bodies in it costs its length once, not once per body. */
+	uint64_t from_at = start;
+	uint64_t base = 0;
 	while (next <= end) {
 		uint64_t b = next;
 		int32_t now = pt_symbols_node(sy, b, &after);
@@ -401,10 +405,13 @@ static int split_inlined(struct pt_feed *f, struct pt_feed_thread *th, const str
 		if (now == node)
 			continue;
 		uint64_t at = start + (b - a0);
-		uint32_t before;
+		uint32_t n;
 		uint8_t len;
-		if (split_block(im, s->space, start, at, &before, &len) < 0 || before < *done)
+		if (split_block(im, s->space, from_at, at, &n, &len) < 0)
 			continue;
+		uint64_t before = base + n;
+		from_at = at;
+		base = before;
 		node = now;
 		if (f->insns && lines_add(&th->lines, *from >> 6, (at - 1) >> 6) < 0)
 			return -ENOMEM;

@@ -302,18 +302,18 @@ class InstructionDetail:
             return out
         end = a0 + (last - start)
         node, nxt = _node_at(runs, a0)
-        done = 0
+        done, from_at = 0, start  # (counted from the last place split: see pt_feed.c)
         while nxt <= end:
             b = nxt
             now, nxt = _node_at(runs, b)
             if now == node:
                 continue
             at = start + (b - a0)
-            code = self.code.code(pid, start, at - start + _MAX_INSN)
-            split = split_block(code, start, at - start) if code is not None else None
-            if split is None or split[0] < done:
+            code = self.code.code(pid, from_at, at - from_at + _MAX_INSN)
+            split = split_block(code, from_at, at - from_at) if code is not None else None
+            if split is None:
                 continue
-            node, done = now, split[0]
+            node, done, from_at = now, done + split[0], at
             out.append((at, done, now))
         return out
 
