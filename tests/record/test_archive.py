@@ -54,7 +54,8 @@ def test_archive_decodes_elsewhere_without_the_program(
     archive = tmp_path / "rec.tar.gz"
     done = ptscope("archive", str(recording), "-o", str(archive))
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith(f"wrote {archive}: the recording and ")
+    assert done.stdout == ""
+    assert f"wrote {archive}: the recording and " in done.stderr
     build_id = file_build_id(program)
     assert build_id is not None
     with tarfile.open(archive) as tar:

@@ -93,7 +93,7 @@ class DecodeCommand:
                 summary = _decode_recording_or_archive(
                     args.recording, args.output, options, progress
                 )
-        print_summary(summary, sys.stdout, served=args.serve)
+        print_summary(summary, sys.stderr, served=args.serve)
 
 
 def verify_decoders(args: argparse.Namespace) -> int:

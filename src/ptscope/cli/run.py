@@ -307,7 +307,7 @@ def _decode_now(
     with place.decoding(), summary_of_incomplete(), decode_progress() as progress:
         summary = pipeline.decode_recording(recording, output, options, progress=progress)
 
-    print_summary(summary, sys.stdout, served=args.serve)
+    print_summary(summary, sys.stderr, served=args.serve)
 
 
 @dataclass
