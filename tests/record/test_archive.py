@@ -101,7 +101,7 @@ def test_kernel_symbols_travel_with_a_kernel_recording(
     done = ptscope("run", "--backend", "sampling", "--kernel", "--timer-resolution", "high",
                    "--keep-recording", str(recording), "-o", str(tmp_path / "here.fxt.gz"),
                    "--", str(program("quick")))  # fmt: skip
-    if done.returncode != 0:
+    if done.returncode != 3:  # (quick's own status)
         pytest.skip(f"no kernel sampling here: {done.stderr.splitlines()[:1]}")
     want = dump(tmp_path / "here.fxt.gz")
     archive = tmp_path / "k.tar.gz"

@@ -542,9 +542,12 @@ def report_session(result: SessionResult) -> None:
         print("ptscope: warning: perf stopped before the program ended", file=sys.stderr)
 
 
-def _report_exit(code: int | None) -> None:
+def _report_exit(code: int | None) -> int:
+    """Say how the program ended, unless it exited with 0, and return the status ptscope
+    then leaves with (as ``time`` does): the program's own, 128+N for signal N (``code`` is
+    Popen's: negative for a signal). No status (it was stopped by ptscope): 0."""
     if code is None or code == 0:
-        return
+        return 0
     if code < 0:
         import signal
 
@@ -553,8 +556,9 @@ def _report_exit(code: int | None) -> None:
         except ValueError:
             name = f"signal {-code}"
         print(f"ptscope: the program was killed by {name}", file=sys.stderr)
-    else:
-        print(f"ptscope: the program exited with status {code}", file=sys.stderr)
+        return 128 + -code
+    print(f"ptscope: the program exited with status {code}", file=sys.stderr)
+    return code
 
 
 def refuse_misplaced_options(command: Sequence[str], own_options: frozenset[str]) -> None:
@@ -649,8 +653,10 @@ class RunCommand:
                 command, require_perf(caps), perf_backend, options, use_ptrace=caps.can_ptrace
             )
         report_session(result)
-        _report_exit(result.exit_code)
-        return decode_step(result.recording, output, args, place)
+        exit_status = _report_exit(result.exit_code)
+        if result.reason == "interrupted":
+            exit_status = 0  # ptscope stopped it (Ctrl-C, SIGTERM): not the program's failure
+        return decode_step(result.recording, output, args, place) or exit_status
 
     def _run_emulated(self, args: argparse.Namespace, command: list[str], output: Path) -> int:
         refuse_emulated_options(args)
@@ -674,6 +680,7 @@ class RunCommand:
                 if args.print_perf_commands
                 else None,
             )
+        exit_status = 0
         if result.interrupted:
             print("ptscope: stopped; decoding what was recorded", file=sys.stderr)
         elif result.stopped_at_limit:
@@ -686,7 +693,10 @@ class RunCommand:
             )
         elif result.crashed:
             print(f"ptscope: the program crashed (signal {result.signal})", file=sys.stderr)
+            exit_status = 128 + (result.signal or 0)
         elif result.signal is not None:
             # Killed from outside (it, or QEMU under it): what ran until then is decoded.
-            _report_exit(-result.signal)
-        return decode_step(result.recording, output, args, place)
+            exit_status = _report_exit(-result.signal)
+        else:
+            exit_status = _report_exit(result.exit_code)
+        return decode_step(result.recording, output, args, place) or exit_status
