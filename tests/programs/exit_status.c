@@ -1,5 +1,6 @@
 /* Writes one line to stdout, works for about MS milliseconds, then ends as told:
- * exit_status STATUS MS exits with STATUS; exit_status -SIGNAL MS raises SIGNAL. */
+ * exit_status STATUS MS exits with STATUS; exit_status -SIGNAL MS raises SIGNAL.
+ * never_called is what its name says (a trigger that cannot hit). */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,8 @@ static volatile unsigned long sink;
 __attribute__((noinline)) static void work(void) {
     for (int i = 0; i < 1000; i++) sink += (unsigned long)i;
 }
+
+__attribute__((noinline, used)) void never_called(void) { sink = 0; }
 
 static long elapsed_ms(const struct timespec *t0) {
     struct timespec t;

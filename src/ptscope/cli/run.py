@@ -264,9 +264,14 @@ def region_of(args: argparse.Namespace) -> tuple[str, str] | None:
 
 
 def decode_step(
-    recording: Recording, output: Path, args: argparse.Namespace, place: RecordingPlace
+    recording: Recording,
+    output: Path,
+    args: argparse.Namespace,
+    place: RecordingPlace,
+    closing: Sequence[str] = (),
 ) -> int:
-    """Decode a recording into ``output`` (one call into the pipeline)."""
+    """Decode a recording into ``output`` (one call into the pipeline); then the
+    ``closing`` lines (what the user must not miss under the summary)."""
     from ptscope.cli.decode import start_decode_early
     from ptscope.decode.perf_launch import early_launches
 
@@ -279,6 +284,8 @@ def decode_step(
             inline=args.inline,
         )
         _decode_now(recording, output, args, place)
+    for line in closing:
+        print(f"ptscope: {line}", file=sys.stderr)
     return serve_in_perfetto(output) if args.serve else 0
 
 
@@ -329,8 +336,21 @@ def prepare_trigger(text: str | None, executable: str, pid: int | None = None) -
         from ptscope.record.picker import pick_function
 
         selection = pick_function(executable, selection)
-    check_selection(selection, executable, read_maps(pid) if pid is not None else None)
+    check_selection(
+        selection, executable, read_maps(pid) if pid is not None else None, _instruction_length
+    )
     return _Trigger(selection, executable)
+
+
+def _instruction_length(code: bytes) -> int | None:
+    """The length of the instruction ``code`` starts with (the own decoder's; None where
+    this build has none: then no address is refused)."""
+    try:
+        from ptscope.decode import _ptdecode  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    decoded = _ptdecode.insn(code)
+    return None if decoded is None else int(decoded[0])
 
 
 def hit_source_factory(
@@ -531,7 +551,9 @@ def prepare_session(
     return perf_backend, place, options
 
 
-def report_session(result: SessionResult) -> None:
+def report_session(result: SessionResult, trigger: _Trigger | None = None) -> list[str]:
+    """Say what happened while recording; returns the lines to say once the trace is
+    written (a trigger that never hit)."""
     for warning in result.warnings:
         print(f"ptscope: warning: {warning}", file=sys.stderr)
     if result.hits:
@@ -540,6 +562,9 @@ def report_session(result: SessionResult) -> None:
         print("ptscope: stopped; decoding what was recorded", file=sys.stderr)
     elif result.reason == "perf-exited":
         print("ptscope: warning: perf stopped before the program ended", file=sys.stderr)
+    if trigger is not None and not result.hits:
+        return [f"warning: trigger never hit: {trigger.selection.text} did not run while recorded"]
+    return []
 
 
 def _report_exit(code: int | None) -> int:
@@ -652,11 +677,11 @@ class RunCommand:
             result = run_program(
                 command, require_perf(caps), perf_backend, options, use_ptrace=caps.can_ptrace
             )
-        report_session(result)
+        closing = report_session(result, trigger)
         exit_status = _report_exit(result.exit_code)
         if result.reason == "interrupted":
             exit_status = 0  # ptscope stopped it (Ctrl-C, SIGTERM): not the program's failure
-        return decode_step(result.recording, output, args, place) or exit_status
+        return decode_step(result.recording, output, args, place, closing) or exit_status
 
     def _run_emulated(self, args: argparse.Namespace, command: list[str], output: Path) -> int:
         refuse_emulated_options(args)
