@@ -194,6 +194,10 @@ def start_decode_early(
             or recording.notes.get("state") == "recording"
         ):
             return
+        from ptscope.decode.native_support import holds_stack_samples
+
+        if not recording.backend and holds_stack_samples(paths[0]):
+            return  # a `perf record -g` perf.data: decoded as sampled stacks, no dlfilter
         if decoder in ("auto", "native"):
             from ptscope.decode.native_support import is_built, unsupported_reason
 
