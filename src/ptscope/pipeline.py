@@ -19,7 +19,7 @@ from ptscope.decode.dlfilter_stream import DlfilterRun, choose_decoder
 from ptscope.decode.inline_runs import recording_runs, write_runs_file
 from ptscope.decode.landing_pads import LandingPads
 from ptscope.decode.native import NativeRun, decode_native, decode_native_columnar
-from ptscope.decode.native_support import unsupported_reason
+from ptscope.decode.native_support import holds_stack_samples, unsupported_reason
 from ptscope.decode.parallel import (
     WINDOWS_TEMP_PREFIX,
     SegmentBreak,
@@ -219,7 +219,7 @@ def _decode_recording(
     for path in recording.perf_data_paths():
         if not path.exists():
             raise BadInputError(f"{path}: no such file (the recording is incomplete)")
-    if recording.backend == "sampling":
+    if sampled_recording(recording):
         summary = DecodeSummary(output, "text", "sampled stacks are decoded from perf's text")
         timeline = _sampled_timeline(recording, options, summary)
     else:
@@ -238,14 +238,23 @@ def _decode_recording(
                 ),
                 perfs=_perfs(recording, options, choice.name),
             )
-            _check_decoded(summary, str(recording.directory), options)
+            _check_decoded(summary, str(recording.directory), options, recording)
             summary.seconds = time.perf_counter() - started
             return _complete(summary)
         timeline = _branch_timeline(recording, options, summary, choice.name, progress)
     _finish(timeline, recording, options, summary)
-    _check_decoded(summary, str(recording.directory), options)
+    _check_decoded(summary, str(recording.directory), options, recording)
     summary.seconds = time.perf_counter() - started
     return _complete(summary)
+
+
+def sampled_recording(recording: Recording) -> bool:
+    """A recording of stack samples: the sampling backend's, or a perf.data that ptscope
+    did not record and that holds call chains and no Intel PT (``perf record -g``)."""
+    if recording.backend == "sampling":
+        return True
+    paths = recording.perf_data_paths()
+    return not recording.backend and bool(paths) and holds_stack_samples(paths[0])
 
 
 def _complete(summary: DecodeSummary) -> DecodeSummary:
@@ -733,7 +742,12 @@ def _finish(
     )
 
 
-def _check_decoded(summary: DecodeSummary, source: str, options: DecodeOptions) -> None:
+def _check_decoded(
+    summary: DecodeSummary,
+    source: str,
+    options: DecodeOptions,
+    recording: Recording | None = None,
+) -> None:
     """Say so when a decode gave no call: damaged or zeroed trace data decodes to nothing
     without perf failing.
 
@@ -758,6 +772,14 @@ def _check_decoded(summary: DecodeSummary, source: str, options: DecodeOptions) 
     errors = summary.decode_errors
     only = f" (only {errors:,} decode error{'s' * (errors != 1)})" if errors else ""
     selected = " of the selected processes or threads" if options.pids or options.tids else ""
+    if recording is not None and sampled_recording(recording):
+        raise BadInputError(
+            f"nothing could be decoded from {source}: no samples{selected} in it: "
+            f"{'they were' if selected else 'the process was'} idle while recorded (or "
+            "ended before the first sample)",
+            hint="sampling sees only code that runs on a CPU: record while it works, or "
+            "with a higher --frequency; no trace was written",
+        )
     raise BadInputError(
         f"nothing could be decoded from {source}: no branch or sample{selected} in it{only}",
         hint="its trace data may be empty or damaged (all zero bytes?); no trace was written",

@@ -124,7 +124,7 @@ def test_flame_graph_and_chart_files(trace: Path, tmp_path: Path) -> None:
         out = tmp_path / f"f{len(extra)}.svg"
         done = ptscope("flame", str(trace), "-o", str(out), *extra, "--title", "basics")
         assert done.returncode == 0, done.stderr
-        assert done.stdout.startswith(f"wrote {out}: ")
+        assert done.stdout == "" and done.stderr.startswith(f"wrote {out}: ")
         root = ET.parse(out).getroot()
         names = {
             (g.find("{http://www.w3.org/2000/svg}title").text or "").split("\n")[0]  # type: ignore[union-attr]
@@ -177,12 +177,12 @@ def start_serving(*args: str) -> tuple[subprocess.Popen[str], str]:
         stderr=subprocess.PIPE,
         text=True,
     )
-    assert server.stdout is not None
-    for line in server.stdout:
+    assert server.stderr is not None
+    for line in server.stderr:
         if line.startswith("open in Perfetto: "):
             return server, line.split(": ", 1)[1].strip()
     server.wait(10)
-    raise AssertionError(f"no link printed: {server.stderr.read() if server.stderr else ''}")
+    raise AssertionError(f"no link printed: {server.stdout.read() if server.stdout else ''}")
 
 
 def request(
@@ -267,8 +267,8 @@ def test_decode_serve_uses_perfetto_port(trace: Path, tmp_path: Path) -> None:
         },
     )
     try:
-        assert server.stdout is not None
-        link = next(ln for ln in server.stdout if ln.startswith("open in Perfetto: "))
+        assert server.stderr is not None
+        link = next(ln for ln in server.stderr if ln.startswith("open in Perfetto: "))
         assert link.strip().endswith("url=http://127.0.0.1:9001/again.fxt.gz")
         deadline = time.monotonic() + 10
         while True:

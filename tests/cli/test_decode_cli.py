@@ -41,7 +41,7 @@ def test_decode_recording_with_both_decoders_gives_the_same_trace(
     r1 = ptscope("decode", str(recording), "-o", str(fast), "--decoder", "dlfilter")
     r2 = ptscope("decode", str(recording), "-o", str(text), "--decoder", "text")
     assert r1.returncode == 0 and r2.returncode == 0, r1.stderr + r2.stderr
-    assert "wrote" in r1.stdout and "ui.perfetto.dev" in r1.stdout
+    assert "wrote" in r1.stderr and "ui.perfetto.dev" in r1.stderr and r1.stdout == ""
     lines = dump(fast)
     assert lines == dump(text)
     names = {line.split(maxsplit=5)[5] for line in lines}
@@ -97,9 +97,9 @@ def test_perf_script_text_as_documented_with_a_garbled_line(
         out = tmp_path / "t.fxt"
         result = ptscope("decode", "--perf-script", "-", "-o", str(out), stdin=text)
         assert result.returncode == 0, result.stderr
-        assert "  1 line of perf output not understood, e.g.:" in result.stdout, result.stdout
-        assert not any(c in result.stdout for c in "\x1b\x07\x9b\x08\x7f"), repr(result.stdout)
-        assert "\\x1b[2J\\x1b]0;pwned\\x07 not perf \\x9boutput\\x08\\x7f" in result.stdout
+        assert "  1 line of perf output not understood, e.g.:" in result.stderr, result.stderr
+        assert not any(c in result.stderr for c in "\x1b\x07\x9b\x08\x7f"), repr(result.stderr)
+        assert "\\x1b[2J\\x1b]0;pwned\\x07 not perf \\x9boutput\\x08\\x7f" in result.stderr
 
 
 def test_cut_off_text_ends_open_frames_at_the_threads_last_time(
@@ -194,6 +194,15 @@ def test_an_output_named_for_another_format_is_refused(
     assert not any(tmp_path.iterdir())
 
 
+def test_decode_into_dev_null(recording: Path) -> None:
+    """An output that is a device (``/dev/null``) names no file: it is taken whatever its
+    name, written in place, and stays what it was."""
+    result = ptscope("decode", str(recording), "-o", "/dev/null")
+    assert result.returncode == 0, result.stderr
+    assert "wrote /dev/null" in result.stderr
+    assert Path("/dev/null").is_char_device()
+
+
 def test_run_refuses_an_output_named_for_another_format(tmp_path: Path) -> None:
     out = tmp_path / "trace.pftrace"
     result = ptscope(
@@ -252,7 +261,7 @@ def test_perf_script_text_with_other_fields_is_decoded_and_what_it_lacks_said(
         "decode", "--perf-script", "-", "-o", str(out), stdin=perf_text(perf_data, fields)
     )
     assert done.returncode == 0, done.stderr
-    said = [line for line in done.stdout.splitlines() if "lacks" in line]
+    said = [line for line in done.stderr.splitlines() if "lacks" in line]
     if lacks is None:
         assert said == []
     else:

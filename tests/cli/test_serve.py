@@ -44,8 +44,8 @@ def server(trace: Path) -> Iterator[tuple[subprocess.Popen[str], int]]:
         stderr=subprocess.PIPE,
         text=True,
     )
-    assert proc.stdout is not None
-    for line in proc.stdout:
+    assert proc.stderr is not None
+    for line in proc.stderr:
         if line.startswith("open in Perfetto: "):
             break
     try:

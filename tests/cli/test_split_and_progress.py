@@ -56,10 +56,10 @@ def test_split_parts_cover_the_whole_trace(
     ptscope("decode", str(perf_data), "-o", str(whole))
     out = ptscope("decode", str(perf_data), "-o", str(tmp_path / "t.fxt.gz"), *how)
     parts = sorted(tmp_path.glob("t-*.fxt.gz"))
-    assert len(parts) >= 3, out.stdout
-    assert f"split into {len(parts)} parts" in out.stdout
+    assert len(parts) >= 3, out.stderr
+    assert f"split into {len(parts)} parts" in out.stderr
     for part in parts:
-        assert str(part.name) in out.stdout
+        assert str(part.name) in out.stderr
     # Every call of the whole trace is in the parts: whole where it fits in one, else as
     # pieces end to end, the first marked "in next part", the last "from previous part".
     pieces: dict[tuple[int, str], list[tuple[int, int, str]]] = defaultdict(list)
@@ -131,8 +131,7 @@ def test_the_summary_names_only_files_that_were_written(
     out = ptscope("decode", str(perf_data), "-o", str(tmp_path / "t.fxt.gz"), "--split-time", every)
     assert not (tmp_path / "t.fxt.gz").exists()
     parts = sorted(tmp_path.glob("t-*.fxt.gz"))
-    wrote = out.stdout.splitlines()[0]
-    assert wrote.startswith("wrote "), out.stdout
+    (wrote,) = [line for line in out.stderr.splitlines() if line.startswith("wrote ")]
     named = re.findall(r"\S+\.fxt\.gz", wrote)
     assert named == sorted({str(parts[0]), str(parts[-1])}), wrote
     assert f"({len(parts)} part{'s' if len(parts) > 1 else ''})" in wrote

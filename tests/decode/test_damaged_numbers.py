@@ -131,7 +131,7 @@ def test_decode_of_perf_text_with_a_time_past_2_63_reports_a_decode_error(tmp_pa
     out = tmp_path / "t.fxt"
     result = ptscope("decode", "--perf-script", "-", "-o", str(out), stdin=text)
     assert result.returncode == 0, result.stderr
-    assert "1 decode error" in result.stdout
+    assert "1 decode error" in result.stderr
     dumped = ptscope("dump", "--instants", str(out)).stdout
     assert "instant [decode error: time out of range in perf's text]" in dumped
 

@@ -44,7 +44,7 @@ def test_perf_killed_while_decoding(recordings: Callable[[str], Path], tmp_path:
     wait_gone(running.pid)
     line = one_line_error(done, 3)
     assert "perf script crashed (SIGKILL)" in line, line
-    assert "holds what was decoded before" in line and f"wrote {out}" in done.stdout
+    assert "holds what was decoded before" in line and f"wrote {out}" in done.stderr
     assert {"main", "step", "pair"} <= _names(out)
     instants = [i.name for rows in read_trace(out).instants.values() for i in rows]
     assert any(
@@ -68,7 +68,7 @@ def test_qemu_killed_while_recording(tmp_path: Path) -> None:
         os.kill(pid, signal.SIGKILL)
     done = running.finish()
     wait_gone(running.pid)
-    assert done.code == 0, done.stderr
+    assert done.code == 128 + signal.SIGKILL, done.stderr  # the program's end, as time says
     assert "killed by SIGKILL" in done.stderr, done.stderr
     assert {"main", "step"} <= _names(out)
     assert leftovers(tmp_path, tmp_path) == []

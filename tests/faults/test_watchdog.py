@@ -61,7 +61,7 @@ def test_what_perf_decoded_before_it_stalled_is_written(
     done = run(args, env, tmp_path)
     line = one_line_error(done, 3)
     assert "stopped making progress" in line and "holds what was decoded" in line, line
-    assert f"wrote {out}" in done.stdout, done.stdout
+    assert f"wrote {out}" in done.stderr, done.stderr
     assert {"main", "fib"} <= _names(out)
     assert any(i.startswith("[decode error: decoding stopped: perf script") for i in _instants(out))
     assert leftovers(tmp_path, tmp_path) == []
@@ -79,7 +79,7 @@ def test_run_keeps_the_recording_and_the_partial_trace(
     args += ["--keep-recording", str(rec)]
     done = run([*args, "-o", str(out), "--", str(exe), "3"], env, tmp_path)
     one_line_error(done, 3)
-    assert "recording kept at" in done.stderr and f"wrote {out}" in done.stdout
+    assert "recording kept at" in done.stderr and f"wrote {out}" in done.stderr
     assert "main" in _names(out)
     again = run(
         ["decode", str(rec), "-o", str(tmp_path / "again.fxt.gz")], environment(tmp_path), tmp_path

@@ -200,6 +200,7 @@ COMMANDS: dict[str, tuple[list[st.SearchStrategy[str]], dict[str, Any]]] = {
             "--match": regexes,
             "--json": None,
             "--csv": None,
+            "--wide": None,
         },
     ),
     "flame": (

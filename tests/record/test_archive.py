@@ -54,7 +54,8 @@ def test_archive_decodes_elsewhere_without_the_program(
     archive = tmp_path / "rec.tar.gz"
     done = ptscope("archive", str(recording), "-o", str(archive))
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith(f"wrote {archive}: the recording and ")
+    assert done.stdout == ""
+    assert f"wrote {archive}: the recording and " in done.stderr
     build_id = file_build_id(program)
     assert build_id is not None
     with tarfile.open(archive) as tar:
@@ -100,7 +101,7 @@ def test_kernel_symbols_travel_with_a_kernel_recording(
     done = ptscope("run", "--backend", "sampling", "--kernel", "--timer-resolution", "high",
                    "--keep-recording", str(recording), "-o", str(tmp_path / "here.fxt.gz"),
                    "--", str(program("quick")))  # fmt: skip
-    if done.returncode != 0:
+    if done.returncode != 3:  # (quick's own status)
         pytest.skip(f"no kernel sampling here: {done.stderr.splitlines()[:1]}")
     want = dump(tmp_path / "here.fxt.gz")
     archive = tmp_path / "k.tar.gz"

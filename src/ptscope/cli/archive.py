@@ -45,6 +45,7 @@ class ArchiveCommand:
         print(
             f"wrote {output}: the recording and {count} object{'s' * (count != 1)} "
             f"({summary.file_bytes / 1024 / 1024:.1f} MiB); decode it anywhere with: "
-            f"ptscope decode {output}"
+            f"ptscope decode {output}",
+            file=sys.stderr,
         )
         return 0

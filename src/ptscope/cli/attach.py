@@ -83,5 +83,5 @@ class AttachCommand:
 
         with place.recording():
             result = attach_processes(pids, require_perf(caps), perf_backend, options)
-        report_session(result)
-        return decode_step(result.recording, output, args, place)
+        closing = report_session(result, trigger)
+        return decode_step(result.recording, output, args, place, closing)

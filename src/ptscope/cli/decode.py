@@ -93,7 +93,7 @@ class DecodeCommand:
                 summary = _decode_recording_or_archive(
                     args.recording, args.output, options, progress
                 )
-        print_summary(summary, sys.stdout, served=args.serve)
+        print_summary(summary, sys.stderr, served=args.serve)
 
 
 def verify_decoders(args: argparse.Namespace) -> int:
@@ -194,6 +194,10 @@ def start_decode_early(
             or recording.notes.get("state") == "recording"
         ):
             return
+        from ptscope.decode.native_support import holds_stack_samples
+
+        if not recording.backend and holds_stack_samples(paths[0]):
+            return  # a `perf record -g` perf.data: decoded as sampled stacks, no dlfilter
         if decoder in ("auto", "native"):
             from ptscope.decode.native_support import is_built, unsupported_reason
 

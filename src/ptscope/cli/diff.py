@@ -156,9 +156,12 @@ class DiffCommand:
                     )
             crossings = crossed_thresholds(report, thresholds)
         rows, cut = _selected(report, args)
-        {"table": _print_table, "json": _print_json, "csv": _print_csv}.get(
-            args.format, _print_markdown
-        )(report, rows, crossings)
+        if args.format == "table":
+            _print_table(report, rows, crossings, wide=args.wide)
+        else:
+            {"json": _print_json, "csv": _print_csv}.get(args.format, _print_markdown)(
+                report, rows, crossings
+            )
         if cut and args.format in ("table", "markdown"):
             blank = "\n" if args.format == "markdown" else ""  # not a row of the table
             print(f"{blank}({cut}; --top 0 for all)")
@@ -255,9 +258,12 @@ def _notes(report: DiffReport) -> list[str]:
     return out
 
 
-def _print_table(report: DiffReport, rows: list[DiffRow], crossings: list[Crossing]) -> None:
+def _print_table(
+    report: DiffReport, rows: list[DiffRow], crossings: list[Crossing], wide: bool = False
+) -> None:
     from rich.console import Console
-    from rich.table import Table
+
+    from ptscope.cli.table import render
 
     terminal = sys.stdout.isatty()
     console = Console(
@@ -272,13 +278,10 @@ def _print_table(report: DiffReport, rows: list[DiffRow], crossings: list[Crossi
         threads = f"{side.threads} thread{'s' * (side.threads != 1)}"
         console.print(f"{what} {side.label} ({side.calls:,} calls on {threads})", soft_wrap=True)
     console.print(_total_line(report), soft_wrap=True)
-    table = Table(header_style="bold", box=None, pad_edge=False)
-    table.add_column(_HEADERS[0], overflow="fold", ratio=1)
-    for column in _HEADERS[1:]:
-        table.add_column(column, justify="right", no_wrap=True)
-    for row in rows:
-        table.add_row(*_cells(row))
-    console.print(table)
+    # What gives way first: the totals, then the ratio, the calls, the counts themselves;
+    # the name and the change of self instructions stay.
+    cells = [_cells(row) for row in rows]
+    render(_HEADERS, cells, drop_order=(6, 7, 4, 5, 1, 2), wide=wide, piped_width=200)
     for note in _notes(report):
         console.print(note, soft_wrap=True)
 

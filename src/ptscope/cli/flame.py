@@ -137,6 +137,6 @@ def _write(output: Path, model: FlameModel, title: str, subtitle: str, what: str
     except OSError as e:
         raise PtscopeError(f"cannot write {output}: {e.strerror or e}") from e
     skipped = f" ({model.left_out:,} {what} too narrow to draw)" if model.left_out else ""
-    sys.stdout.write(
+    sys.stderr.write(
         f"wrote {output}: {len(model.boxes):,} boxes{skipped}; open it in a web browser\n"
     )

@@ -31,14 +31,13 @@ def printable(text: str) -> str:
 @contextlib.contextmanager
 def summary_of_incomplete() -> Iterator[None]:
     """A decode that perf cut short wrote what it decoded: say what was written (on
-    stdout, as for a whole one) before its error."""
+    stderr, as for a whole one: stdout is the traced program's) before its error."""
     from ptscope.pipeline import IncompleteDecode
 
     try:
         yield
     except IncompleteDecode as e:
-        print_summary(e.summary, sys.stdout)
-        sys.stdout.flush()
+        print_summary(e.summary, sys.stderr)
         raise
 
 

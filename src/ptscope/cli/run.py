@@ -264,9 +264,14 @@ def region_of(args: argparse.Namespace) -> tuple[str, str] | None:
 
 
 def decode_step(
-    recording: Recording, output: Path, args: argparse.Namespace, place: RecordingPlace
+    recording: Recording,
+    output: Path,
+    args: argparse.Namespace,
+    place: RecordingPlace,
+    closing: Sequence[str] = (),
 ) -> int:
-    """Decode a recording into ``output`` (one call into the pipeline)."""
+    """Decode a recording into ``output`` (one call into the pipeline); then the
+    ``closing`` lines (what the user must not miss under the summary)."""
     from ptscope.cli.decode import start_decode_early
     from ptscope.decode.perf_launch import early_launches
 
@@ -279,6 +284,8 @@ def decode_step(
             inline=args.inline,
         )
         _decode_now(recording, output, args, place)
+    for line in closing:
+        print(f"ptscope: {line}", file=sys.stderr)
     return serve_in_perfetto(output) if args.serve else 0
 
 
@@ -307,7 +314,7 @@ def _decode_now(
     with place.decoding(), summary_of_incomplete(), decode_progress() as progress:
         summary = pipeline.decode_recording(recording, output, options, progress=progress)
 
-    print_summary(summary, sys.stdout, served=args.serve)
+    print_summary(summary, sys.stderr, served=args.serve)
 
 
 @dataclass
@@ -329,8 +336,21 @@ def prepare_trigger(text: str | None, executable: str, pid: int | None = None) -
         from ptscope.record.picker import pick_function
 
         selection = pick_function(executable, selection)
-    check_selection(selection, executable, read_maps(pid) if pid is not None else None)
+    check_selection(
+        selection, executable, read_maps(pid) if pid is not None else None, _instruction_length
+    )
     return _Trigger(selection, executable)
+
+
+def _instruction_length(code: bytes) -> int | None:
+    """The length of the instruction ``code`` starts with (the own decoder's; None where
+    this build has none: then no address is refused)."""
+    try:
+        from ptscope.decode import _ptdecode  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    decoded = _ptdecode.insn(code)
+    return None if decoded is None else int(decoded[0])
 
 
 def hit_source_factory(
@@ -531,7 +551,9 @@ def prepare_session(
     return perf_backend, place, options
 
 
-def report_session(result: SessionResult) -> None:
+def report_session(result: SessionResult, trigger: _Trigger | None = None) -> list[str]:
+    """Say what happened while recording; returns the lines to say once the trace is
+    written (a trigger that never hit)."""
     for warning in result.warnings:
         print(f"ptscope: warning: {warning}", file=sys.stderr)
     if result.hits:
@@ -540,11 +562,17 @@ def report_session(result: SessionResult) -> None:
         print("ptscope: stopped; decoding what was recorded", file=sys.stderr)
     elif result.reason == "perf-exited":
         print("ptscope: warning: perf stopped before the program ended", file=sys.stderr)
+    if trigger is not None and not result.hits:
+        return [f"warning: trigger never hit: {trigger.selection.text} did not run while recorded"]
+    return []
 
 
-def _report_exit(code: int | None) -> None:
+def _report_exit(code: int | None) -> int:
+    """Say how the program ended, unless it exited with 0, and return the status ptscope
+    then leaves with (as ``time`` does): the program's own, 128+N for signal N (``code`` is
+    Popen's: negative for a signal). No status (it was stopped by ptscope): 0."""
     if code is None or code == 0:
-        return
+        return 0
     if code < 0:
         import signal
 
@@ -553,8 +581,9 @@ def _report_exit(code: int | None) -> None:
         except ValueError:
             name = f"signal {-code}"
         print(f"ptscope: the program was killed by {name}", file=sys.stderr)
-    else:
-        print(f"ptscope: the program exited with status {code}", file=sys.stderr)
+        return 128 + -code
+    print(f"ptscope: the program exited with status {code}", file=sys.stderr)
+    return code
 
 
 def refuse_misplaced_options(command: Sequence[str], own_options: frozenset[str]) -> None:
@@ -648,9 +677,11 @@ class RunCommand:
             result = run_program(
                 command, require_perf(caps), perf_backend, options, use_ptrace=caps.can_ptrace
             )
-        report_session(result)
-        _report_exit(result.exit_code)
-        return decode_step(result.recording, output, args, place)
+        closing = report_session(result, trigger)
+        exit_status = _report_exit(result.exit_code)
+        if result.reason == "interrupted":
+            exit_status = 0  # ptscope stopped it (Ctrl-C, SIGTERM): not the program's failure
+        return decode_step(result.recording, output, args, place, closing) or exit_status
 
     def _run_emulated(self, args: argparse.Namespace, command: list[str], output: Path) -> int:
         refuse_emulated_options(args)
@@ -674,6 +705,7 @@ class RunCommand:
                 if args.print_perf_commands
                 else None,
             )
+        exit_status = 0
         if result.interrupted:
             print("ptscope: stopped; decoding what was recorded", file=sys.stderr)
         elif result.stopped_at_limit:
@@ -686,7 +718,10 @@ class RunCommand:
             )
         elif result.crashed:
             print(f"ptscope: the program crashed (signal {result.signal})", file=sys.stderr)
+            exit_status = 128 + (result.signal or 0)
         elif result.signal is not None:
             # Killed from outside (it, or QEMU under it): what ran until then is decoded.
-            _report_exit(-result.signal)
-        return decode_step(result.recording, output, args, place)
+            exit_status = _report_exit(-result.signal)
+        else:
+            exit_status = _report_exit(result.exit_code)
+        return decode_step(result.recording, output, args, place) or exit_status

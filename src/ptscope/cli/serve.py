@@ -29,8 +29,11 @@ def serve_in_perfetto(path: Path, *, port: int | None = None, browser: bool = Tr
         check_trace_start(path)
 
     def ready(url: str) -> None:
-        print(f"serving {path} until the Perfetto UI has fetched it (Ctrl-C to stop)")
-        print(f"open in Perfetto: {url}", flush=True)
+        print(
+            f"serving {path} until the Perfetto UI has fetched it (Ctrl-C to stop)",
+            file=sys.stderr,
+        )
+        print(f"open in Perfetto: {url}", file=sys.stderr, flush=True)
 
     serve_trace(
         path, port=PERFETTO_PORT if port is None else port, open_browser=browser, on_ready=ready

@@ -51,7 +51,7 @@ def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_listing_arguments(parser: argparse.ArgumentParser) -> None:
-    """--top and --match: which functions `stats` and `diff` list."""
+    """--top and --match: which functions `stats` and `diff` list; --wide: how."""
     parser.add_argument(
         "--top",
         type=non_negative_int,
@@ -61,6 +61,13 @@ def add_listing_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--match", metavar="REGEX", help="only functions whose name matches (re.search)"
+    )
+    parser.add_argument(
+        "--wide",
+        action="store_true",
+        help="the table with every column and whole names, however wide (by default it "
+        "fits the terminal: long names shortened in the middle, the least useful columns "
+        "left out)",
     )
 
 
@@ -190,14 +197,14 @@ def _print_csv(rows: list[FunctionStats]) -> None:
 
 def _print_table(args: argparse.Namespace, report: StatsReport, rows: list[FunctionStats]) -> None:
     from rich.console import Console
-    from rich.table import Table
 
     from ptscope.analyze.calls import format_ns
+    from ptscope.cli.table import PIPED_WIDTH, render
 
     terminal = sys.stdout.isatty()
     console = Console(
         file=sys.stdout,
-        width=None if terminal else 160,
+        width=None if terminal else PIPED_WIDTH,
         no_color=not terminal,
         highlight=False,
         markup=False,
@@ -217,12 +224,10 @@ def _print_table(args: argparse.Namespace, report: StatsReport, rows: list[Funct
         f"{format_ns(report.top_level_ns)} in top-level calls",
         soft_wrap=True,
     )
-    table = Table(header_style="bold", box=None, pad_edge=False)
-    table.add_column("function", overflow="fold", ratio=1)
-    for column in ("calls", "total", "%", "self", "%", "p50", "p90", "p99", "max"):
-        table.add_column(column, justify="right", no_wrap=True)
-    for r in rows:
-        table.add_row(
+    headers = ("function", "calls", "total", "%", "self", "%", "p50", "p90", "p99", "max")
+    labels = (*headers[:5], "self %", *headers[6:])
+    cells = [
+        (
             r.name,
             f"{r.calls:,}",
             format_ns(r.total_ns),
@@ -234,7 +239,10 @@ def _print_table(args: argparse.Namespace, report: StatsReport, rows: list[Funct
             format_ns(r.p99_ns),
             format_ns(r.max_ns),
         )
-    console.print(table)
+        for r in rows
+    ]
+    # What gives way first: the percentiles in between, then the rest from the right.
+    render(headers, cells, drop_order=(7, 6, 8, 9, 5, 3), wide=args.wide, labels=labels)
     if args.top and len(rows) == args.top:
         from ptscope.analyze.stats import select_functions
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from ptscope.decode import perf_data as pd
 from ptscope.errors import PtscopeError
 
-__all__ = ["is_built", "native_support", "read_cached", "unsupported_reason"]
+__all__ = ["holds_stack_samples", "is_built", "native_support", "read_cached", "unsupported_reason"]
 
 
 def is_built() -> bool:
@@ -59,6 +59,16 @@ def read_cached(path: Path) -> pd.PerfData:
     target = path / "data" if path.is_dir() else path
     st = os.stat(target)
     return _read(str(path), st.st_size, st.st_mtime_ns)
+
+
+def holds_stack_samples(path: Path) -> bool:
+    """Whether ``path`` is a sampled perf.data (``perf record -g``: call chains, no Intel
+    PT), which is decoded as the sampling backend's recordings are."""
+    try:
+        data = read_cached(path)
+    except (pd.Unsupported, PtscopeError, OSError):
+        return False
+    return data.intel_pt is None and any(a.sample_type & pd.SAMPLE_CALLCHAIN for a in data.attrs)
 
 
 def unsupported_reason(path: Path) -> str | None:

@@ -75,6 +75,7 @@ MISC_MMAP_BUILD_ID: Final = 1 << 14
 # perf_event_attr.sample_type bits that make up a record's sample id trailer.
 SAMPLE_TID: Final = 1 << 1
 SAMPLE_TIME: Final = 1 << 2
+SAMPLE_CALLCHAIN: Final = 1 << 5
 SAMPLE_ID: Final = 1 << 6
 SAMPLE_CPU: Final = 1 << 7
 SAMPLE_STREAM_ID: Final = 1 << 9

@@ -21,7 +21,7 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
@@ -37,6 +37,7 @@ from ptscope.record.breakpoints import Breakpoint
 
 __all__ = [
     "ElfImage",
+    "InstructionLength",
     "Mapping",
     "Selection",
     "check_selection",
@@ -49,6 +50,10 @@ __all__ = [
 SelectionKind = Literal["symbol", "address", "line", "pick"]
 _LINE_RE: Final = re.compile(r"^(?P<file>.+?):(?P<line>\d+)(?::(?P<col>\d+))?$")
 _FUNC_TYPES: Final = ("STT_FUNC", "STT_GNU_IFUNC")
+
+InstructionLength = Callable[[bytes], "int | None"]
+"""The length of the x86-64 instruction at the start of some bytes (None: no instruction):
+the decode stage's, handed in by the command line (this stage imports no other)."""
 
 
 @dataclass(frozen=True)
@@ -153,6 +158,9 @@ class ElfImage:
                 self.first_load = (
                     (int(first["p_vaddr"]), int(first["p_offset"])) if first is not None else (0, 0)
                 )
+                self.loads = [
+                    (int(s["p_vaddr"]), int(s["p_offset"]), int(s["p_filesz"])) for s in loads
+                ]
                 self.functions = _functions(elf)
                 self.function_extents = _function_extents(elf)
                 self.has_symtab = isinstance(elf.get_section_by_name(".symtab"), SymbolTableSection)
@@ -223,6 +231,40 @@ class ElfImage:
         return not self.has_symtab and any(
             start <= address < start + size for start, size, _ in self.code_extents
         )
+
+    def read(self, address: int, size: int) -> bytes:
+        """Up to ``size`` bytes of the file at link-time ``address`` (fewer where its
+        segment ends; none outside the file's segments)."""
+        for vaddr, offset, filesz in self.loads:
+            if vaddr <= address < vaddr + filesz:
+                size = min(size, vaddr + filesz - address)
+                try:
+                    with open(self.path, "rb") as f:
+                        f.seek(offset + address - vaddr)
+                        return f.read(size)
+                except OSError:
+                    return b""
+        return b""
+
+    def instruction_containing(self, address: int, length: InstructionLength) -> int | None:
+        """The start of the instruction that link-time ``address`` lies inside, when it is
+        not itself an instruction's start: the function's instructions walked from its
+        first one (None: it is a start, or it cannot be told: no sized function holds it,
+        or bytes on the way decode as no instruction)."""
+        holders = [(s, n) for s, n, _ in self.function_extents if s <= address < s + n]
+        if not holders:
+            return None
+        start = max(s for s, _ in holders)
+        code = self.read(start, address - start + 16)
+        at = 0
+        while start + at < address:
+            size = length(code[at : at + 16])
+            if not size:
+                return None
+            if start + at + size > address:
+                return start + at
+            at += size
+        return None
 
     def code_span(self) -> tuple[int, int] | None:
         """The lowest and highest link-time address of its code (for messages)."""
@@ -410,11 +452,16 @@ def _no_function(name: str, executable: str) -> BadInputError:
 
 
 def check_selection(
-    selection: Selection, executable: str, maps: Sequence[Mapping] | None = None
+    selection: Selection,
+    executable: str,
+    maps: Sequence[Mapping] | None = None,
+    length: InstructionLength | None = None,
 ) -> None:
     """Fail now, before anything is recorded, if the selection cannot be resolved: a
     symbol no file defines (the executable, then the libraries of ``maps`` or, before the
-    program runs, the ones it is linked with), an ambiguous one, or a line without code."""
+    program runs, the ones it is linked with), an ambiguous one, a line without code, or
+    (with ``length``, to walk instructions) an address inside an instruction, which would
+    never be hit."""
     image = _image(os.path.realpath(executable))
     if selection.kind == "line":
         if not image.line_addresses(selection.file, selection.line, selection.column):
@@ -426,6 +473,18 @@ def check_selection(
     if selection.kind == "address":
         if not image.is_trigger_address(selection.address):
             raise _no_code_at(selection, image, executable)
+        inside = None if length is None else image.instruction_containing(selection.address, length)
+        if inside is not None:
+            start, name = max(
+                (s, n) for s, size, n in image.function_extents if s <= inside < s + size
+            )
+            offset = f" ({name}+{inside - start:#x})"
+            raise BadInputError(
+                f"trigger {selection.text}: not the start of an instruction, so it would never "
+                f"be hit: it is inside the one at {inside:#x}{offset}",
+                hint="give an instruction's address as objdump -d shows it, e.g. "
+                f"--trigger {inside:#x}",
+            )
         return
     if selection.kind != "symbol":
         return
