@@ -251,3 +251,25 @@ def test_a_flame_graph_past_the_file_size_limit(tmp_path: Path, existing: bool) 
     else:
         assert not out.exists()
     assert leftovers(tmp_path, tmp_path) == []
+
+
+def test_a_full_tmpdir_during_a_windowed_decode(
+    recordings: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """``--jobs 2``: the second window's perf writes its records into TMPDIR, which fills
+    (RLIMIT_FSIZE: perf's writes there fail first; the trace is split into parts smaller
+    than the limit). One line names TMPDIR as the cause, not perf; no half trace is left."""
+    rec = recordings("many_calls_long")
+    out = tmp_path / "t.fxt.gz"
+    done = run(
+        ["decode", str(rec), "--decoder", "dlfilter", "--jobs", "2", "--split-size", "100K",
+         "-o", str(out)],
+        environment(tmp_path),
+        tmp_path,
+        file_size_limit=1_500_000,
+    )  # fmt: skip
+    line = one_line_error(done, 1)
+    assert "TMPDIR" in line and "File too large" in line, line
+    assert "perf script" not in line, line
+    assert not [p.name for p in tmp_path.iterdir() if ".fxt" in p.name]
+    assert leftovers(tmp_path, tmp_path) == []
