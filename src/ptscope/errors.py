@@ -11,6 +11,7 @@ __all__ = [
     "BadInputError",
     "PtscopeError",
     "RecordingError",
+    "ScratchSpaceError",
     "Terminated",
     "ToolMissingError",
     "UsageError",
@@ -64,6 +65,12 @@ class RecordingError(PtscopeError):
     """Recording failed (the program, perf or the emulator did not do what was asked)."""
 
     exit_code = 5
+
+
+class ScratchSpaceError(PtscopeError):
+    """ptscope's temporary files (in TMPDIR) could not be written: a full disk, a quota, the
+    file size limit. Not the recording's fault: a decode that meets it stops, and keeps no
+    half trace."""
 
 
 class Terminated(BaseException):

@@ -41,7 +41,7 @@ from ptscope.decode.progress import (
     count_items,
     counted,
 )
-from ptscope.errors import BadInputError, PtscopeError, UsageError
+from ptscope.errors import BadInputError, PtscopeError, ScratchSpaceError, UsageError
 from ptscope.fxt import WriteStats, write_timeline
 from ptscope.fxt.background import BackgroundWrites
 from ptscope.fxt.stream import PartInfo, TraceStream
@@ -792,9 +792,12 @@ def _check_decoded(
 def _until_failure(stream: Iterable[_T], failures: list[PtscopeError]) -> Iterator[_T]:
     """``stream`` until the decoder fails (perf crashed, was stopped, wrote garbage): its
     error goes into ``failures`` and the stream ends. Errors of whoever consumes the
-    stream (the engine, the trace's writer) are not the decoder's: they pass."""
+    stream (the engine, the trace's writer) are not the decoder's: they pass, and so does a
+    full TMPDIR (:class:`~ptscope.errors.ScratchSpaceError`)."""
     try:
         yield from stream
+    except ScratchSpaceError:
+        raise  # not perf's failure: TMPDIR is full, and a half trace would hide it
     except PtscopeError as e:
         failures.append(e)
 

@@ -210,3 +210,66 @@ def test_a_cache_entry_that_cannot_be_written_leaves_nothing(
     (entry / "in-the-way").mkdir(parents=True)  # the entry's name is taken: replace fails
     perftool._cache_put(perf, ("--version",), 0, "perf version 6.1", "")
     assert sorted(p.name for p in entry.parent.iterdir()) == [entry.name]
+
+
+def _wide_trace(path: Path) -> Path:
+    """A trace whose flame graph is about 100 KiB of SVG: 300 functions called by main."""
+    from ptscope.fxt import write_timeline
+    from ptscope.timeline import Timeline
+    from support.timeline_strategies import thread_of_rows
+
+    rows = [(0, 10 * 301, 0, 0)] + [(10 * k, 10 * k + 9, 1, k) for k in range(1, 301)]
+    names = ["main", *(f"function_number_{k}" for k in range(1, 301))]
+    write_timeline(Timeline(names=names, threads=[thread_of_rows(1, 1, rows)]), path)
+    return path
+
+
+@pytest.mark.parametrize("existing", [False, True], ids=["new", "existing"])
+def test_a_flame_graph_past_the_file_size_limit(tmp_path: Path, existing: bool) -> None:
+    """``flame -o`` whose SVG grows past RLIMIT_FSIZE (a full disk): one line, and no
+    truncated SVG: an older one at that name is kept, none is left in its place."""
+    trace = _wide_trace(tmp_path / "t.fxt")
+    out = tmp_path / "f.svg"
+    whole = run(["flame", str(trace), "-o", str(out)], environment(tmp_path), tmp_path)
+    assert whole.code == 0, whole.stderr
+    size = out.stat().st_size
+    assert size > 64 * 1024
+    if existing:
+        out.write_text("<svg>the previous graph</svg>\n")
+    else:
+        out.unlink()
+    done = run(
+        ["flame", str(trace), "-o", str(out)],
+        environment(tmp_path),
+        tmp_path,
+        file_size_limit=size // 2,
+    )
+    line = one_line_error(done, 1)
+    assert f"cannot write {out}: File too large" in line, line
+    if existing:
+        assert out.read_text() == "<svg>the previous graph</svg>\n"
+    else:
+        assert not out.exists()
+    assert leftovers(tmp_path, tmp_path) == []
+
+
+def test_a_full_tmpdir_during_a_windowed_decode(
+    recordings: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """``--jobs 2``: the second window's perf writes its records into TMPDIR, which fills
+    (RLIMIT_FSIZE: perf's writes there fail first; the trace is split into parts smaller
+    than the limit). One line names TMPDIR as the cause, not perf; no half trace is left."""
+    rec = recordings("many_calls_long")
+    out = tmp_path / "t.fxt.gz"
+    done = run(
+        ["decode", str(rec), "--decoder", "dlfilter", "--jobs", "2", "--split-size", "100K",
+         "-o", str(out)],
+        environment(tmp_path),
+        tmp_path,
+        file_size_limit=1_500_000,
+    )  # fmt: skip
+    line = one_line_error(done, 1)
+    assert "TMPDIR" in line and "File too large" in line, line
+    assert "perf script" not in line, line
+    assert not [p.name for p in tmp_path.iterdir() if ".fxt" in p.name]
+    assert leftovers(tmp_path, tmp_path) == []

@@ -15,9 +15,11 @@ limit on every input). Inputs that reproduce a crash found by a campaign are kep
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
+import os
 import pickle
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,3 +94,22 @@ def load_corpus(target: str) -> list[Any]:
         elif path.suffix == ".pickle":
             values.append(pickle.loads(path.read_bytes()))  # our own files (save_to_corpus)
     return values
+
+
+@contextlib.contextmanager
+def changed_environment(**changes: str | None) -> Iterator[None]:
+    """``os.environ`` with ``changes`` (None: removed) for as long as the ``with`` lasts."""
+    saved = {key: os.environ.get(key) for key in changes}
+
+    def put(values: dict[str, str | None]) -> None:
+        for key, value in values.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+    put(changes)
+    try:
+        yield
+    finally:
+        put(saved)

@@ -137,6 +137,35 @@ def test_run_multi_snapshot_one_file_per_hit(program: Build, tmp_path: Path) -> 
     assert {h.tid for h in result.hits} == {result.hits[0].pid, result.hits[1].tid}
 
 
+def test_run_multi_snapshot_keeps_the_hits_made_just_before_the_exit(
+    program: Build, tmp_path: Path
+) -> None:
+    """The second call comes right after the first and the program exits at once, while
+    ptscope waits for perf to take the first snapshot (issue 46, item 7: under contention
+    the second hit was left unread in the breakpoints' ring, and a snapshot perf took but
+    could not acknowledge before it exited was not counted). Every hit is in the result,
+    and the snapshot count is what perf wrote: one file per snapshot, then the last; a
+    warning names each hit whose snapshot perf did not take."""
+    path = program("threads")
+    for attempt in range(3):  # the race went wrong in most runs: three make it near sure
+        directory = tmp_path / str(attempt)
+        directory.mkdir()
+        options = SessionOptions(
+            directory=directory,
+            multi_snapshot=True,
+            make_hit_source=trigger_factory(path, "trigger_target"),
+        )
+        backend = PerfEventBackend(switch_output=True)
+        result = run_program([str(path), "20", "0"], find_perf(), backend, options)
+        assert result.exit_code == 0
+        assert len(result.hits) == 2, (attempt, result.hits, result.warnings)
+        files = result.recording.perf_data
+        assert result.snapshots == len(files) - 1 >= 1, (attempt, files, result.warnings)
+        assert result.recording.notes["snapshots"] == result.snapshots
+        # A hit without its snapshot (perf exited first) is named; none other is.
+        assert len(result.warnings) == len(result.hits) - result.snapshots, result.warnings
+
+
 def test_run_single_trigger_stops_perf_but_lets_the_program_finish(
     program: Build, tmp_path: Path
 ) -> None:

@@ -130,10 +130,11 @@ class FlameCommand:
 def _write(output: Path, model: FlameModel, title: str, subtitle: str, what: str) -> None:
     from ptscope.analyze.flame_svg import render_svg
     from ptscope.errors import PtscopeError
+    from ptscope.fxt.writer import write_whole
 
     svg = render_svg(model, title=title, subtitle=subtitle)
     try:
-        output.write_text(svg, encoding="utf-8")
+        write_whole(output, svg.encode())  # never a truncated SVG (a full disk)
     except OSError as e:
         raise PtscopeError(f"cannot write {output}: {e.strerror or e}") from e
     skipped = f" ({model.left_out:,} {what} too narrow to draw)" if model.left_out else ""

@@ -28,6 +28,7 @@ truncated record) is a :class:`~ptscope.errors.BadInputError`.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import gc
 import logging
@@ -57,7 +58,7 @@ from ptscope.decode.perf_launch import (
 from ptscope.decode.perf_script import perf_failure, perf_stalled
 from ptscope.decode.perf_text import PerfTextParser, TextStats, make_location
 from ptscope.decode.record_ring import RingReader
-from ptscope.errors import BadInputError
+from ptscope.errors import BadInputError, ScratchSpaceError
 from ptscope.model import (
     COUNT_BUDGET,
     DAMAGED_DATA,
@@ -1056,6 +1057,16 @@ class DlfilterProcess:
         if watch.stalled is not None:
             raise perf_stalled(self.argv, watch.stalled, self.stderr, str(self.perf_data))
         if rc != 0:
+            full = None if stdout_path is None else unwritable(stdout_path)
+            if full is not None and stdout_path is not None:
+                raise ScratchSpaceError(
+                    f"cannot decode {self.perf_data}: perf's records of a --jobs window "
+                    f"could not be written to TMPDIR ({stdout_path.parent.parent}): "
+                    f"{full.strerror or full}",
+                    details=" ".join(self.argv) + "\n" + self.stderr,
+                    hint="free some space there, set TMPDIR to a directory with room, or "
+                    "decode with --jobs 1",
+                )
             raise perf_failure(self.argv, rc, self.stderr, str(self.perf_data))
         try:
             parser.close()
@@ -1173,6 +1184,31 @@ _JOIN: Final = 1 << 14
 """Bytes of a chunk joined to the record left over from the last (see ``_feed``)."""
 
 _FILL_PAUSE: Final = 0.001  # seconds; perf writes ~250 MB/s at most: a quarter of the pipe
+
+
+_FULL_ERRNOS: Final = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+_PROBE_BYTES: Final = 1 << 16
+
+
+def unwritable(path: Path) -> OSError | None:
+    """Why perf could not write on into its output file ``path`` (a full disk, a quota, the
+    file size limit: its own error says nothing of it, or it was killed by SIGXFSZ), if
+    that is why: ``_PROBE_BYTES`` more cannot be given to the file now. None otherwise;
+    the file is left as it was."""
+    try:
+        fd = os.open(path, os.O_WRONLY)
+    except OSError:
+        return None
+    try:
+        size = os.fstat(fd).st_size
+        try:
+            os.posix_fallocate(fd, size, _PROBE_BYTES)
+        except OSError as e:
+            return e if e.errno in _FULL_ERRNOS else None
+        os.ftruncate(fd, size)
+        return None
+    finally:
+        os.close(fd)
 
 
 def _pipe_chunks(fd: int, watch: PerfWatch | None = None, *, pause: bool = True) -> Iterator[bytes]:

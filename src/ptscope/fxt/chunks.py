@@ -137,6 +137,10 @@ class _PartReader(_ColumnReader):
             out.append(self._resolved(chunk, args, strings, threads, keys))
         self.chunks.clear()
         self.args.clear()
+        # Every slice read so far is resolved; the ones to come lie after every table
+        # record kept: each index's last one is all they can refer to.
+        self.strings.compact()
+        self.threads.compact()
         return out
 
     def _resolved(

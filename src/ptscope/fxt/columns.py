@@ -33,6 +33,7 @@ from __future__ import annotations
 import gzip
 import io
 import zlib
+from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Final, cast
@@ -270,21 +271,46 @@ class _ArgNames:
     arg_type: I64
 
 
-@dataclass
 class _TableLog:
-    """Every string (thread) record: where it was, which index it set, and to what."""
+    """Every string (thread) record that changed its table: where it was, which index it
+    set, and to what. A record setting an index to the value it already holds changes no
+    ref's meaning and is not kept (a trace of one string record repeated is a gzip bomb
+    that would cost 24 bytes a record), and :meth:`compact` forgets what later records
+    replaced, once every ref before them is resolved."""
 
-    position: list[int] = field(default_factory=list)
-    index: list[int] = field(default_factory=list)
-    value: list[int] = field(default_factory=list)
+    def __init__(self) -> None:
+        self.position = array("q")
+        self.index = array("q")
+        self.value = array("q")
+        self._current: dict[int, int] = {}
+
+    def set(self, position: int, index: int, value: int) -> None:
+        if self._current.get(index) == value:
+            return
+        self._current[index] = value
+        self.position.append(position)
+        self.index.append(index)
+        self.value.append(value)
+
+    def compact(self) -> None:
+        """Keep each index's last record only (what every ref after it resolves to)."""
+        if len(self.index) <= len(self._current):
+            return
+        last: dict[int, int] = {}
+        for k, index in enumerate(self.index):
+            last[index] = k
+        keep = sorted(last.values())
+        self.position = array("q", (self.position[k] for k in keep))
+        self.index = array("q", (self.index[k] for k in keep))
+        self.value = array("q", (self.value[k] for k in keep))
 
     def resolver(self) -> tuple[I64, I64]:
         """(sorted keys ``index << 40 | position``, the value for each key)."""
-        keys = (np.asarray(self.index, dtype=np.int64) << 40) | np.asarray(
+        keys = (np.frombuffer(self.index, dtype=np.int64) << 40) | np.frombuffer(
             self.position, dtype=np.int64
         )
         order = np.argsort(keys, kind="stable")
-        return keys[order], np.asarray(self.value, dtype=np.int64)[order]
+        return keys[order], np.frombuffer(self.value, dtype=np.int64)[order]
 
 
 def _resolve(
@@ -443,15 +469,13 @@ class _ColumnReader:
         self.meta.record(offset, header, data)
         if kind == rec.RecordType.STRING:
             index = (header >> 16) & 0x7FFF
-            self.strings.position.append(start + base)
-            self.strings.index.append(index)
-            self.strings.value.append(self._text_id(self.meta.strings[index]))
+            self.strings.set(start + base, index, self._text_id(self.meta.strings[index]))
         elif kind == rec.RecordType.THREAD:
             index = (header >> 16) & 0xFF
             key = self.meta.thread_table[index]
-            self.threads.position.append(start + base)
-            self.threads.index.append(index)
-            self.threads.value.append(self.thread_keys.setdefault(key, len(self.thread_keys)))
+            self.threads.set(
+                start + base, index, self.thread_keys.setdefault(key, len(self.thread_keys))
+            )
         elif kind == rec.RecordType.INITIALIZATION and (
             self.meta.provider.ticks_per_second != rec.TICKS_PER_SECOND
         ):

@@ -58,6 +58,7 @@ __all__ = [
     "WriteStats",
     "remove_written",
     "write_timeline",
+    "write_whole",
     "written_in_place",
 ]
 
@@ -1124,6 +1125,29 @@ def remove_written(path: Path) -> None:
     with contextlib.suppress(OSError):
         if stat.S_ISREG(os.lstat(final).st_mode):
             final.unlink()
+
+
+def write_whole(path: Path, data: bytes) -> None:
+    """Write ``data`` as the file ``path`` the way a trace is written: under a temporary
+    name beside it, renamed once whole, removed if a write fails (a full disk), so that
+    neither a truncated file nor an empty one is left, and an existing one is replaced
+    only by a whole one; a device or a FIFO is written in place, a link's target replaced.
+    Raises the OSError."""
+    final = Path(os.path.realpath(path)) if path.is_symlink() else path
+    if written_in_place(final):
+        with open(final, "wb") as f:
+            f.write(data)
+        return
+    temporary = _temporary_name(final)
+    _sweep_temporaries(final)
+    try:
+        with open(temporary, "wb") as f:
+            f.write(data)
+        os.replace(temporary, final)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+        raise
 
 
 def _temporary_name(path: Path) -> Path:

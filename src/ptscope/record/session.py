@@ -143,6 +143,11 @@ def perf_data_files(directory: Path) -> list[str]:
     return sorted(names)
 
 
+_SWITCH_DUMP: Final = "[ perf record: dump data:"
+"""What perf's log says for each file it writes at a --switch-output snapshot (the last
+file, at its exit, is announced otherwise)."""
+
+
 class PerfRecorder:
     """One ``perf record`` process: started, made ready, snapshotted and stopped."""
 
@@ -218,6 +223,15 @@ class PerfRecorder:
     def snapshot(self, *, switch_output: bool = False) -> None:
         self.control.snapshot(switch_output=switch_output, timeout=DEFAULT_ACK_TIMEOUT)
         self.snapshots += 1
+
+    def count_written_snapshots(self) -> None:
+        """Once perf has exited: with --switch-output, :attr:`snapshots` is the number of
+        files perf wrote at a snapshot (its log says ``dump data`` for each), not of the
+        snapshots it acknowledged: one it took just before it exited (its targets had
+        ended) may never have been acknowledged."""
+        dumps = self.log_text().count(_SWITCH_DUMP)
+        if dumps:
+            self.snapshots = dumps
 
     def stop(self, *, timeout: float = PERF_EXIT_TIMEOUT) -> int:
         """Stop perf and wait for it to write everything; returns its exit status."""
@@ -369,6 +383,18 @@ class _Session:
         self.warnings: list[str] = []
         self.snapshot_taken = False
         self.perf_stopped = False
+        self.unacknowledged: list[Hit] = []
+        """Hits whose snapshot perf did not acknowledge: it exited first."""
+
+    def warn_unsnapshotted(self) -> None:
+        """Once perf has exited: a warning for each hit it exited before taking the
+        snapshot of (the last ones: those it acknowledged were asked for first)."""
+        wanted = len(self.hits) if self.options.multi_snapshot else 1
+        missing = min(len(self.unacknowledged), wanted - self.recorder.snapshots)
+        for hit in self.unacknowledged[len(self.unacknowledged) - max(missing, 0) :]:
+            self.warnings.append(
+                f"the program ended before the snapshot of the hit at {hit.time} was taken"
+            )
 
     def _on_hit(self, hit: Hit) -> bool:
         """Handle one trigger hit; True when the recording is complete."""
@@ -384,10 +410,9 @@ class _Session:
                 self.snapshot_taken = True
             except PerfExitedError:
                 # The program ended right after the hit, and perf with it, before the
-                # snapshot could be asked for: say so rather than fail the recording.
-                self.warnings.append(
-                    f"the program ended before the snapshot of the hit at {hit.time} was taken"
-                )
+                # snapshot could be asked for, or before perf could say it took it: once
+                # perf has exited, what it wrote tells (warn_unsnapshotted).
+                self.unacknowledged.append(hit)
                 return not multi
             except RecordingError as e:
                 self.warnings.append(f"snapshot for the hit at {hit.time} failed: {e.message}")
@@ -434,6 +459,13 @@ class _Session:
             if perf_fd is not None:
                 os.close(perf_fd)
 
+    def drain_hits(self) -> None:
+        """Take the hits still in the breakpoints' rings once the watch is over: the
+        program may have made one and exited while a snapshot was being taken for the one
+        before (the watch then saw it gone before it read its rings again)."""
+        if self.hit_source is not None:
+            self._handle_hits()
+
     def _handle_hits(self) -> bool:
         assert self.hit_source is not None
         done = False
@@ -463,6 +495,7 @@ def _finish(session: _Session, signals: _SignalWatch) -> int:
     """Snapshot if needed and stop perf; a second Ctrl-C stops waiting for perf."""
     recorder = session.recorder
     assert recorder.process is not None
+    session.drain_hits()
     backend = recorder.backend
     if (
         recorder.alive
@@ -492,7 +525,10 @@ def _finish(session: _Session, signals: _SignalWatch) -> int:
             recorder.kill()
             break
     recorder.control.close()
-    return recorder.process.wait()
+    status = recorder.process.wait()
+    recorder.count_written_snapshots()
+    session.warn_unsnapshotted()
+    return status
 
 
 def _result(
