@@ -605,7 +605,10 @@ def _feed_branches(
             stream = iter(())
             inline = None
             if options.inline and isinstance(engine, FastEngine):
-                inline = engine.inline_nodes()  # (the events' locations name these)
+                if locations.inline is None:
+                    locations.inline = InlineNodes()
+                # (the events' locations name these, as the other files' batches may)
+                inline = engine.inline_nodes(locations.inline)
             batches = decode_perf_data_text(
                 path,
                 pids=options.pids,

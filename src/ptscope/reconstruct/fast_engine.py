@@ -426,6 +426,10 @@ class FastEngine:
     def _sync(self, sync: _TableSync) -> None:
         table = sync.table
         first, end = sync.synced, len(table)
+        if table.inline is not None:
+            # Before this batch's functions: the names' ids (and so the trace's bytes) do
+            # not depend on where batches were cut (a read-ahead cuts them elsewhere).
+            self._sync_inline(table.inline)
         functions = table.functions
         known = 0 if sync.functions is None else len(sync.functions)
         if len(functions) > known:
@@ -459,7 +463,7 @@ class FastEngine:
         if table.inline is not None:
             nodes = np.array(table.inline_nodes[first:end], dtype=np.int32)
             if nodes.any():
-                self._sync_inline(table.inline)
+                self._sync_inline(table.inline)  # (nodes added since the table was synced)
                 self._c.set_location_nodes(self._locations, nodes)
         self._chunks.append((self._locations, table, first))
         if sync.remap is not None:
@@ -468,11 +472,12 @@ class FastEngine:
         self._locations += end - first
         sync.synced = end
 
-    def inline_nodes(self) -> InlineNodes:
+    def inline_nodes(self, nodes: InlineNodes | None = None) -> InlineNodes:
         """The inlined bodies that events fed as objects may name (``Location.inline``):
-        made on first use."""
+        ``nodes`` (those the decode's batches name too: one numbering per engine), or made
+        on first use."""
         if self._own_table.inline is None:
-            self._own_table.inline = InlineNodes()
+            self._own_table.inline = nodes if nodes is not None else InlineNodes()
         return self._own_table.inline
 
     def _sync_inline(self, inline: InlineNodes) -> None:
