@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from ptscope.fxt import FxtWriter
@@ -201,6 +201,12 @@ def test_every_part_of_a_split_trace_nests_in_perfetto_as_the_whole_does(
     span = timeline.time_range()
     if span is None or not any(len(t) for t in timeline.threads):
         return
+    for t in timeline.threads:
+        # Two empty slices at one time always nest in Perfetto (its rules, above): a
+        # timeline that has them side by side has no file Perfetto reads as it (found
+        # by this test's own strategy, not by ptscope's engines, whose calls last 1 ns).
+        empty = [int(s) for s, e in zip(t.start, t.end, strict=True) if s == e]
+        assume(len(empty) == len(set(empty)))
     base = span[0]
     by_time = data.draw(st.booleans(), label="by time")
     split: dict[str, int] = (
