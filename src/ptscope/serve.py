@@ -185,7 +185,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def _answer(self, *, body: bool) -> None:
         if not self._checked():
             return
-        wanted = urllib.parse.urlsplit(self.path).path
+        try:
+            wanted = urllib.parse.urlsplit(self.path).path
+        except ValueError:  # a path that is no URL (`GET //[ HTTP/1.1`): 400, and go on
+            self._refuse(400)
+            return
         if wanted != "/" + self.server.trace_name:
             self._refuse(404)
             return

@@ -143,3 +143,22 @@ def test_a_silent_connection_is_closed_after_the_timeout(
         started = time.monotonic()
         assert idle.recv(1) == b""  # closed by the server
         assert CONNECTION_TIMEOUT - 1 < time.monotonic() - started < CONNECTION_TIMEOUT + 5
+
+
+def test_a_path_that_is_no_url_is_a_400_not_a_traceback(
+    server: tuple[subprocess.Popen[str], int],
+) -> None:
+    """A request path that is no URL (issue 44, item 16: ``GET http://[::1``, on which
+    urlsplit raises ``Invalid IPv6 URL``): the server answers 400 (it wrote a traceback
+    and no answer), and goes on serving."""
+    proc, port = server
+    for path in (b"//[", b"http://[::1", b"//[x"):
+        reply = raw(port, b"GET " + path + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        # (http.server turns a leading // into /: `//[` asks for `/[`, a 404)
+        assert reply.startswith((b"HTTP/1.1 400 ", b"HTTP/1.1 404 ")), (path, reply[:80])
+    assert still_serving(proc)
+    one = raw(port, b"HEAD /t.fxt.gz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    assert one.startswith(b"HTTP/1.1 200 ")
+    proc.kill()
+    _, err = proc.communicate()
+    assert "Traceback" not in err and "ValueError" not in err, err
