@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-from ptscope.children import sweep_stale, temporary_directory
+from ptscope.children import sweep_stale
 from ptscope.decode.binary_files import reading_binaries
 from ptscope.decode.blocks import InstructionDetail
 from ptscope.decode.dlfilter_stream import DlfilterRun, choose_decoder
-from ptscope.decode.inline_runs import recording_runs, write_runs_file
+from ptscope.decode.inline_runs import dlfilter_argument
 from ptscope.decode.landing_pads import LandingPads
 from ptscope.decode.native import NativeRun, decode_native, decode_native_columnar
 from ptscope.decode.native_support import holds_stack_samples, unsupported_reason
@@ -499,22 +499,6 @@ def _stream(
     tracker.finished()
 
 
-def _inline_argument(
-    perf_data: Path, locations: LocationTable, symfs: Path | None, scratch: contextlib.ExitStack
-) -> list[str]:
-    """The dlfilter's ``--dlarg inline=PATH``: the inlined code of the recording's
-    binaries, written to a file that ``scratch`` removes (none: no argument)."""
-    if locations.inline is None:
-        locations.inline = InlineNodes()
-    runs = recording_runs(perf_data, locations.inline, symfs)
-    if not runs:
-        return []
-    where = scratch.enter_context(temporary_directory("ptscope-inline-"))
-    file = where / "inline-runs"
-    write_runs_file(file, runs)
-    return ["--dlarg", f"inline={file}"]
-
-
 def _perfs(recording: Recording, options: DecodeOptions, decoder: str) -> int:
     """How many perfs a decode of ``recording`` runs at once (its windows; none where the
     own decoder decodes it all)."""
@@ -582,7 +566,9 @@ def _feed_branches(
             filters = decode_extra(options.pids, options.tids, options.symfs)
             filters += _kernel_symbols(options)
             if options.inline and isinstance(engine, FastEngine):
-                filters += _inline_argument(path, locations, options.symfs, scratch)
+                if locations.inline is None:
+                    locations.inline = InlineNodes()
+                filters += dlfilter_argument(path, locations.inline, options.symfs, scratch)
             # The C engine takes columns; the Python engine, event objects.
             # Not where JIT maps add locations to the table as the batches are fed.
             ahead = options.read_ahead and not maps.maps

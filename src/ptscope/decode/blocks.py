@@ -260,15 +260,11 @@ class InstructionDetail:
         if not count:
             return
         last = src - 1 if is_async else src + end_len - 1
-        lines = self._lines.get(thread)
-        if lines is None:
-            lines = self._lines[thread] = set()
         done, first = 0, start
         if self.runs and self.on_split is not None:
             done, first = self._split_inlined(thread, start, src - 1 if is_async else src)
-            lines = self._lines.setdefault(thread, set())
         self._count[thread] = self._count.get(thread, 0) + count - done
-        lines.update(range(first >> 6, (last >> 6) + 1))
+        self._lines.setdefault(thread, set()).update(range(first >> 6, (last >> 6) + 1))
 
     def _split_inlined(self, thread: tuple[int, int], start: int, last: int) -> tuple[int, int]:
         """pt_feed.c's split_inlined: each place from ``start`` to the last instruction run

@@ -10,6 +10,7 @@ converts the one into the other, once per binary.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import struct
@@ -31,6 +32,7 @@ __all__ = [
     "RUNS_MAGIC",
     "RUNS_VERSION",
     "InlineRuns",
+    "dlfilter_argument",
     "dwarf_file",
     "inline_runs",
     "recording_runs",
@@ -157,6 +159,22 @@ def write_runs_file(path: Path, runs: Mapping[str, InlineRuns]) -> None:
         out += r.node.astype("<i4").tobytes()
         out += b"\0" * (-len(out) % 8)
     path.write_bytes(bytes(out))
+
+
+def dlfilter_argument(
+    perf_data: Path, inline: InlineNodes, symfs: Path | None, scratch: contextlib.ExitStack
+) -> list[str]:
+    """The dlfilter's ``--dlarg inline=PATH``: the recording's inlined code
+    (:func:`recording_runs`, its nodes added to ``inline``) in a runs file that ``scratch``
+    removes; no argument where there is none."""
+    from ptscope.children import temporary_directory
+
+    runs = recording_runs(perf_data, inline, symfs)
+    if not runs:
+        return []
+    file = scratch.enter_context(temporary_directory("ptscope-inline-")) / "inline-runs"
+    write_runs_file(file, runs)
+    return ["--dlarg", f"inline={file}"]
 
 
 def recording_runs(

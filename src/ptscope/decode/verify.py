@@ -19,9 +19,8 @@ from dataclasses import dataclass, field
 from itertools import zip_longest
 from pathlib import Path
 
-from ptscope.children import temporary_directory
 from ptscope.decode.dlfilter_stream import decode_with_dlfilter
-from ptscope.decode.inline_runs import recording_runs, write_runs_file
+from ptscope.decode.inline_runs import dlfilter_argument
 from ptscope.decode.native import decode_native
 from ptscope.decode.native_support import unsupported_reason
 from ptscope.decode.perf_launch import decode_extra
@@ -135,11 +134,7 @@ def verify(
             perf_table, own_table = LocationTable(), LocationTable()
             if inline:
                 perf_table.inline, own_table.inline = InlineNodes(), InlineNodes()
-                runs = recording_runs(path, perf_table.inline, symfs)
-                if runs:
-                    where = scratch.enter_context(temporary_directory("ptscope-inline-"))
-                    write_runs_file(where / "inline-runs", runs)
-                    extra += ["--dlarg", f"inline={where / 'inline-runs'}"]
+                extra += dlfilter_argument(path, perf_table.inline, symfs, scratch)
             perf = decode_with_dlfilter(
                 path, insns=insns, task_events=True, extra=extra, locations=perf_table
             )

@@ -462,8 +462,7 @@ class FastEngine:
         )
         if table.inline is not None:
             nodes = np.array(table.inline_nodes[first:end], dtype=np.int32)
-            if nodes.any():
-                self._sync_inline(table.inline)  # (nodes added since the table was synced)
+            if nodes.any():  # (their nodes were synced above)
                 self._c.set_location_nodes(self._locations, nodes)
         self._chunks.append((self._locations, table, first))
         if sync.remap is not None:
